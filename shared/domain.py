@@ -1,0 +1,66 @@
+"""Public label bounds and the validation every mechanism applies to its inputs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.errors import InvalidParameterError
+
+
+def check_epsilon(epsilon: float, *, name: str = "epsilon", allow_inf: bool = False) -> float:
+    """Return ``epsilon`` as a float if it is a usable privacy parameter, else raise."""
+    try:
+        value = float(epsilon)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name} ({epsilon!r}) must be a number") from None
+    if math.isnan(value) or value <= 0.0:
+        raise InvalidParameterError(f"{name} ({epsilon!r}) must be > 0")
+    if math.isinf(value) and not allow_inf:
+        raise InvalidParameterError(f"{name} ({epsilon!r}) must be finite")
+    return value
+
+
+def check_labels(labels: np.ndarray | list[float], *, allow_empty: bool = False) -> np.ndarray:
+    """Labels as a 1-D float64 array; NaN, inf and empty input are refused."""
+    array = np.asarray(labels, dtype=np.float64)
+    if array.ndim != 1:
+        raise InvalidParameterError(f"labels must be one-dimensional, got shape {array.shape}")
+    if array.size == 0 and not allow_empty:
+        raise InvalidParameterError("labels must not be empty")
+    if not np.all(np.isfinite(array)):
+        bad = int(np.count_nonzero(~np.isfinite(array)))
+        raise InvalidParameterError(f"labels must be finite: {bad} value(s) are NaN or inf")
+    return array
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LabelDomain:
+    """Public bounds ``[lo, hi]`` fixed by an operator, never computed from the labels."""
+
+    lo: float
+    hi: float
+
+    def __post_init__(self) -> None:
+        lo, hi = float(self.lo), float(self.hi)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise InvalidParameterError(f"label bounds must be finite, got [{self.lo}, {self.hi}]")
+        if lo >= hi:
+            raise InvalidParameterError(f"lo ({self.lo}) must be < hi ({self.hi})")
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+
+    @property
+    def width(self) -> float:
+        return self.hi - self.lo
+
+    def clip(self, labels: np.ndarray) -> np.ndarray:
+        """Labels clipped into the bounds (a fixed public map, so it costs no privacy)."""
+        return np.clip(check_labels(labels, allow_empty=True), self.lo, self.hi)
+
+    def count_outside(self, labels: np.ndarray) -> int:
+        """How many labels clipping would move (reported to the labels' owner only)."""
+        array = check_labels(labels, allow_empty=True)
+        return int(np.count_nonzero((array < self.lo) | (array > self.hi)))

@@ -1,0 +1,150 @@
+"""The epsilon1 step: a private histogram of the labels on a fixed public grid -> ``Prior``.
+
+Implements Ghazi et al., "Regression with Label Differential Privacy", Algorithm 4 (Laplace
+histogram, scale 2/epsilon), with exact discrete Laplace noise on the integer counts instead of
+floating-point Laplace. Privacy: changing one label moves one unit of count between two bins,
+so the count vector has L1 sensitivity 2 and adding i.i.d. DLap(2/epsilon) noise is epsilon-DP;
+clamping, normalising and everything computed from the ``Prior`` afterwards is post-processing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from shared.domain import LabelDomain, check_epsilon, check_labels
+from shared.errors import InvalidParameterError
+from shared.mechanisms.discrete_laplace import sample_discrete_laplace
+from shared.rng import Rng
+
+
+def check_bins(bins: int) -> int:
+    """The number of histogram cells, an integer >= 1."""
+    if isinstance(bins, bool) or not isinstance(bins, int | np.integer) or bins < 1:
+        raise InvalidParameterError(f"bins ({bins!r}) must be an integer >= 1")
+    return int(bins)
+
+
+def bin_edges(*, lo: float, hi: float, bins: int) -> np.ndarray:
+    """The public grid: ``bins`` equal-width cells on ``[lo, hi]`` (k + 1 edges)."""
+    domain = LabelDomain(lo=lo, hi=hi)
+    return np.linspace(domain.lo, domain.hi, check_bins(bins) + 1)
+
+
+def bin_index(labels: np.ndarray, *, lo: float, hi: float, bins: int) -> np.ndarray:
+    """Cell of each (clipped) label; ``hi`` itself falls in the last cell."""
+    clipped = np.clip(labels, lo, hi)
+    index = np.floor((clipped - lo) * (bins / (hi - lo))).astype(np.int64)
+    return np.minimum(index, bins - 1)
+
+
+def bin_counts(labels: np.ndarray, *, lo: float, hi: float, bins: int) -> np.ndarray:
+    """Exact (non-private) counts of the clipped labels per cell."""
+    return np.bincount(bin_index(labels, lo=lo, hi=hi, bins=bins), minlength=bins).astype(np.int64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prior:
+    """A piecewise-constant label density: mass ``probs[i]`` spread uniformly on cell i."""
+
+    edges: np.ndarray
+    probs: np.ndarray
+
+    def __post_init__(self) -> None:
+        edges = np.ascontiguousarray(self.edges, dtype=np.float64)
+        probs = np.ascontiguousarray(self.probs, dtype=np.float64)
+        if edges.ndim != 1 or probs.ndim != 1 or edges.size != probs.size + 1 or probs.size < 1:
+            raise InvalidParameterError(
+                f"a prior needs k >= 1 probs and k + 1 edges, got {probs.size} and {edges.size}"
+            )
+        if not (np.all(np.isfinite(edges)) and np.all(np.diff(edges) > 0)):
+            raise InvalidParameterError("prior edges must be finite and strictly increasing")
+        if not np.all(np.isfinite(probs)) or np.any(probs < 0):
+            raise InvalidParameterError("prior probs must be finite and >= 0")
+        total = float(probs.sum())
+        if not math.isclose(total, 1.0, rel_tol=0.0, abs_tol=1e-9):
+            raise InvalidParameterError(f"prior probs must sum to 1, got {total}")
+        edges.setflags(write=False)
+        probs = probs / total
+        probs.setflags(write=False)
+        object.__setattr__(self, "edges", edges)
+        object.__setattr__(self, "probs", probs)
+
+    @property
+    def k(self) -> int:
+        """Number of cells."""
+        return int(self.probs.size)
+
+    @property
+    def lo(self) -> float:
+        return float(self.edges[0])
+
+    @property
+    def hi(self) -> float:
+        return float(self.edges[-1])
+
+    @property
+    def midpoints(self) -> np.ndarray:
+        return 0.5 * (self.edges[:-1] + self.edges[1:])
+
+    def cdf(self, x: float | np.ndarray) -> np.ndarray:
+        """P(Y <= x), linear inside each cell."""
+        cumulative = np.concatenate(([0.0], np.cumsum(self.probs)))
+        return np.clip(np.interp(x, self.edges, cumulative), 0.0, 1.0)
+
+    def mean(self) -> float:
+        """E[Y] under the piecewise-uniform density."""
+        return float(np.dot(self.probs, self.midpoints))
+
+    def second_moment(self) -> float:
+        """E[Y^2] under the piecewise-uniform density."""
+        a, b = self.edges[:-1], self.edges[1:]
+        return float(np.dot(self.probs, (a * a + a * b + b * b) / 3.0))
+
+    def variance(self) -> float:
+        return max(self.second_moment() - self.mean() ** 2, 0.0)
+
+    def to_dict(self) -> dict[str, list[float]]:
+        return {"edges": self.edges.tolist(), "probs": self.probs.tolist()}
+
+    @classmethod
+    def from_counts(cls, counts: np.ndarray, *, edges: np.ndarray) -> Prior:
+        """Normalise non-negative counts; all-zero counts give the uniform prior."""
+        clamped = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
+        total = clamped.sum()
+        probs = clamped / total if total > 0 else np.full(clamped.size, 1.0 / clamped.size)
+        return cls(edges=edges, probs=probs)
+
+    @classmethod
+    def from_samples(cls, samples: np.ndarray, *, lo: float, hi: float, bins: int) -> Prior:
+        """A KNOWN (non-private) prior: the exact histogram of ``samples`` on the public grid.
+
+        Only for a prior that is public anyway (simulations, tests); a histogram of private
+        labels must go through :func:`private_histogram`.
+        """
+        values = check_labels(samples)
+        edges = bin_edges(lo=lo, hi=hi, bins=bins)
+        return cls.from_counts(bin_counts(values, lo=lo, hi=hi, bins=bins), edges=edges)
+
+
+def private_histogram(
+    labels: np.ndarray, *, lo: float, hi: float, bins: int, epsilon: float, rng: Rng
+) -> Prior:
+    """An epsilon-label-DP histogram prior of ``labels`` on ``bins`` cells of ``[lo, hi]``.
+
+    Implements Ghazi et al. 2022, Algorithm 4, with exact discrete Laplace noise of scale
+    2/epsilon (CKS 2020) on the integer counts; negative noisy counts are clamped to 0 and the
+    result normalised (uniform if every count is 0). ``epsilon = inf`` means no noise.
+    """
+    values = check_labels(labels)
+    eps = check_epsilon(epsilon, allow_inf=True)
+    edges = bin_edges(lo=lo, hi=hi, bins=bins)
+    counts = bin_counts(values, lo=lo, hi=hi, bins=len(edges) - 1)
+    if math.isinf(eps):
+        return Prior.from_counts(counts, edges=edges)
+    scale = Fraction(2) / Fraction(eps)  # the float epsilon, taken exactly
+    noise = np.array([sample_discrete_laplace(rng, scale) for _ in range(counts.size)])
+    return Prior.from_counts(counts + noise.astype(np.int64), edges=edges)

@@ -1,0 +1,95 @@
+"""Randomness: the operating system's CSPRNG in production, a seeded numpy Generator in tests.
+
+Every mechanism takes ``rng`` explicitly. Both accepted kinds expose the two numpy-Generator
+methods the engine uses, ``random(size)`` (uniform doubles in [0, 1)) and
+``integers(low, high, size)``, plus :func:`randbelow` for exact big-integer draws. A numpy PRNG
+merely *seeded* from the OS is not used in production: its state would be the single secret
+protecting every label, so production draws come from ``os.urandom`` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import TypeAlias
+
+import numpy as np
+
+from shared.errors import InvalidParameterError
+
+_TWO_POW_MINUS_53 = 2.0**-53
+
+
+class SystemRandom:
+    """Uniform doubles and integers drawn in bulk from ``os.urandom`` (the OS CSPRNG)."""
+
+    def random(self, size: int | None = None) -> np.ndarray:
+        """Uniform doubles on the 2^-53 grid of [0, 1), like ``Generator.random``."""
+        n = 1 if size is None else int(size)
+        if n < 0:
+            raise InvalidParameterError(f"size ({n}) must be >= 0")
+        raw = np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
+        # Top 53 bits -> exactly representable doubles k * 2^-53, every one equally likely.
+        return (raw >> np.uint64(11)).astype(np.float64) * _TWO_POW_MINUS_53
+
+    def integers(self, low: int, high: int, size: int | None = None) -> np.ndarray:
+        """Uniform integers in [low, high) without modulo bias (rejection on 64-bit words)."""
+        span = int(high) - int(low)
+        if span <= 0:
+            raise InvalidParameterError(f"integers: high ({high}) must exceed low ({low})")
+        n = 1 if size is None else int(size)
+        if span > 2**63:
+            return np.array([low + secrets.randbelow(span) for _ in range(n)], dtype=object)
+        limit = (2**64 // span) * span  # accept words below the largest multiple of span
+        out = np.empty(n, dtype=np.int64)
+        filled = 0
+        while filled < n:
+            need = n - filled
+            words = np.frombuffer(os.urandom(8 * (need + need // 8 + 1)), dtype=np.uint64)
+            ok = words[words < np.uint64(limit)][:need] if limit < 2**64 else words[:need]
+            out[filled : filled + ok.size] = (ok % np.uint64(span)).astype(np.int64)
+            filled += ok.size
+        return out + int(low)
+
+    def __repr__(self) -> str:
+        return "SystemRandom(os.urandom)"
+
+
+Rng: TypeAlias = np.random.Generator | SystemRandom
+
+
+def system_rng() -> SystemRandom:
+    """The production randomness source."""
+    return SystemRandom()
+
+
+def resolve_rng(rng: Rng | int | None) -> Rng:
+    """``None`` -> OS CSPRNG; an int -> seeded Generator (tests and benchmarks only)."""
+    if rng is None:
+        return SystemRandom()
+    if isinstance(rng, np.random.Generator | SystemRandom):
+        return rng
+    if isinstance(rng, int) and not isinstance(rng, bool):
+        return np.random.default_rng(rng)
+    raise InvalidParameterError(f"rng must be a numpy Generator, SystemRandom or int seed, got {rng!r}")
+
+
+def randbelow(rng: Rng, n: int) -> int:
+    """An exactly uniform integer in [0, n) for arbitrary-precision ``n`` >= 1."""
+    if n < 1:
+        raise InvalidParameterError(f"randbelow: n ({n}) must be >= 1")
+    if isinstance(rng, SystemRandom):
+        return secrets.randbelow(n)
+    if n <= 2**62:
+        return int(rng.integers(0, n))
+    nbytes = (n.bit_length() + 7) // 8
+    excess = 8 * nbytes - n.bit_length()
+    while True:  # rejection sampling on whole bytes: exact for any n
+        candidate = int.from_bytes(rng.bytes(nbytes), "little") >> excess
+        if candidate < n:
+            return candidate
+
+
+def uniforms(rng: Rng, n: int) -> np.ndarray:
+    """``n`` uniform doubles in [0, 1) as a contiguous float64 array (for numba kernels)."""
+    return np.ascontiguousarray(rng.random(n), dtype=np.float64)
