@@ -71,7 +71,9 @@ def resolve_rng(rng: Rng | int | None) -> Rng:
         return rng
     if isinstance(rng, int) and not isinstance(rng, bool):
         return np.random.default_rng(rng)
-    raise InvalidParameterError(f"rng must be a numpy Generator, SystemRandom or int seed, got {rng!r}")
+    raise InvalidParameterError(
+        f"rng must be a numpy Generator, SystemRandom or int seed, got {rng!r}"
+    )
 
 
 def randbelow(rng: Rng, n: int) -> int:

@@ -1,0 +1,238 @@
+"""The ONE privatized message the labels party sends: a versioned header and a body.
+
+The header carries every public parameter the features party needs to validate the message and
+to post-process (debias) the noisy labels: mechanism and parameters, epsilon1 and epsilon2, the
+label bounds, the noisy histogram, n, and the sha256 of the body. The body is the example ids
+with their noisy labels, never anything else. Two encodings carry the same content and the same
+``body_sha256``: JSON (small releases) and a compact length-prefixed binary layout that is
+produced and consumed in chunks (millions of labels).
+
+Binary layout (all integers little-endian)::
+
+    b"LDPM" | u16 format_version | u32 header_len | header JSON (utf-8)
+    | u64 ids_len | ids joined by "\\n" (utf-8) | n x float64 noisy labels
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shared.errors import IntegrityError
+
+FORMAT_VERSION = 1
+JSON_MEDIA_TYPE = "application/json"
+BINARY_MEDIA_TYPE = "application/vnd.labeldp.message+binary"
+
+MAGIC = b"LDPM"
+_PREFIX = struct.Struct("<4sHI")
+_U64 = struct.Struct("<Q")
+_BODY_DOMAIN = b"labeldp-body-v1\n"
+
+EXAMPLE_ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
+_EXAMPLE_ID_RE = re.compile(EXAMPLE_ID_PATTERN)
+
+MechanismName = Literal["rpwithprior", "rr_on_bins", "none"]
+ParamValue = float | int | str | bool | list[float] | None
+
+
+def check_example_id(example_id: str) -> str:
+    """Example ids are 1-128 characters of ``[A-Za-z0-9_.:-]`` (never a newline or comma)."""
+    if not isinstance(example_id, str) or not _EXAMPLE_ID_RE.match(example_id):
+        raise ValueError(
+            f"example_id {example_id!r} must be 1-128 characters of letters, digits, '_.:-'"
+        )
+    return example_id
+
+
+class NoisyHistogram(BaseModel):
+    """The epsilon1-DP prior as published: k + 1 edges and k probabilities."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    edges: list[float]
+    probs: list[float]
+
+    @model_validator(mode="after")
+    def _shape(self) -> NoisyHistogram:
+        if len(self.edges) != len(self.probs) + 1 or not self.probs:
+            raise ValueError("histogram needs k >= 1 probs and k + 1 edges")
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise ValueError("histogram edges must be strictly increasing")
+        if any(p < 0 or not math.isfinite(p) for p in self.probs):
+            raise ValueError("histogram probs must be finite and >= 0")
+        return self
+
+
+class MessageHeader(BaseModel):
+    """Everything public about one release; the features party trusts nothing else."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: int = FORMAT_VERSION
+    release_id: str
+    dataset: str
+    created: datetime
+    mechanism: MechanismName
+    params: dict[str, ParamValue]
+    epsilon1: float = Field(gt=0)
+    epsilon2: float = Field(gt=0)
+    label_min: float
+    label_max: float
+    default_label: float
+    histogram: NoisyHistogram
+    n: int = Field(ge=0)
+    body_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @property
+    def epsilon(self) -> float:
+        """Total privacy cost of the message (basic composition)."""
+        return self.epsilon1 + self.epsilon2
+
+
+class MessageBody(BaseModel):
+    """Example ids with their noisy labels, in the same order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    example_ids: list[str]
+    noisy_labels: list[float]
+
+    @field_validator("example_ids")
+    @classmethod
+    def _ids(cls, ids: list[str]) -> list[str]:
+        for example_id in ids:
+            check_example_id(example_id)
+        return ids
+
+    @model_validator(mode="after")
+    def _aligned(self) -> MessageBody:
+        if len(self.example_ids) != len(self.noisy_labels):
+            raise ValueError("example_ids and noisy_labels must have the same length")
+        return self
+
+
+class LabelMessage(BaseModel):
+    """The whole message, as served in JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    header: MessageHeader
+    body: MessageBody
+
+
+def body_sha256(example_ids: Sequence[str], noisy_labels: np.ndarray) -> str:
+    """The digest both encodings carry: ids joined by newlines, then little-endian float64s."""
+    digest = hashlib.sha256(_BODY_DOMAIN)
+    digest.update("\n".join(example_ids).encode("utf-8"))
+    digest.update(b"\n")
+    digest.update(np.ascontiguousarray(noisy_labels, dtype="<f8").tobytes())
+    return digest.hexdigest()
+
+
+def encode_binary(
+    header: MessageHeader,
+    example_ids: Sequence[str],
+    noisy_labels: np.ndarray,
+    *,
+    chunk: int = 1 << 20,
+) -> Iterator[bytes]:
+    """Yield the binary encoding in pieces of about ``chunk`` bytes (for streaming responses)."""
+    header_bytes = header.model_dump_json().encode("utf-8")
+    ids_bytes = "\n".join(example_ids).encode("utf-8")
+    yield _PREFIX.pack(MAGIC, header.format_version, len(header_bytes)) + header_bytes
+    yield _U64.pack(len(ids_bytes))
+    for start in range(0, len(ids_bytes), chunk):
+        yield ids_bytes[start : start + chunk]
+    labels = np.ascontiguousarray(noisy_labels, dtype="<f8")
+    per_chunk = max(chunk // 8, 1)
+    for start in range(0, labels.size, per_chunk):
+        yield labels[start : start + per_chunk].tobytes()
+
+
+def decode_binary(data: bytes | memoryview) -> tuple[MessageHeader, list[str], np.ndarray]:
+    """Parse the binary encoding and verify it (raises :class:`IntegrityError`)."""
+    view = memoryview(data)
+    if len(view) < _PREFIX.size:
+        raise IntegrityError("message is truncated (no prefix)")
+    magic, version, header_len = _PREFIX.unpack_from(view, 0)
+    if magic != MAGIC:
+        raise IntegrityError("not a label-DP message (bad magic)")
+    if version != FORMAT_VERSION:
+        raise IntegrityError(f"unsupported message format_version {version}")
+    offset = _PREFIX.size
+    try:
+        header = MessageHeader.model_validate_json(bytes(view[offset : offset + header_len]))
+    except ValueError as exc:
+        raise IntegrityError(f"invalid message header: {exc}") from None
+    offset += header_len
+    if len(view) < offset + _U64.size:
+        raise IntegrityError("message is truncated (no ids length)")
+    (ids_len,) = _U64.unpack_from(view, offset)
+    offset += _U64.size
+    ids_text = bytes(view[offset : offset + ids_len]).decode("utf-8")
+    offset += ids_len
+    example_ids = ids_text.split("\n") if ids_len else []
+    expected = offset + 8 * header.n
+    if len(view) != expected:
+        raise IntegrityError(
+            f"message body has {len(view) - offset} label bytes, expected {8 * header.n}"
+        )
+    labels = np.frombuffer(view[offset:expected], dtype="<f8").astype(np.float64)
+    verify(header, example_ids, labels)
+    return header, example_ids, labels
+
+
+def verify(header: MessageHeader, example_ids: Sequence[str], noisy_labels: np.ndarray) -> None:
+    """Check version, lengths, finiteness and the body sha256; raise :class:`IntegrityError`."""
+    if header.format_version != FORMAT_VERSION:
+        raise IntegrityError(f"unsupported message format_version {header.format_version}")
+    if len(example_ids) != header.n or len(noisy_labels) != header.n:
+        raise IntegrityError(
+            f"header says n={header.n}, body has {len(example_ids)} ids, {len(noisy_labels)} labels"
+        )
+    if not np.all(np.isfinite(noisy_labels)):
+        raise IntegrityError("message contains non-finite labels")
+    if body_sha256(example_ids, noisy_labels) != header.body_sha256:
+        raise IntegrityError("message body does not match its sha256")
+
+
+def to_json_message(
+    header: MessageHeader, example_ids: Sequence[str], noisy_labels: np.ndarray
+) -> LabelMessage:
+    """The JSON form of the same content."""
+    body = MessageBody(
+        example_ids=list(example_ids), noisy_labels=np.asarray(noisy_labels).tolist()
+    )
+    return LabelMessage(header=header, body=body)
+
+
+def from_json_message(
+    message: LabelMessage | dict[str, Any] | bytes | str,
+) -> tuple[MessageHeader, list[str], np.ndarray]:
+    """Validate and verify a JSON message (raises :class:`IntegrityError`)."""
+    try:
+        if isinstance(message, bytes | str):
+            parsed = LabelMessage.model_validate_json(message)
+        elif isinstance(message, dict):
+            parsed = LabelMessage.model_validate(message)
+        else:
+            parsed = message
+    except ValueError as exc:
+        raise IntegrityError(f"invalid message: {exc}") from None
+    labels = np.asarray(parsed.body.noisy_labels, dtype=np.float64)
+    verify(parsed.header, parsed.body.example_ids, labels)
+    return parsed.header, list(parsed.body.example_ids), labels
+
+
+def iter_ids(ids: Iterable[str]) -> list[str]:
+    """Validated list of example ids."""
+    return [check_example_id(example_id) for example_id in ids]
