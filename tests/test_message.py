@@ -1,0 +1,134 @@
+"""The wire message: both encodings round-trip, carry one digest, and refuse tampering."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared.errors import IntegrityError
+from shared.message import (
+    FORMAT_VERSION,
+    MessageHeader,
+    NoisyHistogram,
+    body_sha256,
+    check_example_id,
+    decode_binary,
+    encode_binary,
+    from_json_message,
+    to_json_message,
+)
+
+
+def make_header(ids: list[str], labels: np.ndarray, **overrides: object) -> MessageHeader:
+    fields: dict[str, object] = {
+        "release_id": "r1",
+        "dataset": "clicks",
+        "created": datetime(2026, 11, 21, tzinfo=UTC),
+        "mechanism": "rpwithprior",
+        "params": {"a1": 0.0, "a2": 1.0, "zeta": 0.1, "epsilon": 1.0},
+        "epsilon1": 0.1,
+        "epsilon2": 0.9,
+        "label_min": 0.0,
+        "label_max": 1.0,
+        "default_label": 0.0,
+        "histogram": NoisyHistogram(edges=[0.0, 0.5, 1.0], probs=[0.4, 0.6]),
+        "n": len(ids),
+        "body_sha256": body_sha256(ids, labels),
+    }
+    fields.update(overrides)
+    return MessageHeader.model_validate(fields)
+
+
+def test_binary_round_trip_in_small_chunks() -> None:
+    ids = [f"click-{i}" for i in range(1000)]
+    labels = np.linspace(-0.1, 1.1, 1000)
+    header = make_header(ids, labels)
+    blob = b"".join(encode_binary(header, ids, labels, chunk=64))
+    decoded_header, decoded_ids, decoded_labels = decode_binary(blob)
+    assert decoded_header == header
+    assert decoded_ids == ids
+    np.testing.assert_array_equal(decoded_labels, labels)
+
+
+def test_json_and_binary_carry_the_same_digest() -> None:
+    ids = ["a", "b", "c"]
+    labels = np.array([0.25, 0.5, 1 / 3])
+    header = make_header(ids, labels)
+    text = to_json_message(header, ids, labels).model_dump_json()
+    json_header, json_ids, json_labels = from_json_message(text)
+    assert json_header.body_sha256 == header.body_sha256
+    np.testing.assert_array_equal(json_labels, labels)  # floats survive JSON exactly
+    assert json_ids == ids
+
+
+def test_empty_body_round_trips() -> None:
+    header = make_header([], np.array([]))
+    _, ids, labels = decode_binary(b"".join(encode_binary(header, [], np.array([]))))
+    assert ids == [] and labels.size == 0
+
+
+def test_tampered_binary_body_is_refused() -> None:
+    ids = ["a", "b"]
+    labels = np.array([0.1, 0.2])
+    blob = bytearray(b"".join(encode_binary(make_header(ids, labels), ids, labels)))
+    blob[-1] ^= 0x01
+    with pytest.raises(IntegrityError, match="sha256"):
+        decode_binary(bytes(blob))
+
+
+def test_tampered_json_label_is_refused() -> None:
+    ids = ["a", "b"]
+    labels = np.array([0.1, 0.2])
+    message = to_json_message(make_header(ids, labels), ids, labels).model_dump()
+    message["body"]["noisy_labels"][0] = 0.3
+    with pytest.raises(IntegrityError, match="sha256"):
+        from_json_message(message)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda b: b[:3], "truncated"),
+        (lambda b: b"XXXX" + b[4:], "magic"),
+        (lambda b: b[:4] + (FORMAT_VERSION + 1).to_bytes(2, "little") + b[6:], "format_version"),
+        (lambda b: b[:-8], "label bytes"),
+    ],
+)
+def test_malformed_binary_is_refused(mutate: object, match: str) -> None:
+    ids = ["a"]
+    labels = np.array([0.5])
+    blob = b"".join(encode_binary(make_header(ids, labels), ids, labels))
+    with pytest.raises(IntegrityError, match=match):
+        decode_binary(mutate(blob))  # type: ignore[operator]
+
+
+def test_header_refuses_unknown_fields_and_bad_values() -> None:
+    with pytest.raises(ValueError, match="extra"):
+        make_header([], np.array([]), surprise=1)
+    with pytest.raises(ValueError, match="epsilon1"):
+        make_header([], np.array([]), epsilon1=0.0)
+    with pytest.raises(ValueError, match="mechanism"):
+        make_header([], np.array([]), mechanism="laplace")
+
+
+@pytest.mark.parametrize("bad", ["", "a\nb", "a,b", "x" * 129, "é"])
+def test_example_ids_are_restricted(bad: str) -> None:
+    with pytest.raises(ValueError, match="example_id"):
+        check_example_id(bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    labels=st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=30),
+)
+def test_any_finite_body_round_trips(labels: list[float]) -> None:
+    ids = [f"id{i}" for i in range(len(labels))]
+    values = np.array(labels, dtype=np.float64)
+    header = make_header(ids, values)
+    _, got_ids, got = decode_binary(b"".join(encode_binary(header, ids, values, chunk=16)))
+    assert got_ids == ids
+    np.testing.assert_array_equal(got, values)
