@@ -40,14 +40,19 @@ class SystemRandom:
         n = 1 if size is None else int(size)
         if span > 2**63:
             return np.array([low + secrets.randbelow(span) for _ in range(n)], dtype=object)
-        limit = (2**64 // span) * span  # accept words below the largest multiple of span
+        # Words as narrow as the span allows: half the urandom bytes for spans below 2^32.
+        word_bits, dtype = (32, np.uint32) if span <= 2**32 else (64, np.uint64)
+        limit = (2**word_bits // span) * span  # accept words below the largest multiple of span
         out = np.empty(n, dtype=np.int64)
         filled = 0
         while filled < n:
             need = n - filled
-            words = np.frombuffer(os.urandom(8 * (need + need // 8 + 1)), dtype=np.uint64)
-            ok = words[words < np.uint64(limit)][:need] if limit < 2**64 else words[:need]
-            out[filled : filled + ok.size] = (ok % np.uint64(span)).astype(np.int64)
+            count = need + need // 8 + 1
+            words = np.frombuffer(os.urandom(word_bits // 8 * count), dtype=dtype)
+            if limit < 2**word_bits:
+                words = words[words < dtype(limit)]
+            ok = words[:need]
+            out[filled : filled + ok.size] = (ok % dtype(span)).astype(np.int64)
             filled += ok.size
         return out + int(low)
 
