@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Prepare everything docker-compose.yml needs on a machine with no image registry:
+#   1. a Docker engine (installs Debian's docker.io + docker-compose and starts dockerd if none runs),
+#   2. the base image labeldp-base:bookworm (debootstrap -> docker import; rootfs tarball cached),
+#   3. the wheelhouse services/wheels/ (project wheel + dependency wheels for CPython 3.11).
+# Idempotent: a second run only rebuilds the project wheel.
+#
+# Exit codes: 0 ready; 77 Docker cannot run on this machine at all (callers skip); other = error.
+#
+# Environment:
+#   LABELDP_BASE_IMAGE      base image to prepare (default labeldp-base:bookworm; any other name
+#                           is pulled from a registry instead of built with debootstrap)
+#   LABELDP_COMPOSE_CACHE   cache folder (default <repo>/.compose-cache, git-ignored)
+#   LABELDP_DEBIAN_MIRROR   Debian mirror for debootstrap (default: the host's apt source)
+#   PYTHON                  host Python used to run pip (default python3)
+set -euo pipefail
+
+readonly EXIT_NO_DOCKER=77
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+readonly REPO
+CACHE="${LABELDP_COMPOSE_CACHE:-$REPO/.compose-cache}"
+BASE_IMAGE="${LABELDP_BASE_IMAGE:-labeldp-base:bookworm}"
+PY="${PYTHON:-python3}"
+WHEELS="$REPO/services/wheels"
+# The image's interpreter: Debian bookworm's python3 and python:3.11-slim are both CPython 3.11,
+# so dependency wheels are fetched for exactly that target whatever the host Python is.
+readonly IMAGE_PY_VERSION=3.11 IMAGE_PY_ABI=cp311
+ARCH="$(uname -m)"
+
+log() { printf '[build_base_image] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+no_docker() {
+    log "DOCKER UNAVAILABLE: $*"
+    exit "$EXIT_NO_DOCKER"
+}
+
+mkdir -p "$CACHE"
+
+# ---------------------------------------------------------------- 1. Docker engine
+docker_ok() { timeout 20 docker info >/dev/null 2>&1; }
+
+compose_ok() {
+    timeout 20 docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1
+}
+
+apt_updated=0
+apt_install() {
+    [ "$(id -u)" -eq 0 ] || die "need root to install: $*"
+    command -v apt-get >/dev/null 2>&1 || die "no apt-get to install: $*"
+    if [ "$apt_updated" -eq 0 ]; then
+        log "apt-get update"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed"
+        apt_updated=1
+    fi
+    log "apt-get install $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
+        || die "apt-get install $* failed"
+}
+
+start_dockerd() {
+    local logfile="$CACHE/dockerd.log"
+    if [ -S /var/run/docker.sock ] && pgrep -x dockerd >/dev/null 2>&1; then
+        log "dockerd is running but not answering yet; waiting"
+    else
+        log "starting dockerd (log: $logfile)"
+        # Published ports default to loopback (--ip) so nothing is ever exposed beyond this host;
+        # all fds are redirected so a caller capturing our output does not wait on the daemon.
+        setsid nohup dockerd --data-root /var/lib/docker --ip 127.0.0.1 \
+            </dev/null >"$logfile" 2>&1 &
+    fi
+    local i
+    for i in $(seq 1 60); do
+        docker_ok && return 0
+        if [ "$i" -gt 3 ] && ! pgrep -x dockerd >/dev/null 2>&1; then
+            tail -n 20 "$logfile" >&2 || true
+            no_docker "dockerd exited at start-up (see $logfile)"
+        fi
+        sleep 1
+    done
+    tail -n 20 "$logfile" >&2 || true
+    no_docker "dockerd did not answer within 60 s (see $logfile)"
+}
+
+if ! docker_ok; then
+    if [ "$(id -u)" -ne 0 ]; then
+        no_docker "no Docker engine answers and we are not root, so none can be installed/started"
+    fi
+    if ! command -v dockerd >/dev/null 2>&1; then
+        command -v apt-get >/dev/null 2>&1 || no_docker "no dockerd and no apt-get to install one"
+        apt_install docker.io
+    fi
+    command -v docker >/dev/null 2>&1 || apt_install docker.io
+    start_dockerd
+fi
+if ! compose_ok; then
+    apt_install docker-compose
+fi
+log "Docker engine: $(docker version --format '{{.Server.Version}}' 2>/dev/null)"
+
+# ---------------------------------------------------------------- 2. base image
+debian_mirror() {
+    if [ -n "${LABELDP_DEBIAN_MIRROR:-}" ]; then
+        echo "$LABELDP_DEBIAN_MIRROR"
+        return
+    fi
+    local uri
+    # deb822 sources (bookworm default), then one-line sources; skip the security archive.
+    uri="$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+        | awk '{print $2}' | grep -v security | head -n 1 || true)"
+    if [ -z "$uri" ]; then
+        uri="$(grep -hsE '^deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+            2>/dev/null | grep -v security | grep -v '\[' | awk '{print $2}' | head -n 1 || true)"
+    fi
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+build_base_image() {
+    local tarball="$CACHE/rootfs-bookworm.tar"
+    if [ ! -s "$tarball" ]; then
+        command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap
+        local rootfs="$CACHE/rootfs.tmp" mirror
+        mirror="$(debian_mirror)"
+        rm -rf "$rootfs"
+        log "debootstrap bookworm from $mirror (takes a minute or two)"
+        debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+            bookworm "$rootfs" "$mirror" >"$CACHE/debootstrap.log" 2>&1 \
+            || { tail -n 20 "$CACHE/debootstrap.log" >&2; die "debootstrap failed"; }
+        # Trim what an image never needs; apt itself stays usable.
+        rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* \
+            "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/*
+        tar --numeric-owner -C "$rootfs" -cf "$tarball.tmp" .
+        mv "$tarball.tmp" "$tarball"
+        rm -rf "$rootfs"
+    fi
+    log "docker import $tarball -> $BASE_IMAGE"
+    docker import \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change 'ENV LANG=C.UTF-8' \
+        --change 'CMD ["/bin/bash"]' \
+        "$tarball" "$BASE_IMAGE" >/dev/null
+}
+
+if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+    log "base image $BASE_IMAGE present"
+elif [ "$BASE_IMAGE" = "labeldp-base:bookworm" ]; then
+    build_base_image
+else
+    log "docker pull $BASE_IMAGE"
+    docker pull "$BASE_IMAGE" >/dev/null || die "cannot pull $BASE_IMAGE"
+fi
+
+# Can this engine start a container at all (namespaces, cgroups, overlay)? If not, skip.
+if ! probe_out="$(docker run --rm --network none "$BASE_IMAGE" python3 -c 'print("ok")' 2>&1)"; then
+    log "$probe_out"
+    no_docker "the engine runs but cannot start a container"
+fi
+
+# ---------------------------------------------------------------- 3. wheelhouse
+# services/wheels/deps     dependency wheels + requirements.txt (rebuilt when the deps change)
+# services/wheels/build    setuptools + wheel, to build the project wheel offline
+# services/wheels/project  the project wheel (rebuilt on every run from the working tree)
+deps_spec="$("$PY" - "$REPO/pyproject.toml" <<'EOF'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    project = tomllib.load(f)
+print("\n".join(project["project"]["dependencies"]))
+print("\n".join(project["build-system"]["requires"]))
+EOF
+)" || die "cannot read dependencies from pyproject.toml with $PY (needs Python >= 3.11)"
+stamp="$(printf '%s\n%s %s %s\n' "$deps_spec" "$IMAGE_PY_VERSION" "$IMAGE_PY_ABI" "$ARCH" \
+    | sha256sum | cut -d' ' -f1)"
+
+if [ "$(cat "$WHEELS/deps/.stamp" 2>/dev/null || true)" != "$stamp" ]; then
+    log "building the dependency wheelhouse for CPython $IMAGE_PY_VERSION $ARCH"
+    tmp="$WHEELS/.tmp"
+    rm -rf "$tmp"
+    mkdir -p "$tmp/deps" "$tmp/build"
+    "$PY" - "$REPO/pyproject.toml" >"$tmp/deps/requirements.txt" <<'EOF'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+EOF
+    "$PY" - "$REPO/pyproject.toml" >"$tmp/build/requirements.txt" <<'EOF'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print("\n".join(tomllib.load(f)["build-system"]["requires"]))
+EOF
+    # glibc 2.36 (bookworm) runs every manylinux_2_x wheel up to 2_36; older pips do not
+    # expand one --platform to the older ones, so list them all.
+    target=(--only-binary=:all: --python-version "$IMAGE_PY_VERSION" --implementation cp
+        --abi "$IMAGE_PY_ABI")
+    for v in $(seq 36 -1 5); do target+=(--platform "manylinux_2_${v}_$ARCH"); done
+    target+=(--platform "manylinux2014_$ARCH" --platform "manylinux2010_$ARCH"
+        --platform "manylinux1_$ARCH")
+    "$PY" -m pip download -q --disable-pip-version-check "${target[@]}" \
+        -d "$tmp/deps" -r "$tmp/deps/requirements.txt" || die "pip download of the dependencies failed"
+    "$PY" -m pip download -q --disable-pip-version-check --only-binary=:all: \
+        -d "$tmp/build" -r "$tmp/build/requirements.txt" || die "pip download of build tools failed"
+    echo "$stamp" >"$tmp/deps/.stamp"
+    rm -rf "$WHEELS/deps" "$WHEELS/build"
+    mv "$tmp/deps" "$WHEELS/deps"
+    mv "$tmp/build" "$WHEELS/build"
+    rm -rf "$tmp"
+else
+    log "dependency wheelhouse up to date"
+fi
+
+# The project wheel is built from a clean copy of the working tree (tracked and untracked,
+# not ignored files), so a stale build/ folder can never leak removed modules into the image.
+log "building the project wheel from the working tree"
+src="$(mktemp -d)"
+trap 'rm -rf "$src"' EXIT
+list_sources() {
+    if git -C "$REPO" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git -C "$REPO" ls-files -z --cached --others --exclude-standard \
+            | while IFS= read -r -d '' f; do [ -e "$REPO/$f" ] && printf '%s\0' "$f"; done
+    else
+        (cd "$REPO" && find shared labels_party features_party demo pyproject.toml README.md \
+            -name __pycache__ -prune -o -print0 2>/dev/null)
+    fi
+}
+list_sources | tar -C "$REPO" --null --no-recursion -T - -cf - | tar -C "$src" -xf -
+rm -rf "$WHEELS/project"
+mkdir -p "$WHEELS/project"
+"$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-index \
+    --find-links "$WHEELS/build" -w "$WHEELS/project" "$src" >/dev/null \
+    || die "building the project wheel failed"
+log "ready: base image $BASE_IMAGE, wheelhouse $WHEELS ($(ls "$WHEELS/deps" | grep -c '\.whl$') deps)"
