@@ -356,10 +356,12 @@ class RPWithPrior:
     def expected_squared_error(self, prior: Prior) -> float:
         """E[(y_tilde - y)^2] for y from the histogram prior (continuous density, exact).
 
-        Corrects Liu & Huang, Appendix D: with p the projection of y, E[(y_tilde - y)^2 | y] =
-        delta W/gamma ((c - y)^2 + W^2/12) + (1 - delta)/gamma (2 zeta (p - y)^2 + 2 zeta^3/3),
-        W = a2 - a1 + 2 zeta, c = (a1 + a2)/2 (the window term carries the factor (1 - delta));
-        integrated in closed form against the piecewise-uniform prior.
+        Replaces Liu & Huang, Appendix D, whose expression is in fact the conditional mean with
+        the window term missing the factor (1 - e^-eps). With p the projection of y, delta =
+        e^-eps, W = a2 - a1 + 2 zeta and c = (a1 + a2)/2: E[(y_tilde - y)^2 | y] =
+        delta W/gamma ((c - y)^2 + W^2/12) + (1 - delta)/gamma (2 zeta (p - y)^2 + 2 zeta^3/3)
+        ((c - y)^2 + W^2/12 for y outside [a1, a2] under the uniform rule), integrated in closed
+        form against the piecewise-uniform prior.
         """
         prior = _check_prior(prior)
         centre = 0.5 * (prior.lo + prior.hi)  # moments about the domain centre: no cancellation
