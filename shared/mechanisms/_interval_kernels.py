@@ -36,6 +36,57 @@ def best_f_pair(edges: np.ndarray, cum: np.ndarray, two_zeta: float, delta: floa
 
 
 @njit(cache=True)
+def best_f_pair_hull(edges: np.ndarray, cum: np.ndarray, two_zeta: float, delta: float) -> tuple:
+    """The maximiser of :func:`best_f_pair` in O(k log k) by tangents to a lower convex hull.
+
+    F / (2 zeta) is the slope from P_i = (delta edges[i], cum[i]) to Q_j = (2 zeta + delta
+    edges[j], cum[j]); for fixed j the best i < j is where the line from Q_j touches the lower
+    hull of P_0..P_{j-1} (every other point lies above that line), found by binary search.
+    Same maximum as :func:`best_f_pair`; exact ties may resolve to a different pair.
+    """
+    n = edges.size
+    hull = np.empty(n, dtype=np.int64)
+    size = 0
+    best = -1.0
+    best_i = 0
+    best_j = n - 1
+    for j in range(1, n):
+        p = j - 1
+        px = delta * edges[p]
+        while size >= 2:
+            a = hull[size - 2]
+            b = hull[size - 1]
+            ax = delta * edges[a]
+            bx = delta * edges[b]
+            # Keep only strict left turns: the chain stays the lower hull.
+            if (bx - ax) * (cum[p] - cum[a]) - (cum[b] - cum[a]) * (px - ax) > 0.0:
+                break
+            size -= 1
+        hull[size] = p
+        size += 1
+        qx = two_zeta + delta * edges[j]
+        qy = cum[j]
+        lo = 0
+        hi = size - 1
+        while lo < hi:  # first hull vertex whose successor lies above the line to Q_j
+            mid = (lo + hi) // 2
+            h = hull[mid]
+            g = hull[mid + 1]
+            hx = delta * edges[h]
+            if (cum[g] - cum[h]) * (qx - hx) >= (qy - cum[h]) * (delta * edges[g] - hx):
+                hi = mid
+            else:
+                lo = mid + 1
+        i = hull[lo]
+        value = (qy - cum[i]) / (qx - delta * edges[i])
+        if value > best:
+            best = value
+            best_i = i
+            best_j = j
+    return best_i, best_j, best
+
+
+@njit(cache=True)
 def mse_candidate(
     a1: float,
     a2: float,

@@ -27,6 +27,7 @@ from shared.errors import InvalidParameterError
 from shared.mechanisms._interval_kernels import (
     assign_cells,
     best_f_pair,
+    best_f_pair_hull,
     best_mse_candidate,
     cell_values,
     mse_candidate,
@@ -38,6 +39,7 @@ from shared.rng import Rng
 OutsideRule = Literal["project", "uniform"]
 OUTSIDE_RULES: tuple[str, ...] = ("project", "uniform")
 SELECT_RULES: tuple[str, ...] = ("mse", "paper")
+METHODS: tuple[str, ...] = ("pairs", "hull")
 
 DEFAULT_GRID_CELLS = 2**24
 MAX_GRID_CELLS = 2**48
@@ -96,7 +98,9 @@ def interval_objective(prior: Prior, a1: float, a2: float, *, epsilon: float, ze
     return 2.0 * z / (2.0 * z + math.exp(-eps) * (hi - lo)) * mass
 
 
-def optimal_interval(prior: Prior, *, epsilon: float, zeta: float) -> tuple[float, float]:
+def optimal_interval(
+    prior: Prior, *, epsilon: float, zeta: float, method: str = "pairs"
+) -> tuple[float, float]:
     """The interval [A1, A2] maximising F (Lemma 3.5, Algorithm 1), exactly, in O(k^2).
 
     Implements Liu & Huang, Lemma 3.5 and Algorithm 1. Proof that a pair of histogram edges is
@@ -105,14 +109,20 @@ def optimal_interval(prior: Prior, *, epsilon: float, zeta: float) -> tuple[floa
     gamma / (2 zeta) >= 0} is a half-plane: F is quasi-linear and its maximum over the cell pair
     (a rectangle, or a triangle when i = j) is at a vertex, i.e. at a pair of edges; beyond
     [n_0, n_k] F only decreases (Lemma 3.5). With the CDF at the edges each pair costs O(1).
-    Ties go to the smallest A1, then the smallest A2.
+
+    ``method="pairs"`` (default) scans all pairs, ties going to the smallest A1, then the
+    smallest A2. ``method="hull"`` finds the same maximum in O(k log k) (tangents to a lower
+    convex hull; for k ~ 10^6), but an exact tie may resolve to another pair.
     """
     prior = _check_prior(prior)
     eps = check_epsilon(epsilon)
     z = check_zeta(zeta)
+    kernel = (
+        best_f_pair if _check_choice(method, METHODS, "method") == "pairs" else best_f_pair_hull
+    )
     cum = np.concatenate(([0.0], np.cumsum(prior.probs)))
     # Shifting the edges to start at 0 keeps the widths exact for far-from-zero domains.
-    i, j, _ = best_f_pair(prior.edges - prior.edges[0], cum, 2.0 * z, math.exp(-eps))
+    i, j, _ = kernel(prior.edges - prior.edges[0], cum, 2.0 * z, math.exp(-eps))
     return float(prior.edges[i]), float(prior.edges[j])
 
 

@@ -61,6 +61,19 @@ def test_optimal_interval_matches_dense_grid_search(seed: int) -> None:
     )
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_hull_method_finds_the_same_maximum(seed: int) -> None:
+    rng = np.random.default_rng(1000 + seed)
+    prior = random_prior(rng, int(rng.integers(1, 400)))
+    eps = float(rng.choice([0.01, 0.5, 2.0, 10.0, 40.0, 800.0]))
+    zeta = float(rng.choice([1e-4, 0.05, 0.5, 5.0]))
+    pairs = optimal_interval(prior, epsilon=eps, zeta=zeta)
+    hull = optimal_interval(prior, epsilon=eps, zeta=zeta, method="hull")
+    assert interval_objective(prior, *hull, epsilon=eps, zeta=zeta) == pytest.approx(
+        interval_objective(prior, *pairs, epsilon=eps, zeta=zeta), rel=1e-12
+    )
+
+
 def test_optimal_interval_exact_tie_takes_smallest_edges() -> None:
     # Two equal spikes: [0, 1] and [2, 3] give the same F (exactly); [0, 3] is worse here.
     prior = Prior(edges=np.array([0.0, 1.0, 2.0, 3.0]), probs=np.array([0.5, 0.0, 0.5]))
@@ -464,3 +477,5 @@ def test_other_invalid_inputs() -> None:
         optimal_interval(PRIOR, epsilon=math.inf, zeta=0.1)
     with pytest.raises(InvalidParameterError, match="zeta"):
         optimal_interval(PRIOR, epsilon=1.0, zeta=0.0)
+    with pytest.raises(InvalidParameterError, match="method"):
+        optimal_interval(PRIOR, epsilon=1.0, zeta=0.1, method="fast")
