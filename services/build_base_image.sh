@@ -36,6 +36,11 @@ no_docker() {
 
 mkdir -p "$CACHE"
 
+# pip with the host's configuration, minus its warnings about configured links that do not exist.
+pip_quiet() {
+    "$PY" -m pip "$@" --disable-pip-version-check 2> >(grep -v 'is ignored: it is neither' >&2)
+}
+
 # ---------------------------------------------------------------- 1. Docker engine
 docker_ok() { timeout 20 docker info >/dev/null 2>&1; }
 
@@ -192,9 +197,9 @@ EOF
     for v in $(seq 36 -1 5); do target+=(--platform "manylinux_2_${v}_$ARCH"); done
     target+=(--platform "manylinux2014_$ARCH" --platform "manylinux2010_$ARCH"
         --platform "manylinux1_$ARCH")
-    "$PY" -m pip download -q --disable-pip-version-check "${target[@]}" \
+    pip_quiet download -q "${target[@]}" \
         -d "$tmp/deps" -r "$tmp/deps/requirements.txt" || die "pip download of the dependencies failed"
-    "$PY" -m pip download -q --disable-pip-version-check --only-binary=:all: \
+    pip_quiet download -q --only-binary=:all: \
         -d "$tmp/build" -r "$tmp/build/requirements.txt" || die "pip download of build tools failed"
     echo "$stamp" >"$tmp/deps/.stamp"
     rm -rf "$WHEELS/deps" "$WHEELS/build"
@@ -222,7 +227,7 @@ list_sources() {
 list_sources | tar -C "$REPO" --null --no-recursion -T - -cf - | tar -C "$src" -xf -
 rm -rf "$WHEELS/project"
 mkdir -p "$WHEELS/project"
-"$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-index \
+pip_quiet wheel -q --no-deps --no-index \
     --find-links "$WHEELS/build" -w "$WHEELS/project" "$src" >/dev/null \
     || die "building the project wheel failed"
 log "ready: base image $BASE_IMAGE, wheelhouse $WHEELS ($(ls "$WHEELS/deps" | grep -c '\.whl$') deps)"
