@@ -9,8 +9,9 @@ support indices; with ``q = e^-epsilon`` its weights are ``w_y = p_y (q + (1 - q
 loss ``sum of bin costs / (1 + (d - 1) q)``.
 
 Loss codes: 0 squared ``(c - y)^2``, 1 absolute ``|c - y|``, 2 Poisson ``c - y log c``.
-Ties in the dynamic programs resolve to the first candidate in scan order (``r`` ascending), then
-to fewer bins, so every result is a deterministic function of the inputs.
+The dynamic programs replace an incumbent only on a strict improvement (the penalised one also on
+an equal cost with fewer bins), scanning ``r`` ascending, so every result is a deterministic
+function of the inputs.
 """
 
 from __future__ import annotations

@@ -101,7 +101,8 @@ def pointwise_loss(loss: str, outputs: np.ndarray, labels: np.ndarray) -> np.nda
     y = np.asarray(labels, dtype=np.float64)
     name = check_loss(loss)
     if name == "squared":
-        return (o - y) ** 2
+        with np.errstate(over="ignore"):  # beyond 1e154 the square is honestly inf
+            return (o - y) ** 2
     if name == "absolute":
         return np.abs(o - y)
     o, y = np.broadcast_arrays(o, y)
@@ -279,7 +280,8 @@ class _Support:
     """The prior restricted to its positive-mass values, with the kernels' prefix sums."""
 
     index: np.ndarray  # positions of the support in the full value array
-    x: np.ndarray  # support values, shifted by ``shift`` for the translation-invariant losses
+    x: np.ndarray  # support values as value * 2^-exponent - shift
+    exponent: int  # power-of-two scaling: exact, and |value * 2^-exponent| < 1
     shift: float
     prefix: tuple[np.ndarray, np.ndarray, np.ndarray]  # P0, P1, P2
     q: float  # e^-eps
@@ -289,6 +291,10 @@ class _Support:
     @property
     def k(self) -> int:
         return int(self.x.size)
+
+    def to_label(self, x: float) -> float:
+        """Inverse of the value transform."""
+        return float(np.ldexp(x + self.shift, self.exponent))
 
     def args(self) -> tuple:
         return (self.x, *self.prefix, self.q, self.omq, self.code)
@@ -300,13 +306,19 @@ def _support(values: np.ndarray, probs: np.ndarray, *, epsilon: float, loss: str
     p = p / p.sum()
     v = values[index]
     # Squared and absolute loss are translation invariant: centring the values keeps the
-    # prefix sums of p x and p x^2 small, so bin costs lose fewer digits to cancellation.
-    shift = float(np.dot(p, v)) if loss != "poisson" else 0.0
-    x = np.ascontiguousarray(v - shift)
+    # prefix sums of p x and p x^2 small, so bin costs lose fewer digits to cancellation; and
+    # scaling by a power of two keeps x^2 finite for huge labels. Every loss here is scale
+    # equivariant (Poisson up to a term in y alone, which no choice of bins changes), so the
+    # optimal bins are the same and the outputs scale back exactly.
+    exponent = math.frexp(float(np.abs(v).max()))[1]
+    scaled = np.ldexp(v, -exponent)
+    shift = float(np.dot(p, scaled)) if loss != "poisson" else 0.0
+    x = np.ascontiguousarray(scaled - shift)
     prefix = tuple(np.concatenate(([0.0], np.cumsum(p * x**power))) for power in (0, 1, 2))
     return _Support(
         index=index,
         x=x,
+        exponent=exponent,
         shift=shift,
         prefix=prefix,
         q=math.exp(-epsilon),
@@ -367,8 +379,8 @@ def _outputs(s: _Support, starts: np.ndarray, values: np.ndarray) -> np.ndarray:
     outputs = np.empty(starts.size)
     for j, (a, b) in enumerate(zip(starts, ends, strict=True)):
         _, center, median = kernels.bin_cost(int(a), int(b), *s.args())
-        # An absolute-loss output is a prior value: return it exactly, not shifted back.
-        outputs[j] = values[s.index[median]] if median >= 0 else center + s.shift
+        # An absolute-loss output is a prior value: return it exactly, not mapped back.
+        outputs[j] = values[s.index[median]] if median >= 0 else s.to_label(center)
     return outputs
 
 
@@ -403,9 +415,12 @@ def _cut_positions(
         lo = int(s.index[starts[j + 1] - 1]) + 1  # just after the last support value of bin j
         hi = int(s.index[starts[j + 1]])  # the first support value of bin j + 1
         gap = values[lo:hi]
-        prefers_next = pointwise_loss(loss, outputs[j + 1], gap) < pointwise_loss(
-            loss, outputs[j], gap
-        )
+        if loss == "poisson":
+            prefers_next = pointwise_loss(loss, outputs[j + 1], gap) < pointwise_loss(
+                loss, outputs[j], gap
+            )
+        else:  # both losses increase with the distance, which cannot overflow like its square
+            prefers_next = np.abs(outputs[j + 1] - gap) < np.abs(gap - outputs[j])
         cuts[j] = lo + int(np.argmax(prefers_next)) if prefers_next.any() else hi
     return cuts
 

@@ -104,24 +104,24 @@ def test_amortised_bin_costs_match_direct_sums(loss: str, epsilon: float) -> Non
     for _ in range(4):
         values, probs = random_prior(rng, 14, zero_fraction=0.0)
         s = rr._support(values, probs, epsilon=epsilon, loss=loss)
+        x = s.x  # the kernels' (scaled, centred) coordinates
         costs, centers = kernels.cost_matrix(*s.args())
-        scale = math.exp(epsilon)  # kernels divide the paper's weights by e^eps
-        for a in range(values.size):
-            for b in range(a, values.size):
-                want_cost, want_center = direct_bin_cost(values, probs, a, b, epsilon, loss)
-                assert costs[a, b] * scale == pytest.approx(want_cost, rel=1e-10, abs=1e-10)
-                if loss == "absolute":  # the median may be any point of a flat stretch
-                    at_center = direct_bin_cost(values, probs, a, b, epsilon, loss)[0]
-                    got = np.dot(
-                        probs * np.where((np.arange(14) >= a) & (np.arange(14) <= b), scale, 1),
-                        np.abs(centers[a, b] + s.shift - values),
-                    )
-                    assert got == pytest.approx(at_center, rel=1e-10)
+        e_eps = math.exp(epsilon)  # kernels divide the paper's weights by e^eps
+        for a in range(x.size):
+            for b in range(a, x.size):
+                want_cost, want_center = direct_bin_cost(x, probs, a, b, epsilon, loss)
+                assert costs[a, b] * e_eps == pytest.approx(want_cost, rel=1e-10, abs=1e-12)
+                if loss == "absolute":  # any point of a flat stretch is a median: check its cost
+                    inside = (np.arange(x.size) >= a) & (np.arange(x.size) <= b)
+                    w = probs * np.where(inside, e_eps, 1.0)
+                    at_center = np.dot(w, np.abs(centers[a, b] - x))
+                    assert at_center == pytest.approx(want_cost, rel=1e-10, abs=1e-12)
                 else:
-                    assert centers[a, b] + s.shift == pytest.approx(want_center, rel=1e-12)
+                    assert centers[a, b] == pytest.approx(want_center, rel=1e-12, abs=1e-14)
                 # The single-bin (non-amortised) kernel agrees with the amortised row.
                 single = kernels.bin_cost(a, b, *s.args())
                 assert single[0] == pytest.approx(costs[a, b], rel=1e-12, abs=1e-14)
+                assert single[1] == centers[a, b] or loss == "absolute"
 
 
 def test_absolute_walk_handles_a_heavy_bin_far_from_the_global_median() -> None:
@@ -131,7 +131,7 @@ def test_absolute_walk_handles_a_heavy_bin_far_from_the_global_median() -> None:
     s = rr._support(values, probs, epsilon=5.0, loss="absolute")
     costs, _ = kernels.cost_matrix(*s.args())
     for a, b in [(20, 29), (25, 25), (10, 29), (0, 29), (29, 29)]:
-        want, _ = direct_bin_cost(values, probs, a, b, 5.0, "absolute")
+        want, _ = direct_bin_cost(s.x, probs, a, b, 5.0, "absolute")
         assert costs[a, b] * math.exp(5.0) == pytest.approx(want, rel=1e-10)
 
 
@@ -227,11 +227,23 @@ def test_optimum_beats_simple_feasible_binnings_at_k_401(loss: str) -> None:
         best = optimal_bins(values, probs, epsilon=epsilon, loss=loss)
         ours = best.expected_loss(values, probs, loss)
         s = rr._support(values, probs, epsilon=epsilon, loss=loss)
+        exact = rr._partition_loss(s, rr._dinkelbach(s))  # in the kernels' units
         for d in (1, 2, 5, 20, 100, 401):  # equal-count binnings, each a feasible RR-on-Bins
             starts = np.unique(np.linspace(0, s.k, d, endpoint=False).astype(np.int64))
-            assert not_worse(ours, rr._partition_loss(s, starts))
+            assert not_worse(exact, rr._partition_loss(s, starts))
         capped = optimal_bins(values, probs, epsilon=epsilon, loss=loss, max_bins=3)
         assert not_worse(ours, capped.expected_loss(values, probs, loss))
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_huge_and_tiny_labels_give_the_scaled_mechanism(loss: str) -> None:
+    values, probs = random_prior(np.random.default_rng(8), 12, offset=1.0)
+    base = optimal_bins(values, probs, epsilon=3.0, loss=loss)
+    assert base.d >= 2
+    for factor in (2.0**-1000, 1e-200, 1e150, 2.0**1000):
+        scaled = optimal_bins(values * factor, probs, epsilon=3.0, loss=loss)
+        assert np.allclose(scaled.output_values / factor, base.output_values, rtol=1e-12)
+        assert np.allclose(scaled.thresholds / factor, base.thresholds, rtol=1e-12)
 
 
 def test_merge_ties_turns_decreasing_outputs_into_increasing_ones() -> None:
