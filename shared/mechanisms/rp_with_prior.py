@@ -103,12 +103,12 @@ def optimal_interval(
 ) -> tuple[float, float]:
     """The interval [A1, A2] maximising F (Lemma 3.5, Algorithm 1), exactly, in O(k^2).
 
-    Implements Liu & Huang, Lemma 3.5 and Algorithm 1. Proof that a pair of histogram edges is
-    optimal: for A1, A2 in fixed cells i <= j (A1 <= A2), the mass P(A1 <= Y <= A2) and
-    gamma = 2 zeta + e^-eps (A2 - A1) > 0 are affine, so every level set {F >= t} = {mass - t
-    gamma / (2 zeta) >= 0} is a half-plane: F is quasi-linear and its maximum over the cell pair
-    (a rectangle, or a triangle when i = j) is at a vertex, i.e. at a pair of edges; beyond
-    [n_0, n_k] F only decreases (Lemma 3.5). With the CDF at the edges each pair costs O(1).
+    Implements Liu & Huang, Lemma 3.5 and Algorithm 1. Proof that a pair of edges is optimal:
+    with A1 in cell i and A2 in cell j (i <= j, A1 <= A2) both mass = P(A1 <= Y <= A2) and
+    gamma = 2 zeta + e^-eps (A2 - A1) > 0 are affine, so each {F <= t} = {2 zeta mass - t gamma
+    <= 0} is a half-plane: F is quasi-convex on that polytope (a rectangle, or a triangle when
+    i = j), whose vertices are edge pairs, and a quasi-convex function peaks at a vertex.
+    Outside [n_0, n_k] F only decreases (Lemma 3.5). With the CDF at the edges a pair is O(1).
 
     ``method="pairs"`` (default) scans all pairs, ties going to the smallest A1, then the
     smallest A2. ``method="hull"`` finds the same maximum in O(k log k) (tangents to a lower
@@ -156,6 +156,9 @@ class RPWithPrior:
 
     Privacy (epsilon-label-DP for any parameters): see the module docstring; the float output
     is a fixed function of the cell index, so rounding cannot reveal the label.
+
+    Derived public constants: ``cell_width`` (w), ``window_cells`` (m) and ``threshold``
+    (t * 2^53, the exact integer numerator of the in-window probability).
     """
 
     a1: float
@@ -277,6 +280,8 @@ class RPWithPrior:
     def window_start(self, labels: np.ndarray) -> np.ndarray:
         """First cell s(y) of each label's window (projection into [a1, a2], rule (3.12))."""
         y = np.asarray(labels, dtype=np.float64)
+        if not np.all(np.isfinite(y)):
+            raise InvalidParameterError("labels must be finite")
         flat = np.ascontiguousarray(y).ravel()
         max_start = self.grid_cells - self.window_cells
         return window_starts(flat, self.a1, self.a2, self.cell_width, max_start).reshape(y.shape)
