@@ -248,3 +248,45 @@ def layered_partition(
                     total[i + 1, j] = candidate
                     start[i + 1, j] = r
     return total, start
+
+
+@njit(cache=True)
+def bin_index(labels: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """``searchsorted(thresholds, labels, side="right")``: how many thresholds are <= each label.
+
+    A plain binary search per label; numpy's searchsorted is several times slower on unsorted
+    labels, and this is the hot loop of randomizing millions of labels.
+    """
+    n = labels.size
+    m = thresholds.size
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        y = labels[i]
+        lo = 0
+        hi = m
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if thresholds[mid] <= y:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[i] = lo
+    return out
+
+
+@njit(cache=True)
+def apply_switches(
+    index: np.ndarray, uniforms: np.ndarray, p_switch: float, others: np.ndarray
+) -> None:
+    """Algorithm 1's randomization, in place: where ``uniforms[i] < p_switch`` replace bin
+    ``index[i]`` by the next pre-drawn ``others`` entry (uniform on 0 .. d-2), skipping over
+    ``index[i]`` itself so that the d - 1 other bins stay equally likely.
+    """
+    used = 0
+    for i in range(index.size):
+        if uniforms[i] < p_switch:
+            other = others[used]
+            used += 1
+            if other >= index[i]:
+                other += 1
+            index[i] = other

@@ -200,7 +200,8 @@ class RROnBins:
         y = np.asarray(labels, dtype=np.float64)
         if not np.all(np.isfinite(y)):
             raise InvalidParameterError("labels must be finite (no NaN or inf)")
-        return np.searchsorted(self.thresholds, y, side="right").astype(np.int64)
+        flat = np.ascontiguousarray(y.reshape(-1))
+        return kernels.bin_index(flat, self.thresholds).reshape(y.shape)
 
     def randomize(self, labels: np.ndarray, rng: Rng) -> np.ndarray:
         """One epsilon-DP output per label (Algorithm 1), each among ``output_values``.
@@ -213,13 +214,11 @@ class RROnBins:
         index = self.phi(y)
         d = self.d
         if d > 1:
-            switch = rng.random(y.size) < switch_probability(d, self.epsilon)
-            n_switch = int(np.count_nonzero(switch))
-            if n_switch:
-                other = np.asarray(rng.integers(0, d - 1, size=n_switch), dtype=np.int64)
-                # Skip over the kept bin: 0 .. d-2 -> the d-1 bins other than Phi(y), uniformly.
-                other += other >= index[switch]
-                index[switch] = other
+            p_switch = switch_probability(d, self.epsilon)
+            uniforms = np.ascontiguousarray(rng.random(y.size), dtype=np.float64)
+            n_switch = int(np.count_nonzero(uniforms < p_switch))
+            others = np.ascontiguousarray(rng.integers(0, d - 1, size=n_switch), dtype=np.int64)
+            kernels.apply_switches(index, uniforms, p_switch, others)
         return self.output_values[index]
 
     def output_probabilities(self, y: np.ndarray | float) -> np.ndarray:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from shared.errors import InvalidParameterError
+from shared.mechanisms import _bins_kernels as kernels
 from shared.mechanisms.histogram import Prior
 from shared.mechanisms.rr_on_bins import (
     RROnBins,
@@ -66,7 +67,7 @@ def test_likelihood_ratio_is_at_most_e_epsilon_for_every_label_pair(
         assert np.all(matrix > 0)
         assert np.allclose(matrix.sum(axis=1), 1.0, rtol=0, atol=1e-12)
         log_ratio = np.log(matrix.max(axis=0)) - np.log(matrix.min(axis=0))
-        assert np.all(log_ratio <= epsilon + 1e-9 * max(1.0, epsilon))
+        assert np.all(log_ratio <= epsilon + 1e-9)  # ratio <= e^eps (1 + 1e-9)
     if mechanism.d > 1:  # the bound is tight: some pair of labels reaches e^eps
         assert log_ratio.max() == pytest.approx(epsilon, rel=1e-9, abs=1e-12)
 
@@ -164,6 +165,32 @@ def test_randomize_of_a_million_labels_is_fast() -> None:
         mechanism.randomize(labels, np.random.default_rng(1))
         best = min(best, time.perf_counter() - start)
     assert best < 0.1
+
+
+def test_bin_index_kernel_matches_numpy_searchsorted() -> None:
+    rng = np.random.default_rng(21)
+    for m in (0, 1, 2, 7, 300):
+        thresholds = np.sort(rng.choice(np.arange(1000.0), size=m, replace=False))
+        labels = np.concatenate(
+            [rng.uniform(-50, 1050, 5000), thresholds, np.nextafter(thresholds, -np.inf)]
+        )
+        want = np.searchsorted(thresholds, labels, side="right")
+        assert np.array_equal(kernels.bin_index(labels, thresholds), want)
+
+
+def test_apply_switches_kernel_matches_a_numpy_reference() -> None:
+    rng = np.random.default_rng(22)
+    d, n, p_switch = 6, 10_000, 0.4
+    index = rng.integers(0, d, n)
+    uniforms = rng.random(n)
+    switch = uniforms < p_switch
+    others = rng.integers(0, d - 1, int(switch.sum()))
+    want = index.copy()
+    want[switch] = others + (others >= index[switch])
+    got = index.copy()
+    kernels.apply_switches(got, uniforms, p_switch, others)
+    assert np.array_equal(got, want)
+    assert np.all(got[switch] != index[switch]) and np.array_equal(got[~switch], index[~switch])
 
 
 # ---------------------------------------------------------------- structure of the result
