@@ -11,15 +11,17 @@ P(o | y) / P(o | y') is 1 or e^{+-epsilon}: the output equals Phi(y) with probab
 e^eps / (e^eps + d - 1) and each other output with probability 1 / (e^eps + d - 1).
 
 Finding the bins. The paper's dynamic program ``A[i][j]`` (first i values, j bins) costs
-O(k^2 d) for up to d bins, and the optimum can need many bins at large epsilon (roughly
-e^{eps/3}: about 15 at eps = 8, a few hundred at eps = 16). We therefore minimise the ratio
+O(k^2 d) for up to d bins, and the optimum can need many bins at large epsilon (squared loss,
+smooth priors: roughly e^{eps/3}, about 15 bins at eps = 8, over 200 at eps = 16; absolute loss
+needs several times more). We therefore minimise the loss
 ``sum of bin costs / (1 + (d - 1) e^-eps)`` over ALL interval partitions with Dinkelbach's method:
 for a trial loss lambda, one O(k^2) pass of the recursion without the bin-count index
-minimises ``sum (bin cost - lambda e^-eps)``; lambda is then set to the loss of that partition, and
-the loop stops when the loss no longer decreases (exact at that point; the denominators
-decrease strictly, so it ends, in practice after 3-8 passes). Hence ``max_bins`` defaults to
-None (no cap): the exact optimum is cheaper than the capped Algorithm 2. A cap, when given and
-binding, runs Algorithm 2 as written with j <= max_bins.
+minimises ``sum (bin cost - lambda e^-eps)``; lambda is then set to the loss of that partition.
+When the loss stops decreasing, every partition P has cost(P) - lambda denom(P) >= 0, i.e. loss
+>= lambda: the incumbent is exactly optimal. The loss decreases strictly over finitely many
+partitions, so the loop ends, in practice after 3-5 passes. Hence ``max_bins`` defaults to None
+(no cap): the exact optimum is cheaper than Algorithm 2 with a cap of a few dozen, and a cap
+costs accuracy at large epsilon. A cap, when given and binding, runs Algorithm 2 as written.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from shared.domain import check_epsilon, check_labels
 from shared.errors import InvalidParameterError
 from shared.mechanisms import _bins_kernels as kernels
 from shared.mechanisms.histogram import Prior
-from shared.rng import Rng
+from shared.rng import Rng, SystemRandom
 
 LOSSES: dict[str, int] = {
     "squared": kernels.SQUARED,
@@ -210,6 +212,10 @@ class RROnBins:
         this rounding is safe), then an exactly uniform choice among the d - 1 other outputs
         with ``rng.integers`` (never ``floor(u * (d - 1))``, whose rounding is biased).
         """
+        if not isinstance(rng, np.random.Generator | SystemRandom):
+            raise InvalidParameterError(
+                f"rng must be a numpy Generator or shared.rng.SystemRandom, got {rng!r}"
+            )
         y = check_labels(labels)
         index = self.phi(y)
         d = self.d

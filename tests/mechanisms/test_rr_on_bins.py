@@ -399,6 +399,8 @@ def test_invalid_prior_object_and_mechanism_arguments_raise() -> None:
     for labels in ([], [0.0, math.nan], [math.inf], [[0.0]]):
         with pytest.raises(InvalidParameterError):
             mechanism.randomize(np.array(labels), rng)
+    with pytest.raises(InvalidParameterError, match="rng"):
+        mechanism.randomize(np.array([1.0]), 1234)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="finite"):
         mechanism.phi(math.nan)
     with pytest.raises(InvalidParameterError, match="finite"):
