@@ -43,6 +43,28 @@ class LabelMechanism(Protocol):
     def expected_squared_error(self, prior: Prior) -> float: ...
 
 
+@dataclass(frozen=True)
+class _RROnBinsUnderHistogram:
+    """RR-on-Bins with its squared error measured under the piecewise-uniform prior.
+
+    Phi is constant on each histogram cell (its cuts are cell edges), so for y uniform in a cell
+    E[(y~ - y)^2] = E[(y~ - midpoint)^2] + width^2 / 12: the cross term vanishes because y~
+    depends on y only through the cell.
+    """
+
+    inner: Any
+
+    def randomize(self, labels: np.ndarray, rng: Rng) -> np.ndarray:
+        return self.inner.randomize(labels, rng)
+
+    def public_params(self) -> dict[str, Any]:
+        return self.inner.public_params()
+
+    def expected_squared_error(self, prior: Prior) -> float:
+        within_cell = float(np.dot(prior.probs, np.diff(prior.edges) ** 2) / 12.0)
+        return float(self.inner.expected_loss(prior.midpoints, prior.probs)) + within_cell
+
+
 @dataclass(frozen=True, kw_only=True)
 class Release:
     """Noisy labels plus every public parameter a receiver needs to post-process them."""
@@ -97,20 +119,22 @@ def build_mechanism(
         raise InvalidParameterError(f"unknown mechanism parameter(s): {', '.join(sorted(unknown))}")
 
     def rp() -> LabelMechanism:
-        chosen = rp_with_prior.choose_parameters(
+        return rp_with_prior.choose_parameters(
             prior,
             epsilon=eps,
             select=params.get("select", "mse"),
             zeta=params.get("zeta"),
+            outside=params.get("outside", "project"),
         )
-        outside = params.get("outside", "project")
-        if outside != chosen.outside:
-            chosen = rp_with_prior.RPWithPrior(**{**chosen.public_params(), "outside": outside})
-        return chosen
 
     def rr() -> LabelMechanism:
-        return rr_on_bins.optimal_bins_for_prior(
-            prior, epsilon=eps, loss=params.get("loss", "squared"), max_bins=params.get("max_bins")
+        return _RROnBinsUnderHistogram(
+            rr_on_bins.optimal_bins_for_prior(
+                prior,
+                epsilon=eps,
+                loss=params.get("loss", "squared"),
+                max_bins=params.get("max_bins"),
+            )
         )
 
     if mechanism == "rpwithprior":

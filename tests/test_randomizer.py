@@ -1,0 +1,181 @@
+"""The two-step pipeline: histogram -> parameter choice from the prior -> randomizer."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from shared import randomizer
+from shared.errors import InvalidParameterError
+from shared.mechanisms.histogram import Prior
+from shared.mechanisms.rp_with_prior import RPWithPrior
+from shared.mechanisms.rr_on_bins import RROnBins
+from shared.randomizer import build_mechanism, default_split, label_randomizer
+from shared.rng import SystemRandom
+
+
+@pytest.fixture
+def labels(rng: np.random.Generator) -> np.ndarray:
+    return np.clip(rng.lognormal(1.0, 0.8, size=20_000), 0, 40)
+
+
+@pytest.mark.parametrize("mechanism", ["rpwithprior", "rr_on_bins", "auto"])
+def test_release_carries_every_public_parameter(labels: np.ndarray, mechanism: str) -> None:
+    release = label_randomizer(
+        labels,
+        lo=0,
+        hi=40,
+        epsilon1=0.1,
+        epsilon2=1.0,
+        mechanism=mechanism,
+        rng=3 if False else np.random.default_rng(3),
+    )
+    assert release.n == labels.size
+    assert release.epsilon == pytest.approx(1.1)
+    assert release.prior.k == randomizer.DEFAULT_BINS
+    rebuilt = (RPWithPrior if release.mechanism == "rpwithprior" else RROnBins).from_params(
+        release.params
+    )
+    assert rebuilt.public_params() == release.params
+    assert math.isfinite(release.expected_label_mse)
+
+
+def test_auto_picks_the_lower_expected_error(labels: np.ndarray) -> None:
+    prior = Prior.from_samples(labels, lo=0, hi=40, bins=64)
+    errors = {
+        name: build_mechanism(prior, epsilon=1.0, mechanism=name)[1].expected_squared_error(prior)
+        for name in ("rpwithprior", "rr_on_bins")
+    }
+    chosen, _ = build_mechanism(prior, epsilon=1.0, mechanism="auto")
+    assert chosen == min(errors, key=errors.__getitem__)
+
+
+def test_expected_error_matches_the_realised_error_under_a_known_prior(
+    rng: np.random.Generator,
+) -> None:
+    # Labels drawn from the piecewise-uniform prior itself, so the closed forms are exact.
+    prior = Prior(edges=np.linspace(0, 10, 11), probs=np.array([5, 9, 7, 4, 3, 2, 1, 1, 1, 1]) / 34)
+    cells = rng.choice(10, size=200_000, p=prior.probs)
+    labels = rng.uniform(prior.edges[cells], prior.edges[cells + 1])
+    for name in ("rpwithprior", "rr_on_bins"):
+        _, mechanism = build_mechanism(prior, epsilon=1.5, mechanism=name)
+        realised = np.mean((mechanism.randomize(labels, rng) - labels) ** 2)
+        assert realised == pytest.approx(mechanism.expected_squared_error(prior), rel=0.03)
+
+
+def test_outside_rule_is_chosen_for_not_swapped(labels: np.ndarray) -> None:
+    prior = Prior.from_samples(labels, lo=0, hi=40, bins=32)
+    _, mechanism = build_mechanism(prior, epsilon=1.0, mechanism="rpwithprior", outside="uniform")
+    assert mechanism.public_params()["outside"] == "uniform"
+
+
+def test_seeded_releases_are_reproducible(labels: np.ndarray) -> None:
+    def run() -> np.ndarray:
+        return label_randomizer(
+            labels,
+            lo=0,
+            hi=40,
+            epsilon1=0.2,
+            epsilon2=2.0,
+            mechanism="auto",
+            rng=np.random.default_rng(11),
+        ).noisy_labels
+
+    np.testing.assert_array_equal(run(), run())
+
+
+def test_production_randomness_runs_end_to_end(labels: np.ndarray) -> None:
+    release = label_randomizer(
+        labels,
+        lo=0,
+        hi=40,
+        epsilon1=0.2,
+        epsilon2=2.0,
+        mechanism="rpwithprior",
+        rng=SystemRandom(),
+    )
+    a1, a2, zeta = (release.params[key] for key in ("a1", "a2", "zeta"))
+    assert np.all(release.noisy_labels >= a1 - zeta) and np.all(release.noisy_labels <= a2 + zeta)
+
+
+def test_infinite_epsilon_releases_the_clipped_labels(labels: np.ndarray) -> None:
+    release = label_randomizer(
+        np.append(labels, 99.0),
+        lo=0,
+        hi=40,
+        epsilon1=math.inf,
+        epsilon2=math.inf,
+        mechanism="auto",
+        rng=np.random.default_rng(0),
+    )
+    assert release.mechanism == "none"
+    np.testing.assert_array_equal(release.noisy_labels, np.append(labels, 40.0))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"epsilon1": 0.0}, "epsilon1"),
+        ({"epsilon2": -1.0}, "epsilon2"),
+        ({"epsilon2": math.nan}, "epsilon2"),
+        ({"lo": 5.0, "hi": 5.0}, "lo"),
+        ({"labels": np.array([1.0, np.nan])}, "finite"),
+        ({"labels": np.array([])}, "empty"),
+        ({"bins": 0}, "bins"),
+        ({"mechanism": "laplace"}, "mechanism"),
+        ({"mystery": 1}, "unknown mechanism parameter"),
+    ],
+)
+def test_invalid_input_is_refused(overrides: dict[str, object], match: str) -> None:
+    kwargs: dict[str, object] = {
+        "labels": np.array([1.0, 2.0]),
+        "lo": 0.0,
+        "hi": 4.0,
+        "epsilon1": 0.5,
+        "epsilon2": 1.0,
+        "mechanism": "auto",
+        "rng": np.random.default_rng(0),
+    }
+    kwargs.update(overrides)
+    labels = kwargs.pop("labels")
+    with pytest.raises(InvalidParameterError, match=match):
+        label_randomizer(labels, **kwargs)  # type: ignore[arg-type]
+
+
+def test_default_split_uses_only_public_quantities() -> None:
+    eps1, eps2 = default_split(1.0, n=1_000_000, bins=64)
+    assert eps1 == pytest.approx(math.sqrt(64 / 1_000_000)) and eps1 + eps2 == pytest.approx(1.0)
+    eps1, eps2 = default_split(0.4, n=100, bins=64)
+    assert eps1 == pytest.approx(0.1) and eps2 == pytest.approx(0.3)
+    with pytest.raises(InvalidParameterError):
+        default_split(1.0, n=0, bins=64)
+
+
+def test_parameter_choice_never_sees_labels(
+    labels: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the histogram and ``randomize`` receive raw labels; the choice gets the prior."""
+    seen: list[tuple[tuple[object, ...], dict[str, object]]] = []
+    real = randomizer.build_mechanism
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append((args, kwargs))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(randomizer, "build_mechanism", spy)
+    label_randomizer(
+        labels,
+        lo=0,
+        hi=40,
+        epsilon1=0.5,
+        epsilon2=1.0,
+        mechanism="auto",
+        rng=np.random.default_rng(0),
+    )
+    ((args, kwargs),) = seen
+    assert isinstance(args[0], Prior)
+    assert not any(isinstance(value, np.ndarray) for value in (*args, *kwargs.values()))
+    assert "labels" not in inspect.signature(real).parameters
