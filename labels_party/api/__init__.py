@@ -1,0 +1,1 @@
+"""HTTP layer: the only code that knows about FastAPI and status codes."""

@@ -1,0 +1,98 @@
+"""Request bodies: size limits, Content-Type dispatch, streaming into the parsers."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from labels_party.errors import BadInputError, PayloadTooLargeError, UnsupportedMediaTypeError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies over the limit: up front by Content-Length, else while streaming.
+
+    JSON bodies are parsed whole, so they get the smaller ``max_json_bytes``.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_json_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.max_json_bytes = max_json_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        kind = media_type(headers.get(b"content-type", b"").decode("latin-1"))
+        limit = self.max_json_bytes if kind in ("application/json", "") else self.max_body_bytes
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _send_413(send, limit)
+            return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise PayloadTooLargeError(_too_large(limit))
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+def _too_large(limit: int) -> str:
+    return f"request body exceeds the limit of {limit} bytes"
+
+
+async def _send_413(send: Send, limit: int) -> None:
+    import json
+
+    body = json.dumps(
+        {"detail": _too_large(limit), "errors": [{"field": "body", "message": "too large"}]}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def require_media(content_type: str | None, allowed: dict[str, Any]) -> str:
+    """The request's media type if it is one of ``allowed`` (415 otherwise)."""
+    kind = media_type(content_type)
+    if kind not in allowed:
+        raise UnsupportedMediaTypeError(
+            f"Content-Type {kind or '(none)'!r} not accepted; use one of {', '.join(allowed)}"
+        )
+    return kind
+
+
+def parse_model(model: type[ModelT], body: bytes) -> ModelT:
+    """Validate a JSON body against ``model`` (422 naming each bad field, no input echoed)."""
+    from labels_party.api.errors import field_errors
+
+    if not body.strip():
+        raise BadInputError("empty body: a JSON object is required")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise BadInputError("invalid request body", field_errors(exc)) from None

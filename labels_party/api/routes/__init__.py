@@ -1,0 +1,16 @@
+"""One APIRouter per resource; request bodies are read by hand (after the role check)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+def json_body_doc(model: type[BaseModel], *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """OpenAPI ``requestBody`` for a body the handler parses itself (see ``main.openapi``)."""
+    content: dict[str, Any] = {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+    }
+    content.update(extra or {})
+    return {"requestBody": {"required": True, "content": content}}

@@ -1,0 +1,45 @@
+"""Datasets: create (operator), read (any role)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.concurrency import run_in_threadpool
+
+from labels_party import datasets as ds
+from labels_party.api.body import parse_model
+from labels_party.api.deps import AnyRole, Operator, ServicesDep
+from labels_party.api.routes import json_body_doc
+from labels_party.schemas import DatasetCreate, DatasetPublic
+
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+NamePath = Path(pattern=ds.NAME_PATTERN, description="dataset name")
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=DatasetPublic,
+    response_model_exclude_unset=True,
+    openapi_extra=json_body_doc(DatasetCreate),
+)
+async def create_dataset(request: Request, role: Operator, services: ServicesDep) -> Any:
+    """Create a dataset with public label bounds, a default label and a privacy budget."""
+    body = parse_model(DatasetCreate, await request.body())
+    spec = ds.DatasetSpec(
+        name=body.name,
+        label_min=float(body.label_min),
+        label_max=float(body.label_max),
+        default_label=float(body.default_label),
+        epsilon_budget=float(body.epsilon_budget),
+    )
+    row = await run_in_threadpool(ds.create_dataset, services.db, spec, actor_role=role)
+    return ds.public_view(row, [], role=role)
+
+
+@router.get("/{name}", response_model=DatasetPublic, response_model_exclude_unset=True)
+def get_dataset(role: AnyRole, services: ServicesDep, name: str = NamePath) -> Any:
+    """Counts, state and budget of a dataset (``n_labels`` for the advertiser only)."""
+    row, release_ids = ds.get_dataset(services.db, name)
+    return ds.public_view(row, release_ids, role=role)

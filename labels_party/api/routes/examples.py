@@ -1,0 +1,53 @@
+"""Example registration (publisher): the public universe every release covers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+
+from labels_party import ingest
+from labels_party.api.body import require_media
+from labels_party.api.deps import Publisher, ServicesDep
+from labels_party.api.routes import json_body_doc
+from labels_party.api.routes.datasets import NamePath
+from labels_party.parsing import ExampleStreamParser, parse_examples_json
+from labels_party.schemas import ExamplesBatch, ExamplesRegistered
+
+router = APIRouter(prefix="/v1/datasets", tags=["examples"])
+_PLAIN = {"text/plain": {"schema": {"type": "string", "description": "one example id per line"}}}
+
+
+@router.post(
+    "/{name}/examples",
+    response_model=ExamplesRegistered,
+    openapi_extra=json_body_doc(ExamplesBatch, extra=_PLAIN),
+)
+async def register_examples(
+    request: Request, role: Publisher, services: ServicesDep, name: str = NamePath
+) -> Any:
+    """Register example ids (idempotent); refused once the dataset has been released."""
+    await run_in_threadpool(ingest.open_dataset, services.db, name)
+    kind = require_media(request.headers.get("content-type"), {"application/json": 1, **_PLAIN})
+    if kind == "application/json":
+        ids = parse_examples_json(await request.body())
+    else:
+        parser = ExampleStreamParser()
+        async for chunk in request.stream():
+            if chunk:
+                parser.feed(chunk)
+        ids = parser.finish()
+    result = await run_in_threadpool(
+        ingest.store_examples,
+        services.db,
+        dataset=name,
+        example_ids=ids,
+        commit_delay=services.settings.debug_commit_delay,
+    )
+    services.metrics.examples_registered(result.registered_new)
+    return {
+        "accepted": result.accepted,
+        "registered_new": result.registered_new,
+        "n_examples": result.n_examples,
+    }

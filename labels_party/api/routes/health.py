@@ -1,0 +1,36 @@
+"""Liveness (no auth) and Prometheus metrics (operator token)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
+from sqlalchemy import select, text
+
+from labels_party.api.deps import Operator, ServicesDep
+from labels_party.db.models import datasets
+from labels_party.metrics import CONTENT_TYPE
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz(services: ServicesDep) -> dict[str, Any]:
+    """The service is up and its database answers (no authentication)."""
+    with services.db.read() as conn:
+        conn.execute(text("SELECT 1"))
+    return {"status": "ok"}
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics(role: Operator, services: ServicesDep) -> PlainTextResponse:
+    """Prometheus text format (operator token: it shows per-dataset budgets)."""
+    with services.db.read() as conn:
+        rows = conn.execute(
+            select(datasets.c.name, datasets.c.epsilon_spent, datasets.c.epsilon_budget).order_by(
+                datasets.c.name
+            )
+        ).all()
+    body = services.metrics.render(datasets=[(r[0], r[1], r[2]) for r in rows])
+    return PlainTextResponse(body, media_type=CONTENT_TYPE)

@@ -1,0 +1,118 @@
+"""Releases: create (advertiser), metadata (any role), the one message (publisher, advertiser)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from labels_party import releases as rel
+from labels_party.api.body import parse_model
+from labels_party.api.deps import Advertiser, AnyRole, MessageReader, ServicesDep
+from labels_party.api.routes import json_body_doc
+from labels_party.api.routes.datasets import NamePath
+from labels_party.errors import NotAcceptableError
+from labels_party.schemas import ReleaseCreate, ReleasePublic
+from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE
+
+router = APIRouter(tags=["releases"])
+ReleasePath = Path(pattern=rel.RELEASE_ID_PATTERN, description="release id")
+
+
+@router.post(
+    "/v1/datasets/{name}/releases",
+    status_code=201,
+    response_model=ReleasePublic,
+    openapi_extra=json_body_doc(ReleaseCreate),
+)
+async def create_release(
+    request: Request, role: Advertiser, services: ServicesDep, name: str = NamePath
+) -> Any:
+    """Randomize every registered example's label and store the one message, spending epsilon."""
+    body = parse_model(ReleaseCreate, await request.body())
+    request_ = rel.ReleaseRequest(
+        mechanism=body.mechanism,
+        epsilon=body.epsilon,
+        epsilon_histogram=body.epsilon_histogram,
+        bins=body.params.bins,
+        params=body.params.mechanism_params(),
+    )
+    meta = await run_in_threadpool(
+        services.releases.create, dataset=name, request=request_, actor_role=role
+    )
+    services.metrics.release(meta["mechanism"])
+    return meta
+
+
+@router.get("/v1/releases/{release_id}", response_model=ReleasePublic)
+def get_release(role: AnyRole, services: ServicesDep, release_id: str = ReleasePath) -> Any:
+    """Public metadata of a release."""
+    return rel.release_metadata(services.db, release_id)
+
+
+def negotiate(accept: str | None) -> str:
+    """JSON unless the binary encoding is preferred; 406 if neither is acceptable."""
+    if not accept or not accept.strip():
+        return JSON_MEDIA_TYPE
+    quality: dict[str, float] = {}
+    for item in accept.split(","):
+        kind, *options = (piece.strip() for piece in item.split(";"))
+        q = 1.0
+        for option in options:
+            key, _, value = option.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        quality[kind.lower()] = max(q, quality.get(kind.lower(), 0.0))
+
+    def q_of(media: str) -> float:
+        top = media.split("/")[0]
+        for key in (media, f"{top}/*", "*/*"):
+            if key in quality:
+                return quality[key]
+        return 0.0
+
+    q_json, q_binary = q_of(JSON_MEDIA_TYPE), q_of(BINARY_MEDIA_TYPE)
+    if q_json <= 0 and q_binary <= 0:
+        raise NotAcceptableError(
+            f"cannot produce any of {accept!r}; use {JSON_MEDIA_TYPE} or {BINARY_MEDIA_TYPE}"
+        )
+    return BINARY_MEDIA_TYPE if q_binary > q_json else JSON_MEDIA_TYPE
+
+
+@router.get(
+    "/v1/releases/{release_id}/message",
+    responses={
+        200: {
+            "description": "the message (stored once; every pull is byte-identical)",
+            "content": {
+                JSON_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/LabelMessage"}},
+                BINARY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+            },
+        }
+    },
+)
+def get_message(
+    request: Request, role: MessageReader, services: ServicesDep, release_id: str = ReleasePath
+) -> StreamingResponse:
+    """The one privatized message: JSON, or the binary encoding (``Accept``), streamed."""
+    kind = negotiate(request.headers.get("accept"))
+    message = rel.stored_message(services.db, release_id)
+    headers = {
+        "X-Labeldp-Body-Sha256": message.message_sha256,
+        "Cache-Control": "no-store",
+        "Vary": "Accept",
+    }
+    if kind == BINARY_MEDIA_TYPE:
+        headers["Content-Length"] = str(message.size)
+        headers["ETag"] = f'"{message.binary_sha256}"'
+        return StreamingResponse(
+            rel.iter_binary(services.db, message), media_type=BINARY_MEDIA_TYPE, headers=headers
+        )
+    return StreamingResponse(
+        rel.iter_json(services.db, message), media_type=JSON_MEDIA_TYPE, headers=headers
+    )

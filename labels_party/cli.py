@@ -1,0 +1,148 @@
+"""``labeldp serve labels`` and ``labeldp ledger verify|export`` (registered into shared.cli).
+
+Also runnable alone: ``python -m labels_party serve labels --db PATH`` (same arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from shared.errors import InvalidParameterError
+
+
+def _add_db_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", type=Path, help="SQLite database file")
+    where.add_argument("--database-url", help="SQLAlchemy database URL instead of --db")
+
+
+def register_serve(services: Any) -> None:
+    """Add ``labels`` to ``labeldp serve``."""
+    parser = services.add_parser("labels", help="run the labels-party (advertiser) service")
+    _add_db_arguments(parser)
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--tokens-file", type=Path, help='JSON {"advertiser": .., "publisher": .., "operator": ..}'
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    parser.set_defaults(func=serve)
+
+
+def register_commands(commands: Any) -> None:
+    """Add ``labeldp ledger verify`` and ``labeldp ledger export``."""
+    parser = commands.add_parser("ledger", help="audit the labels party's privacy ledger")
+    sub = parser.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
+    verify = sub.add_parser("verify", help="recompute the hash chain and the budget totals")
+    _add_db_arguments(verify)
+    verify.add_argument(
+        "--skip-messages", action="store_true", help="do not re-hash the stored messages"
+    )
+    verify.set_defaults(func=verify_command)
+    export = sub.add_parser("export", help="write the ledger as CSV")
+    _add_db_arguments(export)
+    export.add_argument("--out", type=Path, help="output file (default: standard output)")
+    export.set_defaults(func=export_command)
+
+
+def _url(args: argparse.Namespace) -> str:
+    from labels_party.config import sqlite_url
+
+    return args.database_url or sqlite_url(args.db)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Start the service (refuses to start without the three role tokens)."""
+    import logging
+
+    import uvicorn
+
+    from labels_party.config import Settings
+    from labels_party.main import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        settings = Settings.from_env(database_url=_url(args), tokens_file=args.tokens_file)
+    except InvalidParameterError as exc:
+        print(f"labeldp serve labels: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(settings)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
+    return 0
+
+
+def _open_existing(args: argparse.Namespace) -> Any:
+    from labels_party.db.engine import Database, make_engine
+
+    if args.db is not None and not args.db.is_file():
+        raise FileNotFoundError(f"no database at {args.db}")
+    return Database(make_engine(_url(args)))
+
+
+def verify_command(args: argparse.Namespace) -> int:
+    """Exit 0 if the chain, totals and messages check out; 1 (and the problems) otherwise."""
+    from labels_party import ledger
+
+    try:
+        db = _open_existing(args)
+    except FileNotFoundError as exc:
+        print(f"labeldp ledger verify: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with db.read() as conn:
+            report = ledger.verify(conn, check_messages=not args.skip_messages)
+    finally:
+        db.dispose()
+    for problem in report.problems:
+        print(f"PROBLEM: {problem}", file=sys.stderr)
+    for name, spent in sorted(report.spent.items()):
+        print(f"dataset {name}: epsilon spent {spent!r}")
+    status = "OK" if report.ok else f"FAILED ({len(report.problems)} problem(s))"
+    print(f"ledger {status}: {report.entries} entries, head {report.head_hash}")
+    return 0 if report.ok else 1
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """Write the ledger as CSV to ``--out`` or standard output."""
+    from labels_party import ledger
+
+    try:
+        db = _open_existing(args)
+    except FileNotFoundError as exc:
+        print(f"labeldp ledger export: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with db.read() as conn:
+            if args.out is None:
+                ledger.export_csv(conn, sys.stdout)
+            else:
+                with args.out.open("w", encoding="utf-8", newline="") as out:
+                    count = ledger.export_csv(conn, out)
+                print(f"wrote {count} ledger entries to {args.out}", file=sys.stderr)
+    finally:
+        db.dispose()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """This party's commands alone (``python -m labels_party``)."""
+    parser = argparse.ArgumentParser(prog="python -m labels_party")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve_parser = commands.add_parser("serve", help="run the service")
+    services = serve_parser.add_subparsers(dest="service", required=True, metavar="SERVICE")
+    register_serve(services)
+    register_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

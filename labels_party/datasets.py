@@ -1,0 +1,191 @@
+"""Datasets: creation with public label bounds and a budget, lookup, and the public view.
+
+What each role may see: counts the role already knows or that carry no label information.
+``n_labels`` (how many examples have a label) is label information when ``default_label``
+means "no conversion", so only the advertiser, who owns the labels, sees it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert, select
+
+from labels_party import ledger
+from labels_party.db.engine import Database
+from labels_party.db.models import datasets, releases
+from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
+
+NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+OPEN, RELEASED = "open", "released"
+# Budget comparisons allow this relative slack so that, e.g., ten spends of 0.1 fit a budget
+# of 1.0 despite binary rounding (1e-9 of the budget: far below any meaningful epsilon).
+BUDGET_RTOL = 1e-9
+
+
+def utc_now() -> str:
+    """The current time as an ISO-8601 UTC string with microseconds (stored as text)."""
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise BadInputError(
+            "invalid dataset name",
+            [FieldError(field="name", message="must be 1-64 characters of letters, digits, '_.-'")],
+        )
+    return name
+
+
+def budget_left(*, budget: float, spent: float) -> float:
+    return max(budget - spent, 0.0)
+
+
+def fits_budget(*, budget: float, spent: float, requested: float) -> bool:
+    """Whether spending ``requested`` more keeps the total within the budget (see BUDGET_RTOL)."""
+    return spent + requested <= budget * (1.0 + BUDGET_RTOL)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetRow:
+    """One row of ``datasets``."""
+
+    id: int
+    name: str
+    label_min: float
+    label_max: float
+    default_label: float
+    epsilon_budget: float
+    epsilon_spent: float
+    state: str
+    n_examples: int
+    n_labels: int
+    data_version: int
+    created: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> DatasetRow:
+        return cls(**{key: row._mapping[key] for key in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetSpec:
+    """What an operator fixes when creating a dataset (all public)."""
+
+    name: str
+    label_min: float
+    label_max: float
+    default_label: float
+    epsilon_budget: float
+
+    def __post_init__(self) -> None:
+        errors: list[FieldError] = []
+        check_name(self.name)
+        for field in ("label_min", "label_max", "default_label", "epsilon_budget"):
+            if not math.isfinite(getattr(self, field)):
+                errors.append(FieldError(field=field, message="must be a finite number"))
+        if not errors:
+            if self.label_min >= self.label_max:
+                errors.append(FieldError(field="label_max", message="must be > label_min"))
+            elif not self.label_min <= self.default_label <= self.label_max:
+                errors.append(
+                    FieldError(field="default_label", message="must lie in [label_min, label_max]")
+                )
+            if self.epsilon_budget <= 0:
+                errors.append(FieldError(field="epsilon_budget", message="must be > 0"))
+        if errors:
+            raise BadInputError("invalid dataset", errors)
+
+
+def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> DatasetRow:
+    """Create a dataset and record its budget in the ledger (409 if the name exists)."""
+    now = utc_now()
+    with db.write() as conn:
+        if conn.execute(select(datasets.c.id).where(datasets.c.name == spec.name)).first():
+            raise ConflictError(
+                f"dataset {spec.name!r} already exists",
+                [FieldError(field="name", message="already exists")],
+            )
+        conn.execute(
+            insert(datasets).values(
+                name=spec.name,
+                label_min=spec.label_min,
+                label_max=spec.label_max,
+                default_label=spec.default_label,
+                epsilon_budget=spec.epsilon_budget,
+                epsilon_spent=0.0,
+                state=OPEN,
+                n_examples=0,
+                n_labels=0,
+                data_version=0,
+                created=now,
+            )
+        )
+        ledger.append(
+            conn,
+            time=now,
+            dataset=spec.name,
+            release_id=None,
+            kind=ledger.KIND_DATASET,
+            mechanism=None,
+            epsilon=0.0,
+            actor_role=actor_role,
+            parameters={
+                "label_min": spec.label_min,
+                "label_max": spec.label_max,
+                "default_label": spec.default_label,
+                "epsilon_budget": spec.epsilon_budget,
+            },
+            message_sha256=None,
+        )
+        return load(conn, spec.name)
+
+
+def load(conn: Connection, name: str, *, for_update: bool = False) -> DatasetRow:
+    """The dataset called ``name`` (404 if unknown); ``for_update`` locks the row."""
+    query = select(datasets).where(datasets.c.name == name)
+    if for_update:
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    if row is None:
+        raise NotFoundError(
+            f"dataset {name!r} not found", [FieldError(field="name", message="unknown dataset")]
+        )
+    return DatasetRow.from_row(row)
+
+
+def get_dataset(db: Database, name: str) -> tuple[DatasetRow, list[str]]:
+    """The dataset and the ids of its releases (oldest first)."""
+    with db.read() as conn:
+        row = load(conn, name)
+        ids = conn.execute(
+            select(releases.c.id)
+            .where(releases.c.dataset_id == row.id)
+            .order_by(releases.c.created, releases.c.id)
+        ).scalars()
+        return row, list(ids)
+
+
+def public_view(row: DatasetRow, release_ids: list[str], *, role: str) -> dict[str, Any]:
+    """The dataset as shown to ``role`` (``n_labels`` for the advertiser only)."""
+    view: dict[str, Any] = {
+        "name": row.name,
+        "label_min": row.label_min,
+        "label_max": row.label_max,
+        "default_label": row.default_label,
+        "epsilon_budget": row.epsilon_budget,
+        "epsilon_spent": row.epsilon_spent,
+        "epsilon_left": budget_left(budget=row.epsilon_budget, spent=row.epsilon_spent),
+        "state": row.state,
+        "n_examples": row.n_examples,
+        "releases": release_ids,
+        "created": row.created,
+    }
+    if role == "advertiser":
+        view["n_labels"] = row.n_labels
+    return view

@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy Core tables and the engine (SQLite WAL by default, portable SQL)."""

@@ -1,0 +1,121 @@
+"""Engine creation and the two kinds of transaction the service uses.
+
+SQLite runs in WAL mode with ``synchronous=FULL`` (a COMMIT is on disk before it returns) and
+foreign keys on. pysqlite's own transaction handling is switched off so that we emit BEGIN
+ourselves (SQLAlchemy's documented recipe): read transactions use a deferred ``BEGIN`` (a
+consistent snapshot that never blocks writers) and write transactions ``BEGIN IMMEDIATE``, which
+takes SQLite's single write lock up front, so a check-then-write (budget, idempotency) inside
+it is atomic. On other databases the write path also locks the dataset row (``FOR UPDATE``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+from labels_party.db.models import metadata
+from labels_party.errors import ServiceUnavailableError
+
+_WRITE = "labeldp_write"
+
+
+def make_engine(database_url: str, *, lock_timeout: float = 120.0) -> Engine:
+    """An engine for ``database_url`` with the pragmas and BEGIN modes described above."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=56)
+    if url.database in (None, "", ":memory:"):
+        raise ValueError("use a SQLite file: an in-memory database is not durable nor shared")
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": lock_timeout},
+        pool_size=8,
+        max_overflow=56,
+        pool_timeout=lock_timeout,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (see below)
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB: bulk inserts stay in memory
+        cursor.execute("PRAGMA temp_store=MEMORY")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def create_schema(engine: Engine) -> None:
+    """Create missing tables (idempotent)."""
+    metadata.create_all(engine)
+
+
+class Database:
+    """The engine plus an in-process writer lock (fair queueing before SQLite's own lock)."""
+
+    def __init__(self, engine: Engine, *, lock_timeout: float = 120.0) -> None:
+        self.engine = engine
+        self.lock_timeout = lock_timeout
+        self._writer = threading.Lock()
+        dialect = engine.dialect
+        self.is_sqlite = dialect.name == "sqlite"
+        self._paramstyle = dialect.paramstyle
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only snapshot transaction."""
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """The single write transaction (BEGIN IMMEDIATE); commits on success."""
+        if not self._writer.acquire(timeout=self.lock_timeout):
+            raise ServiceUnavailableError("the database is busy; retry later")
+        try:
+            with self.engine.connect() as conn:
+                conn.execution_options(**{_WRITE: True})
+                with conn.begin():
+                    yield conn
+        finally:
+            self._writer.release()
+
+    def sql(self, statement: str) -> str:
+        """Adapt a ``?``-placeholder statement to the driver's paramstyle (raw DBAPI use)."""
+        if self._paramstyle in ("format", "pyformat"):
+            return statement.replace("?", "%s")
+        return statement
+
+    def executemany(self, conn: Connection, statement: str, rows: Any) -> int:
+        """Raw DBAPI executemany inside ``conn``'s transaction; returns rows changed."""
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(self.sql(statement), rows)
+            return int(cursor.rowcount)
+        finally:
+            cursor.close()
+
+    def fetch(self, conn: Connection, statement: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Raw DBAPI query returning all rows as tuples."""
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(self.sql(statement), tuple(params))
+            return cursor.fetchall()
+        finally:
+            cursor.close()
+
+    def dispose(self) -> None:
+        self.engine.dispose()

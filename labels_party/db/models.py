@@ -1,0 +1,107 @@
+"""The tables (SQLAlchemy Core: bulk paths use the raw DBAPI cursor, never one object per row).
+
+``entries`` holds the publisher's registrations and the advertiser's labels in one row per
+(dataset, example id), so a release reads its whole universe in one ordered scan. Messages are
+stored as ordered chunks of the binary encoding so a download streams from the database.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+datasets = Table(
+    "datasets",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False),
+    Column("label_min", Double, nullable=False),
+    Column("label_max", Double, nullable=False),
+    Column("default_label", Double, nullable=False),
+    Column("epsilon_budget", Double, nullable=False),
+    Column("epsilon_spent", Double, nullable=False, default=0.0),
+    Column("state", String(16), nullable=False, default="open"),
+    Column("n_examples", BigInteger, nullable=False, default=0),
+    Column("n_labels", BigInteger, nullable=False, default=0),
+    # Bumped by every ingest; a release stores only if the labels it randomized are current.
+    Column("data_version", BigInteger, nullable=False, default=0),
+    Column("created", String(40), nullable=False),
+    UniqueConstraint("name", name="uq_datasets_name"),
+)
+
+entries = Table(
+    "entries",
+    metadata,
+    Column("dataset_id", Integer, ForeignKey("datasets.id"), nullable=False),
+    Column("example_id", String(128), nullable=False),
+    Column("registered", SmallInteger, nullable=False),  # 1 once the publisher registered it
+    Column("value", Double, nullable=True),  # the clipped label; NULL if never labelled
+    PrimaryKeyConstraint("dataset_id", "example_id", name="pk_entries"),
+    sqlite_with_rowid=False,
+)
+
+releases = Table(
+    "releases",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("dataset_id", Integer, ForeignKey("datasets.id"), nullable=False),
+    Column("requested_mechanism", String(32), nullable=False),
+    Column("mechanism", String(32), nullable=False),
+    Column("params", Text, nullable=False),  # canonical JSON of every public parameter
+    Column("epsilon1", Double, nullable=False),
+    Column("epsilon2", Double, nullable=False),
+    Column("epsilon", Double, nullable=False),
+    Column("n", BigInteger, nullable=False),
+    Column("created", String(40), nullable=False),
+    Column("message_sha256", String(64), nullable=False),  # header.body_sha256
+    Column("binary_sha256", String(64), nullable=False),  # sha256 of the whole binary message
+    Column("binary_size", BigInteger, nullable=False),
+    Column("expected_label_mse", Double, nullable=True),
+    Column("actor_role", String(16), nullable=False),
+)
+
+# part: 0 = magic + header, 1 = u64 ids length + ids, 2 = float64 labels (8-byte aligned chunks)
+PART_HEAD, PART_IDS, PART_LABELS = 0, 1, 2
+
+message_chunks = Table(
+    "message_chunks",
+    metadata,
+    Column("release_id", String(40), ForeignKey("releases.id"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("part", SmallInteger, nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("release_id", "seq", name="pk_message_chunks"),
+)
+
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("time", String(40), nullable=False),
+    Column("dataset", String(64), nullable=False),
+    Column("release_id", String(40), ForeignKey("releases.id"), nullable=True),
+    Column("kind", String(16), nullable=False),  # dataset | histogram | randomizer
+    Column("mechanism", String(32), nullable=True),
+    Column("epsilon", Double, nullable=False),
+    Column("actor_role", String(16), nullable=False),
+    Column("parameters", Text, nullable=False),  # canonical JSON
+    Column("message_sha256", String(64), nullable=True),
+    Column("prev_hash", String(64), nullable=False),
+    Column("entry_hash", String(64), nullable=False),
+)

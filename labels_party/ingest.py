@@ -1,0 +1,190 @@
+"""Storing a parsed batch: labels (advertiser) and example registrations (publisher).
+
+A batch is one write transaction: all of it or none of it. The common case, new ids, is one
+``executemany`` upsert through the raw DBAPI cursor; only when some ids already carry a label
+does a second pass read those labels back to tell "unchanged" from "different" (a 409 unless
+``overwrite``). Within a batch a repeated id behaves like a repeat in a later batch: the same
+value is idempotent, a different one is a conflict (or, with ``overwrite``, the last one wins).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from itertools import repeat
+
+import numpy as np
+from sqlalchemy import update
+
+from labels_party import datasets as ds
+from labels_party.db.engine import Database
+from labels_party.db.models import datasets
+from labels_party.errors import ConflictError, FieldError
+from labels_party.parsing import LabelRows, gc_paused
+
+_LOOKUP_CHUNK = 500
+MAX_CONFLICTS_LISTED = 10
+
+_INSERT_LABELS = (
+    "INSERT INTO entries (dataset_id, example_id, registered, value) VALUES (?, ?, 0, ?) "
+    "ON CONFLICT (dataset_id, example_id) DO UPDATE SET value = excluded.value "
+    "WHERE entries.value IS NULL"
+)
+_UPDATE_LABEL = "UPDATE entries SET value = ? WHERE dataset_id = ? AND example_id = ?"
+_REGISTER = (
+    "INSERT INTO entries (dataset_id, example_id, registered, value) VALUES (?, ?, 1, NULL) "
+    "ON CONFLICT (dataset_id, example_id) DO UPDATE SET registered = 1 "
+    "WHERE entries.registered = 0"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabelsResult:
+    """Counts reported to the advertiser (never values)."""
+
+    accepted: int  # rows in the batch
+    new: int  # ids that got their first label
+    clipped: int  # values moved into [label_min, label_max]
+    unchanged: int  # repeats of the stored value
+    overwritten: int  # different values replacing stored ones (overwrite=true)
+    n_labels: int  # ids of the dataset that now have a label
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExamplesResult:
+    """Counts reported to the publisher."""
+
+    accepted: int
+    registered_new: int
+    n_examples: int
+
+
+def _refuse_if_released(row: ds.DatasetRow) -> None:
+    if row.state != ds.OPEN:
+        raise ConflictError(
+            f"dataset {row.name!r} has been released: its examples and labels are frozen",
+            [FieldError(field="dataset", message="already released")],
+        )
+
+
+def open_dataset(db: Database, name: str) -> ds.DatasetRow:
+    """The dataset if it exists and still accepts ingest (checked again under the lock)."""
+    with db.read() as conn:
+        row = ds.load(conn, name)
+    _refuse_if_released(row)
+    return row
+
+
+def store_labels(
+    db: Database,
+    *,
+    dataset: str,
+    rows: LabelRows,
+    overwrite: bool,
+    commit_delay: float = 0.0,
+) -> LabelsResult:
+    """Clip and store one batch of labels atomically (409 on a conflict without overwrite)."""
+    ids = rows.example_ids
+    with db.write() as conn, gc_paused():
+        row = ds.load(conn, dataset, for_update=True)
+        _refuse_if_released(row)
+        raw = rows.values
+        values = np.clip(raw, row.label_min, row.label_max)
+        clipped = int(np.count_nonzero(values != raw))
+        value_list = values.tolist()
+        changed = db.executemany(conn, _INSERT_LABELS, zip(repeat(row.id), ids, value_list))
+        new, unchanged, overwritten = changed, 0, 0
+        if changed < len(ids):
+            unchanged, final, conflicts = _reconcile(db, conn, row.id, ids, value_list, changed)
+            if conflicts and not overwrite:
+                listed = conflicts[:MAX_CONFLICTS_LISTED]
+                raise ConflictError(
+                    f"{len(conflicts)} row(s) give a different label to an example id that "
+                    "already has one; nothing was stored (send ?overwrite=true to replace)",
+                    [
+                        FieldError(field=f"row[{i}].value", message=f"example_id {ids[i]!r} "
+                                   "already has a different label")
+                        for i in listed
+                    ],
+                )  # fmt: skip
+            overwritten = len(conflicts)
+            db.executemany(
+                conn, _UPDATE_LABEL, ((value, row.id, key) for key, value in final.items())
+            )
+        n_labels = row.n_labels + new
+        if new or overwritten:
+            conn.execute(
+                update(datasets)
+                .where(datasets.c.id == row.id)
+                .values(n_labels=n_labels, data_version=row.data_version + 1)
+            )
+        if commit_delay:
+            time.sleep(commit_delay)
+    return LabelsResult(
+        accepted=len(ids),
+        new=new,
+        clipped=clipped,
+        unchanged=unchanged,
+        overwritten=overwritten,
+        n_labels=n_labels,
+    )
+
+
+def _reconcile(
+    db: Database,
+    conn: object,
+    dataset_id: int,
+    ids: list[str],
+    values: list[float],
+    inserted: int,
+) -> tuple[int, dict[str, float], list[int]]:
+    """Compare every row with the label stored after the first pass.
+
+    Rows the first pass wrote compare equal (each was its id's first row), so the rows that
+    are truly unchanged number ``equal - inserted``. Returns (unchanged, final values of the
+    ids whose label changes, indices of the conflicting rows).
+    """
+    distinct = list(dict.fromkeys(ids))
+    current: dict[str, float] = {}
+    for start in range(0, len(distinct), _LOOKUP_CHUNK):
+        chunk = distinct[start : start + _LOOKUP_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        current.update(
+            db.fetch(
+                conn,  # type: ignore[arg-type]
+                f"SELECT example_id, value FROM entries WHERE dataset_id = ? "
+                f"AND example_id IN ({marks})",
+                [dataset_id, *chunk],
+            )
+        )
+    equal = 0
+    final: dict[str, float] = {}
+    conflicts: list[int] = []
+    for index, (key, value) in enumerate(zip(ids, values, strict=True)):
+        if current[key] == value:
+            equal += 1
+        else:
+            conflicts.append(index)
+            current[key] = value
+            final[key] = value
+    return equal - inserted, final, conflicts
+
+
+def store_examples(
+    db: Database, *, dataset: str, example_ids: list[str], commit_delay: float = 0.0
+) -> ExamplesResult:
+    """Register example ids atomically (repeats are idempotent); 409 once released."""
+    with db.write() as conn, gc_paused():
+        row = ds.load(conn, dataset, for_update=True)
+        _refuse_if_released(row)
+        added = db.executemany(conn, _REGISTER, zip(repeat(row.id), example_ids))
+        n_examples = row.n_examples + added
+        if added:
+            conn.execute(
+                update(datasets)
+                .where(datasets.c.id == row.id)
+                .values(n_examples=n_examples, data_version=row.data_version + 1)
+            )
+        if commit_delay:
+            time.sleep(commit_delay)
+    return ExamplesResult(accepted=len(example_ids), registered_new=added, n_examples=n_examples)

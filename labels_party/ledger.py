@@ -1,0 +1,292 @@
+"""The privacy-budget ledger: an append-only, hash-chained record of every spend.
+
+Each entry commits to (seq, time, dataset, release, kind, mechanism, epsilon, actor role,
+parameters, message sha256, previous entry hash): ``entry_hash = sha256(canonical JSON)``, so
+editing, deleting or reordering any entry breaks every later hash. Entries are appended only
+inside a write transaction (SQLite's single write lock), which makes "read the head, append"
+atomic. A release appends two entries in the transaction that stores its message: ``histogram``
+(epsilon1) and ``randomizer`` (epsilon2). Dataset creation appends a ``dataset`` entry
+(epsilon 0) recording the budget and the public label bounds.
+
+:func:`verify` recomputes the chain and cross-checks it against the datasets, the releases and
+the stored messages (what ``labeldp ledger verify`` runs). A chain a database owner rewrites
+wholesale stays self-consistent: keep the printed head hash somewhere else to detect that.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from sqlalchemy import Connection, func, insert, select
+
+from labels_party.db.models import PART_HEAD, datasets, ledger, message_chunks, releases
+
+GENESIS_HASH = "0" * 64
+KIND_DATASET, KIND_HISTOGRAM, KIND_RANDOMIZER = "dataset", "histogram", "randomizer"
+COLUMNS = (
+    "seq",
+    "time",
+    "dataset",
+    "release_id",
+    "kind",
+    "mechanism",
+    "epsilon",
+    "actor_role",
+    "parameters",
+    "message_sha256",
+    "prev_hash",
+    "entry_hash",
+)
+_TOTAL_TOLERANCE = 1e-9
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces, shortest round-trip floats, NaN/inf refused."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def entry_hash(entry: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of every field but ``entry_hash`` itself."""
+    payload = {key: entry[key] for key in COLUMNS if key != "entry_hash"}
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+
+
+def head(conn: Connection) -> tuple[int, str]:
+    """(last seq, last entry hash), or (0, GENESIS_HASH) for an empty ledger."""
+    row = conn.execute(
+        select(ledger.c.seq, ledger.c.entry_hash).order_by(ledger.c.seq.desc()).limit(1)
+    ).first()
+    return (0, GENESIS_HASH) if row is None else (int(row.seq), str(row.entry_hash))
+
+
+def append(
+    conn: Connection,
+    *,
+    time: str,
+    dataset: str,
+    release_id: str | None,
+    kind: str,
+    mechanism: str | None,
+    epsilon: float,
+    actor_role: str,
+    parameters: dict[str, Any],
+    message_sha256: str | None,
+) -> dict[str, Any]:
+    """Append one entry (call inside a write transaction)."""
+    seq, prev = head(conn)
+    entry: dict[str, Any] = {
+        "seq": seq + 1,
+        "time": time,
+        "dataset": dataset,
+        "release_id": release_id,
+        "kind": kind,
+        "mechanism": mechanism,
+        "epsilon": float(epsilon),
+        "actor_role": actor_role,
+        "parameters": canonical_json(parameters),
+        "message_sha256": message_sha256,
+        "prev_hash": prev,
+    }
+    entry["entry_hash"] = entry_hash(entry)
+    conn.execute(insert(ledger).values(**entry))
+    return entry
+
+
+def entries(
+    conn: Connection, *, dataset: str | None = None, after: int = 0, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Ledger entries in chain order (``parameters`` as stored: canonical JSON text)."""
+    query = select(ledger).where(ledger.c.seq > after).order_by(ledger.c.seq)
+    if dataset is not None:
+        query = query.where(ledger.c.dataset == dataset)
+    if limit is not None:
+        query = query.limit(limit)
+    return [dict(row._mapping) for row in conn.execute(query)]
+
+
+def public_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry as the API returns it (parameters parsed back into an object)."""
+    return {**entry, "parameters": json.loads(entry["parameters"])}
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify` found."""
+
+    entries: int = 0
+    head_hash: str = GENESIS_HASH
+    spent: dict[str, float] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _iter_ledger(conn: Connection) -> Iterator[dict[str, Any]]:
+    for row in conn.execute(select(ledger).order_by(ledger.c.seq)):
+        yield dict(row._mapping)
+
+
+def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
+    """Recompute the chain, the per-dataset totals and the release/message links."""
+    report = VerifyReport()
+    problems = report.problems
+    prev, expected_seq = GENESIS_HASH, 1
+    spends: dict[str, list[float]] = defaultdict(list)
+    created: dict[str, dict[str, Any]] = {}
+    by_release: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for entry in _iter_ledger(conn):
+        report.entries += 1
+        seq = entry["seq"]
+        if seq != expected_seq:
+            problems.append(f"entry seq {seq}: expected seq {expected_seq} (gap or reorder)")
+        expected_seq = seq + 1
+        if entry["prev_hash"] != prev:
+            problems.append(f"entry seq {seq}: prev_hash does not match the previous entry")
+        if entry_hash(entry) != entry["entry_hash"]:
+            problems.append(f"entry seq {seq}: entry_hash does not match its content")
+        prev = entry["entry_hash"]
+        epsilon = entry["epsilon"]
+        if not (isinstance(epsilon, float | int) and math.isfinite(epsilon) and epsilon >= 0):
+            problems.append(f"entry seq {seq}: epsilon is not a finite number >= 0")
+            continue
+        kind = entry["kind"]
+        if kind == KIND_DATASET:
+            if entry["dataset"] in created:
+                problems.append(f"entry seq {seq}: dataset {entry['dataset']!r} created twice")
+            created[entry["dataset"]] = json.loads(entry["parameters"])
+        elif kind in (KIND_HISTOGRAM, KIND_RANDOMIZER):
+            spends[entry["dataset"]].append(float(epsilon))
+            release_id = entry["release_id"]
+            if release_id is None:
+                problems.append(f"entry seq {seq}: a spend without a release id")
+            elif kind in by_release[release_id]:
+                problems.append(f"entry seq {seq}: release {release_id} has two {kind} entries")
+            else:
+                by_release[release_id][kind] = entry
+        else:
+            problems.append(f"entry seq {seq}: unknown kind {kind!r}")
+    report.head_hash = prev
+
+    stored = {row.name: row for row in conn.execute(select(datasets))}
+    for name, row in stored.items():
+        spent = math.fsum(spends.get(name, []))
+        report.spent[name] = spent
+        params = created.get(name)
+        if params is None:
+            problems.append(f"dataset {name!r}: no creation entry in the ledger")
+        else:
+            for key in ("label_min", "label_max", "default_label", "epsilon_budget"):
+                if params.get(key) != getattr(row, key):
+                    problems.append(f"dataset {name!r}: {key} differs from its creation entry")
+        if abs(spent - row.epsilon_spent) > _TOTAL_TOLERANCE * max(1.0, spent):
+            problems.append(
+                f"dataset {name!r}: ledger total {spent!r} != recorded epsilon_spent "
+                f"{row.epsilon_spent!r}"
+            )
+        budget = params["epsilon_budget"] if params else row.epsilon_budget
+        if spent > budget * (1 + _TOTAL_TOLERANCE):
+            problems.append(f"dataset {name!r}: spent {spent!r} exceeds the budget {budget!r}")
+    for name in set(spends) | set(created):
+        if name not in stored:
+            problems.append(f"ledger names dataset {name!r}, which does not exist")
+
+    names_by_id = {row.id: name for name, row in stored.items()}
+    chunk_counts = dict(
+        conn.execute(
+            select(message_chunks.c.release_id, func.count()).group_by(message_chunks.c.release_id)
+        ).all()
+    )
+    seen: set[str] = set()
+    for rel in conn.execute(select(releases)):
+        seen.add(rel.id)
+        pair = by_release.get(rel.id, {})
+        hist, rand = pair.get(KIND_HISTOGRAM), pair.get(KIND_RANDOMIZER)
+        if hist is None or rand is None:
+            problems.append(f"release {rel.id}: missing its histogram or randomizer entry")
+            continue
+        dataset_name = names_by_id.get(rel.dataset_id)
+        for entry, eps in ((hist, rel.epsilon1), (rand, rel.epsilon2)):
+            if entry["epsilon"] != eps:
+                problems.append(f"release {rel.id}: {entry['kind']} entry epsilon != release")
+            if entry["message_sha256"] != rel.message_sha256:
+                problems.append(f"release {rel.id}: {entry['kind']} entry sha256 != release")
+            if entry["dataset"] != dataset_name:
+                problems.append(f"release {rel.id}: {entry['kind']} entry names another dataset")
+        if not chunk_counts.get(rel.id):
+            problems.append(f"release {rel.id}: has ledger entries but no stored message")
+        elif check_messages:
+            problems.extend(_check_message(conn, rel))
+    for release_id in by_release:
+        if release_id not in seen:
+            problems.append(f"ledger spends for release {release_id}, which is not stored")
+    for release_id in chunk_counts:
+        if release_id not in seen:
+            problems.append(f"a message is stored for unknown release {release_id}")
+    return report
+
+
+def _check_message(conn: Connection, rel: Any) -> list[str]:
+    """The stored chunks hash to the recorded digests and the header agrees with the release."""
+    from shared.errors import IntegrityError
+    from shared.message import decode_binary
+
+    digest = hashlib.sha256()
+    parts: list[bytes] = []
+    size = 0
+    header_chunk = b""
+    query = (
+        select(message_chunks.c.part, message_chunks.c.data)
+        .where(message_chunks.c.release_id == rel.id)
+        .order_by(message_chunks.c.seq)
+    )
+    for part, data in conn.execute(query):
+        digest.update(data)
+        size += len(data)
+        parts.append(data)
+        if part == PART_HEAD:
+            header_chunk = data
+    problems = []
+    if digest.hexdigest() != rel.binary_sha256 or size != rel.binary_size:
+        problems.append(f"release {rel.id}: stored message does not match its binary sha256")
+    try:
+        header, _ids, _labels = decode_binary(b"".join(parts))
+    except IntegrityError as exc:
+        return [*problems, f"release {rel.id}: stored message is invalid: {exc}"]
+    if not header_chunk:
+        problems.append(f"release {rel.id}: no header chunk")
+    if header.body_sha256 != rel.message_sha256 or header.release_id != rel.id:
+        problems.append(f"release {rel.id}: message header disagrees with the release")
+    if header.epsilon1 != rel.epsilon1 or header.epsilon2 != rel.epsilon2 or header.n != rel.n:
+        problems.append(f"release {rel.id}: message header epsilons or n disagree")
+    return problems
+
+
+def export_csv(conn: Connection, out: TextIO) -> int:
+    """Write every entry as CSV (header row first); returns the number of entries."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    count = 0
+    for entry in _iter_ledger(conn):
+        row = []
+        for key in COLUMNS:
+            value = entry[key]
+            row.append("" if value is None else repr(value) if isinstance(value, float) else value)
+        writer.writerow(row)
+        count += 1
+    return count
+
+
+def export_csv_text(conn: Connection) -> str:
+    buffer = io.StringIO()
+    export_csv(conn, buffer)
+    return buffer.getvalue()

@@ -1,0 +1,166 @@
+"""The labels-party FastAPI application (``create_app``) and its middleware.
+
+Run it with ``labeldp serve labels --db PATH --port 8001``; tests build it with
+``create_app(settings, rng_factory=...)`` to inject a seeded generator (production randomness is
+always the OS CSPRNG, ``shared.rng.SystemRandom``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from labels_party import schemas
+from labels_party.api import errors
+from labels_party.api.body import BodyLimitMiddleware
+from labels_party.api.deps import Services
+from labels_party.api.routes import datasets, examples, health, labels, ledger, releases
+from labels_party.config import Settings
+from labels_party.db.engine import Database, create_schema, make_engine
+from labels_party.metrics import Metrics
+from labels_party.releases import Randomizer, ReleaseService, RngFactory
+from shared.message import LabelMessage
+
+log = logging.getLogger("labels_party")
+
+
+class RequestMetricsMiddleware:
+    """Count requests by method, route template (bounded cardinality) and status."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            self.metrics.request(method=scope["method"], route=path, status=status)
+
+
+def _warm_up() -> None:
+    """Compile/load the numba kernels on throwaway public data (no label is involved)."""
+    from shared.randomizer import label_randomizer
+
+    try:
+        fake = np.linspace(0.0, 1.0, 256)
+        for mechanism in ("rpwithprior", "rr_on_bins"):
+            label_randomizer(
+                fake,
+                lo=0.0,
+                hi=1.0,
+                epsilon1=1.0,
+                epsilon2=1.0,
+                mechanism=mechanism,
+                rng=np.random.default_rng(0),
+            )
+        log.info("randomizer kernels warmed up")
+    except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs first-call latency
+        log.warning("warm-up failed: %s", type(exc).__name__)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    rng_factory: RngFactory | None = None,
+    randomizer: Randomizer | None = None,
+) -> FastAPI:
+    """Build the app. ``rng_factory`` / ``randomizer`` are for tests only (default: CSPRNG)."""
+    engine = make_engine(settings.database_url, lock_timeout=settings.lock_timeout)
+    db = Database(engine, lock_timeout=settings.lock_timeout)
+    create_schema(engine)
+    metrics = Metrics()
+    services = Services(
+        settings=settings,
+        db=db,
+        releases=ReleaseService(
+            db,
+            rng_factory=rng_factory,
+            randomizer=randomizer,
+            concurrency=settings.release_concurrency,
+            commit_delay=settings.debug_commit_delay,
+        ),
+        metrics=metrics,
+        token_table=tuple((role, token.encode("utf-8")) for role, token in settings.tokens.items()),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if settings.warmup:
+            threading.Thread(target=_warm_up, name="labeldp-warmup", daemon=True).start()
+        yield
+        db.dispose()
+
+    app = FastAPI(
+        title="labeldp labels party",
+        version="1",
+        summary="Label ingest, privacy-budget ledger and the one privatized message.",
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    errors.install(app)
+    for module in (datasets, examples, labels, releases, ledger, health):
+        app.include_router(module.router)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        max_json_bytes=settings.max_json_bytes,
+    )
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema plus the request bodies the handlers parse themselves."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, summary=app.summary, routes=app.routes
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    models: list[type[Any]] = [
+        schemas.DatasetCreate,
+        schemas.ExamplesBatch,
+        schemas.LabelsBatch,
+        schemas.ReleaseCreate,
+        schemas.ErrorBody,
+        LabelMessage,
+    ]
+    for model in models:
+        doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(doc.pop("$defs", {}))
+        components[model.__name__] = doc
+    error_ref = {
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    }
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            responses["4XX"] = {"description": "error (see API.md)", **error_ref}
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    app.openapi_schema = schema
+    return schema

@@ -1,0 +1,169 @@
+"""API schemas (request bodies and documented responses), apart from the storage tables.
+
+Request models are strict: numbers must be JSON numbers (not strings or booleans), finite,
+and unknown keys are refused, so a typo never silently changes a privacy parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from labels_party.datasets import NAME_PATTERN
+
+_STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
+MAX_BINS = 4096
+
+
+class DatasetCreate(BaseModel):
+    """``POST /v1/datasets``: public label bounds, the default label and the budget."""
+
+    model_config = _STRICT
+
+    name: str = Field(pattern=NAME_PATTERN, description="1-64 of [A-Za-z0-9_.-]")
+    label_min: float
+    label_max: float
+    default_label: float = Field(description="label of registered examples never labelled")
+    epsilon_budget: float = Field(gt=0, description="total epsilon all releases may spend")
+
+
+class ReleaseOptions(BaseModel):
+    """Optional mechanism parameters (chosen from the private prior when omitted)."""
+
+    model_config = _STRICT
+
+    bins: int = Field(default=64, ge=1, le=MAX_BINS, description="histogram cells")
+    select: Literal["mse", "paper"] | None = Field(default=None, description="RPWithPrior")
+    zeta: float | None = Field(default=None, gt=0, description="RPWithPrior noise radius")
+    outside: Literal["project", "uniform"] | None = Field(default=None, description="RPWithPrior")
+    loss: Literal["squared", "absolute", "poisson"] | None = Field(
+        default=None, description="RR-on-Bins"
+    )
+    max_bins: int | None = Field(default=None, ge=1, le=MAX_BINS, description="RR-on-Bins cap")
+
+    def mechanism_params(self) -> dict[str, object]:
+        """The options passed through to the randomizer (``bins`` apart)."""
+        return {
+            key: value
+            for key, value in self.model_dump(exclude={"bins"}).items()
+            if value is not None
+        }
+
+
+class ReleaseCreate(BaseModel):
+    """``POST /v1/datasets/{name}/releases``."""
+
+    model_config = _STRICT
+
+    mechanism: Literal["rpwithprior", "rr_on_bins", "auto"]
+    epsilon: float = Field(gt=0, description="total epsilon of the release (epsilon1 + epsilon2)")
+    epsilon_histogram: float | None = Field(
+        default=None, gt=0, description="epsilon1; default: shared.randomizer.default_split"
+    )
+    params: ReleaseOptions = Field(default_factory=ReleaseOptions)
+
+    @model_validator(mode="after")
+    def _split(self) -> ReleaseCreate:
+        if self.epsilon_histogram is not None and not self.epsilon_histogram < self.epsilon:
+            raise ValueError("epsilon_histogram must be < epsilon")
+        return self
+
+
+class LabelRow(BaseModel):
+    """One label (documentation of the JSON ingest format)."""
+
+    example_id: str = Field(pattern=r"^[A-Za-z0-9_.:\-]{1,128}$")
+    value: float
+
+
+class LabelsBatch(BaseModel):
+    """``POST /v1/datasets/{name}/labels`` as JSON (bulk: text/csv or application/x-ndjson)."""
+
+    labels: list[LabelRow] = Field(min_length=1)
+
+
+class ExamplesBatch(BaseModel):
+    """``POST /v1/datasets/{name}/examples`` as JSON (bulk: text/plain, one id per line)."""
+
+    example_ids: list[str] = Field(min_length=1)
+
+
+class DatasetPublic(BaseModel):
+    name: str
+    label_min: float
+    label_max: float
+    default_label: float
+    epsilon_budget: float
+    epsilon_spent: float
+    epsilon_left: float
+    state: Literal["open", "released"]
+    n_examples: int
+    n_labels: int | None = Field(default=None, description="advertiser only")
+    releases: list[str]
+    created: str
+
+
+class LabelsIngested(BaseModel):
+    accepted: int
+    new: int
+    clipped: int
+    unchanged: int
+    overwritten: int
+    n_labels: int
+
+
+class ExamplesRegistered(BaseModel):
+    accepted: int
+    registered_new: int
+    n_examples: int
+
+
+class ReleasePublic(BaseModel):
+    id: str
+    dataset: str
+    mechanism: str
+    requested_mechanism: str
+    params: dict[str, object]
+    epsilon1: float
+    epsilon2: float
+    epsilon: float
+    n: int
+    created: str
+    message_sha256: str = Field(description="header.body_sha256 of the message")
+    binary_sha256: str = Field(description="sha256 of the whole binary encoding")
+    binary_size: int
+    expected_label_mse: float | None
+
+
+class LedgerEntry(BaseModel):
+    seq: int
+    time: str
+    dataset: str
+    release_id: str | None
+    kind: Literal["dataset", "histogram", "randomizer"]
+    mechanism: str | None
+    epsilon: float
+    actor_role: str
+    parameters: dict[str, object]
+    message_sha256: str | None
+    prev_hash: str
+    entry_hash: str
+
+
+class LedgerPage(BaseModel):
+    entries: list[LedgerEntry]
+    head_hash: str
+    next_after: int | None
+
+
+class FieldErrorBody(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx response body."""
+
+    detail: str
+    errors: list[FieldErrorBody] = []
