@@ -1,0 +1,369 @@
+"""The label mechanisms the accuracy benchmark compares, each spending exactly the stated epsilon.
+
+Accounting (total epsilon per cell):
+* one-step baselines (Laplace, Gaussian, staircase, exponential) spend all of epsilon on the
+  labels; Gaussian is (epsilon, delta)-DP with ``GAUSSIAN_DELTA`` (the only non-pure one);
+* two-step mechanisms spend epsilon1 on ONE private histogram of the training labels
+  (``shared.mechanisms.histogram.private_histogram``, exact discrete Laplace) and epsilon2 =
+  epsilon - epsilon1 on the per-label randomizer, whose parameters are chosen from that noisy
+  prior only. RR-on-Bins, RPWithPrior (our automatic choice), RRWithPrior, Unbiased and ``auto``
+  share the same histogram at the library's default split (``shared.randomizer.default_split``);
+  RPWithPrior "paper" draws its own histogram at the split of the paper's Table 5;
+* the constant baseline is the epsilon-DP mean of the clipped labels (:func:`dp_mean`).
+Nothing here ever reads a raw label except the histogram, the DP mean and ``randomize``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from shared.mechanisms.discrete_laplace import sample_discrete_laplace
+from shared.mechanisms.histogram import Prior, private_histogram
+from shared.randomizer import DEFAULT_BINS, build_mechanism, default_split
+
+GAUSSIAN_DELTA = 1e-5
+# Resolution of the DP mean's integer sum: labels are rounded to 2^-16 of the bounds' width.
+_MEAN_LEVELS = 2**16
+# The Unbiased LP runs on a coarser input grid (the paper's experiments used 5 points; the
+# LP's cost grows fast with the grid): the 64-cell prior merged into this many cells.
+UNBIASED_CELLS = 16
+
+
+class MechanismUnavailable(RuntimeError):
+    """A mechanism's implementation is not importable on this checkout."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellContext:
+    """Everything public about one (data set, split, epsilon) cell, plus the training labels."""
+
+    dataset: str
+    y: np.ndarray  # clipped training labels: only histogram / dp_mean / randomize read them
+    lo: float
+    hi: float
+    epsilon: float
+    bins: int = DEFAULT_BINS
+    shared_split: tuple[float, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "shared_split", default_split(self.epsilon, n=self.y.size, bins=self.bins)
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    """A mechanism ready to randomize, with its accounting and public parameters."""
+
+    randomizer: Any
+    epsilon1: float
+    epsilon2: float
+    affine: tuple[float, float] | None  # E[noisy | y] = a y + b (None: not affine)
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One row family of the tables: how to build the mechanism for a cell."""
+
+    key: str
+    label: str
+    paper_column: str | None
+    build: Callable[[CellContext, dict[str, Prior], np.random.Generator], Built]
+    note: str = ""
+
+
+def dp_mean(y: np.ndarray, *, lo: float, hi: float, epsilon: float, rng: Any) -> float:
+    """An epsilon-label-DP mean of labels clipped to public [lo, hi] (n is public).
+
+    Each label is rounded to one of 2^16 + 1 levels of [lo, hi]; the integer sum has L1
+    sensitivity 2^16 when one label changes, so adding exact discrete Laplace noise of scale
+    2^16 / epsilon (CKS 2020) is epsilon-DP; dividing by n and clipping is post-processing.
+    """
+    levels = np.rint((np.clip(y, lo, hi) - lo) / (hi - lo) * _MEAN_LEVELS).astype(np.int64)
+    noise = sample_discrete_laplace(rng, Fraction(_MEAN_LEVELS) / Fraction(epsilon))
+    total = int(levels.sum()) + int(noise)
+    return float(np.clip(lo + (hi - lo) * total / (_MEAN_LEVELS * y.size), lo, hi))
+
+
+def shared_prior(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Prior:
+    """The one epsilon1-DP histogram shared by the two-step mechanisms of a cell."""
+    if "shared" not in priors:
+        eps1 = ctx.shared_split[0]
+        priors["shared"] = private_histogram(
+            ctx.y, lo=ctx.lo, hi=ctx.hi, bins=ctx.bins, epsilon=eps1, rng=rng
+        )
+    return priors["shared"]
+
+
+def _affine(randomizer: Any) -> tuple[float, float] | None:
+    # The pipeline wraps RR-on-Bins (``_RROnBinsUnderHistogram``) without forwarding this.
+    inner = getattr(randomizer, "inner", randomizer)
+    method = getattr(inner, "affine_expectation", None)
+    if method is None:
+        return None
+    value = method()
+    return None if value is None else (float(value[0]), float(value[1]))
+
+
+def _params(randomizer: Any) -> dict[str, Any]:
+    method = getattr(randomizer, "public_params", None)
+    params = dict(method()) if method is not None else {}
+    # Big arrays (Unbiased's transition matrix) are not worth keeping in the records.
+    return {k: v for k, v in params.items() if not isinstance(v, list) or len(v) <= 8}
+
+
+def _baselines() -> Any:
+    try:
+        return importlib.import_module("shared.mechanisms.baselines")
+    except ImportError as exc:  # pragma: no cover - depends on the checkout
+        raise MechanismUnavailable(f"shared.mechanisms.baselines: {exc}") from exc
+
+
+def _baseline_class(name: str) -> Any:
+    module = _baselines()
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise MechanismUnavailable(f"shared.mechanisms.baselines has no {name}")
+    return cls
+
+
+def _one_step(name: str, **kwargs: Any) -> Callable[..., Built]:
+    def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
+        cls = _baseline_class(name)
+        randomizer = cls(epsilon=ctx.epsilon, lo=ctx.lo, hi=ctx.hi, **kwargs)
+        return Built(
+            randomizer=randomizer,
+            epsilon1=0.0,
+            epsilon2=ctx.epsilon,
+            affine=_affine(randomizer),
+            params=_params(randomizer),
+        )
+
+    return build
+
+
+def _engine(mechanism: str, **params: Any) -> Callable[..., Built]:
+    def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
+        prior = shared_prior(ctx, priors, rng)
+        eps1, eps2 = ctx.shared_split
+        name, randomizer = build_mechanism(prior, epsilon=eps2, mechanism=mechanism, **params)
+        return Built(
+            randomizer=randomizer,
+            epsilon1=eps1,
+            epsilon2=eps2,
+            affine=_affine(randomizer),
+            params={"chosen": name, **_params(randomizer)},
+        )
+
+    return build
+
+
+# RPWithPrior, Liu & Huang, Appendix E Table 5 (arXiv) / H.4 Table 5 (revised): epsilon1 and
+# zeta per total epsilon, "chosen manually, similar to grid search" (i.e. tuned on test data).
+def _crime_eps1(eps: float) -> float:
+    divisor = {1.5: 2.5, 2.0: 2.5, 3.0: 3.0, 4.0: 3.5, 6.0: 6.0, 8.0: 7.0}.get(eps, 2.0)
+    return eps / divisor
+
+
+_HOUSING_TABLE5 = {
+    0.05: (0.017, 0.7),
+    0.1: (0.017, 0.5),
+    0.3: (0.017, 1.2),
+    0.5: (0.017, 1.0),
+    0.8: (0.01, 2.2),
+    1.0: (0.008, 1.5),
+    1.5: (0.008, 1.5),
+    2.0: (0.008, 1.5),
+    3.0: (0.007, 1.4),
+    4.0: (0.007, 1.2),
+    6.0: (0.007, 0.7),
+    8.0: (0.007, 0.1),
+}
+_CRITEO_EPS1 = {0.05: 0.017, 0.1: 0.017, 0.3: 0.017, 0.5: 0.017, 0.8: 0.017, 1.0: 0.017}
+_CRITEO_EPS1 |= {1.5: 0.01, 2.0: 0.01, 3.0: 0.01, 4.0: 0.005, 6.0: 0.003, 8.0: 0.002}
+
+
+def table5(dataset: str, epsilon: float) -> tuple[float, float] | None:
+    """(epsilon1, zeta) of the paper's Table 5 for this data set and total epsilon, if listed.
+
+    Crime uses the Crime column, Housing the Housing column, the synthetic ad set the Criteo
+    column (the same [0, 400] label scale); the simulated sets have no published parameters.
+    """
+    if dataset == "crime" and epsilon in _CRITEO_EPS1:  # Crime lists the same 12 epsilons
+        return _crime_eps1(epsilon), 0.4
+    if dataset == "housing" and epsilon in _HOUSING_TABLE5:
+        return _HOUSING_TABLE5[epsilon]
+    if dataset == "ads" and epsilon in _CRITEO_EPS1:
+        return _CRITEO_EPS1[epsilon], 70.0
+    return None
+
+
+def _rp_paper(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
+    """Algorithm 1's F-optimal interval with the paper's (epsilon1, zeta), else ours + zeta=None."""
+    listed = table5(ctx.dataset, ctx.epsilon)
+    if listed is None:
+        prior = shared_prior(ctx, priors, rng)
+        eps1, eps2 = ctx.shared_split
+        zeta = None
+        source = "no Table 5 entry: default split, zeta by Algorithm 1 + lowest MSE"
+    else:
+        eps1, zeta = listed
+        eps2 = ctx.epsilon - eps1
+        prior = private_histogram(ctx.y, lo=ctx.lo, hi=ctx.hi, bins=ctx.bins, epsilon=eps1, rng=rng)
+        source = "Table 5"
+    name, randomizer = build_mechanism(
+        prior, epsilon=eps2, mechanism="rpwithprior", select="paper", zeta=zeta
+    )
+    return Built(
+        randomizer=randomizer,
+        epsilon1=eps1,
+        epsilon2=eps2,
+        affine=_affine(randomizer),
+        params={"source": source, **_params(randomizer)},
+    )
+
+
+def _merged(prior: Prior, cells: int) -> Prior:
+    """The prior on ``cells`` coarser cells (sums of adjacent cells: post-processing)."""
+    if prior.k % cells:
+        return prior
+    probs = prior.probs.reshape(cells, -1).sum(axis=1)
+    return Prior(edges=prior.edges[:: prior.k // cells], probs=probs / probs.sum())
+
+
+def _prior_baseline(name: str) -> Callable[..., Built]:
+    def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
+        cls = _baseline_class(name)
+        prior = shared_prior(ctx, priors, rng)
+        eps1, eps2 = ctx.shared_split
+        if name == "Unbiased":
+            randomizer = cls.from_prior(_merged(prior, UNBIASED_CELLS), epsilon=eps2)
+        else:
+            randomizer = cls.from_prior(prior, epsilon=eps2)
+        return Built(
+            randomizer=randomizer,
+            epsilon1=eps1,
+            epsilon2=eps2,
+            affine=_affine(randomizer),
+            params=_params(randomizer),
+        )
+
+    return build
+
+
+VARIANTS: dict[str, Variant] = {
+    v.key: v
+    for v in (
+        Variant(
+            key="laplace_clip",
+            label="Laplace, clipped",
+            paper_column="Laplace",
+            build=_one_step("Laplace", clip_output=True),
+            note="RR-on-Bins paper App. F clipping",
+        ),
+        Variant(
+            key="laplace",
+            label="Laplace, unclipped",
+            paper_column=None,
+            build=_one_step("Laplace", clip_output=False),
+            note="unbiased",
+        ),
+        Variant(
+            key="gaussian",
+            label="Gaussian, clipped",
+            paper_column="Gaussian",
+            build=_one_step("Gaussian", delta=GAUSSIAN_DELTA),
+            note=f"(eps, {GAUSSIAN_DELTA:g})-DP",
+        ),
+        Variant(
+            key="staircase",
+            label="Staircase, clipped",
+            paper_column="Staircase",
+            build=_one_step("Staircase", discrete=False),
+        ),
+        Variant(
+            key="staircase_discrete",
+            label="Staircase (discrete), clipped",
+            paper_column=None,
+            build=_one_step("Staircase", discrete=True),
+        ),
+        Variant(
+            key="exponential",
+            label="Exponential",
+            paper_column=None,
+            build=_one_step("Exponential"),
+        ),
+        Variant(
+            key="rr_on_bins",
+            label="RR-on-Bins",
+            paper_column="RRonBins",
+            build=_engine("rr_on_bins"),
+        ),
+        Variant(
+            key="rp_paper",
+            label="RPWithPrior, Table 5",
+            paper_column="RPWithPrior",
+            build=_rp_paper,
+            note="paper's split and zeta, Algorithm 1 interval",
+        ),
+        Variant(
+            key="rp_auto",
+            label="RPWithPrior, auto",
+            paper_column=None,
+            build=_engine("rpwithprior", select="mse"),
+            note="our split; (A1, A2, zeta) minimising the label MSE",
+        ),
+        Variant(
+            key="rr_with_prior",
+            label="RRWithPrior",
+            paper_column=None,
+            build=_prior_baseline("RRWithPrior"),
+        ),
+        Variant(
+            key="unbiased",
+            label="Unbiased",
+            paper_column="Unbiased",
+            build=_prior_baseline("Unbiased"),
+            note=f"LP on a {UNBIASED_CELLS + 1}-point input grid",
+        ),
+        Variant(
+            key="auto",
+            label="auto (labels party)",
+            paper_column=None,
+            build=_engine("auto"),
+            note="lower expected label MSE of RPWithPrior / RR-on-Bins",
+        ),
+    )
+}
+CONSTANT = "constant"
+NONPRIVATE = "nonprivate"
+
+
+def transforms_for(built: Built) -> tuple[str, ...]:
+    """``raw`` always; ``debiased`` where E[noisy | y] is affine and not the identity."""
+    if built.affine is None:
+        return ("raw",)
+    a, b = built.affine
+    if math.isclose(a, 1.0, rel_tol=0, abs_tol=1e-12) and abs(b) <= 1e-12:
+        return ("raw",)
+    return ("raw", "debiased")
+
+
+def apply_transform(
+    noisy: np.ndarray, affine: tuple[float, float] | None, transform: str
+) -> np.ndarray:
+    """The training targets: the noisy labels as received, or (noisy - b) / a."""
+    if transform == "raw":
+        return noisy
+    if affine is None:
+        raise ValueError("debiasing needs an affine expectation")
+    a, b = affine
+    return (noisy - b) / a

@@ -1,0 +1,126 @@
+"""The models trained on noisy labels: the papers' network, and the features party's own fitting.
+
+* ``mlp``: the network of Liu & Huang Sec. 5.1/5.3 (two hidden ReLU layers of 128 and 64 units,
+  Adam, learning rate 1e-3 divided by 10 after epoch 25, weight decay 1e-4, batch 256, 50
+  epochs, no early stopping), in scikit-learn. Two translations, stated here because they
+  matter: scikit-learn's ``alpha`` penalises ``alpha/2 |W|^2 / batch`` against half the mean
+  squared error, so PyTorch's ``weight_decay = 1e-4`` on the mean squared error is ``alpha = 1e-4
+  * 256 / 2``; the learning-rate drop is a second ``fit`` with ``warm_start`` (scikit-learn
+  restarts Adam's moment estimates there; PyTorch's StepLR keeps them).
+* ``ridge``, ``gbm``, ``auto``: ``features_party.training.fit_model``, i.e. exactly what a
+  publisher gets from the service (hyper-parameters, and for ``auto`` also the family and the
+  label transform, chosen on held-out NOISY labels with the one-standard-error rule).
+
+Every model sees features only through public preprocessing (standardisation with training-split
+statistics, or none where the source already normalises them), targets only through the public
+affine map onto [-1/2, 1/2] given by the label bounds, and every prediction is clipped into the
+public bounds [lo, hi] (free post-processing that the true labels satisfy).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.neural_network import MLPRegressor
+
+MODELS: tuple[str, ...] = ("mlp", "ridge", "gbm", "auto")
+MLP_EPOCHS = 50
+MLP_DECAY_EPOCH = 25
+MLP_BATCH = 256
+MLP_WEIGHT_DECAY = 1e-4  # the papers' PyTorch weight_decay
+MLP_ALPHA = MLP_WEIGHT_DECAY * MLP_BATCH / 2.0  # the same penalty in scikit-learn's convention
+
+
+@dataclass(frozen=True, kw_only=True)
+class Split:
+    """Features of one train / test split, prepared once for every model."""
+
+    x_train: np.ndarray  # as loaded (the features party does its own preprocessing)
+    x_test: np.ndarray
+    z_train: np.ndarray  # float32, standardised or as-is: the papers' network's input
+    z_test: np.ndarray
+    lo: float
+    hi: float
+
+
+def prepare(
+    x_train: np.ndarray, x_test: np.ndarray, *, lo: float, hi: float, standardize: bool
+) -> Split:
+    """Standardise with training-split statistics (features are not private)."""
+    if standardize:
+        mean, sd = x_train.mean(axis=0), x_train.std(axis=0)
+        sd[sd == 0] = 1.0
+        z_train, z_test = (x_train - mean) / sd, (x_test - mean) / sd
+    else:
+        z_train, z_test = x_train, x_test
+    return Split(
+        x_train=x_train,
+        x_test=x_test,
+        z_train=np.ascontiguousarray(z_train, dtype=np.float32),
+        z_test=np.ascontiguousarray(z_test, dtype=np.float32),
+        lo=lo,
+        hi=hi,
+    )
+
+
+def fit_papers_mlp(
+    split: Split, targets: np.ndarray, *, seed: int, epochs: int = MLP_EPOCHS
+) -> np.ndarray:
+    """Train the papers' network on ``targets`` and return clipped test predictions."""
+    centre, width = 0.5 * (split.lo + split.hi), split.hi - split.lo
+    scaled = ((targets - centre) / width).astype(np.float32)
+    first = min(MLP_DECAY_EPOCH, epochs)
+    mlp = MLPRegressor(
+        hidden_layer_sizes=(128, 64),
+        activation="relu",
+        solver="adam",
+        learning_rate_init=1e-3,
+        alpha=MLP_ALPHA,
+        batch_size=MLP_BATCH,
+        max_iter=first,
+        shuffle=True,
+        tol=0.0,
+        n_iter_no_change=10**9,  # always the full number of epochs, as the papers
+        early_stopping=False,
+        random_state=seed,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mlp.fit(split.z_train, scaled)
+        if epochs > first:
+            mlp.set_params(warm_start=True, learning_rate_init=1e-4, max_iter=epochs - first)
+            mlp.fit(split.z_train, scaled)
+    prediction = mlp.predict(split.z_test).astype(np.float64) * width + centre
+    return np.clip(prediction, split.lo, split.hi)
+
+
+def fit_features_party(
+    split: Split,
+    noisy: np.ndarray,
+    *,
+    model: str,
+    transform: str,
+    affine: tuple[float, float] | None,
+    seed: int,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """``features_party.training.fit_model`` as the service runs it; clipped test predictions."""
+    from features_party import training
+
+    d = split.x_train.shape[1]
+    encoder = training.Encoder(columns=tuple((f"x{j}", "numeric") for j in range(d)), vocab={})
+    fitted = training.fit_model(
+        split.x_train,
+        noisy,
+        encoder=encoder,
+        affine=affine if affine is not None else (1.0, 0.0),
+        model=model,
+        label_transform=transform,
+        seed=seed,
+    )
+    prediction = np.clip(fitted.predict_matrix(split.x_test), split.lo, split.hi)
+    metrics = fitted.metrics
+    return prediction, {"chosen": metrics["chosen"], "label_transform": metrics["label_transform"]}

@@ -1,0 +1,576 @@
+"""Tables, target checks, the criterion analysis and plots, from the stored records of a data set.
+
+Everything in ``bench/results/accuracy_<dataset>.md`` is computed from the records, except the
+hand-written discussion, which is read from ``bench/accuracy/analysis/<dataset>.md``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.accuracy import mechanisms as mech
+from bench.accuracy import papers
+from bench.accuracy.data import Dataset
+from bench.accuracy.runner import Record
+
+HERE = Path(__file__).resolve().parent
+ANALYSIS_DIR = HERE / "analysis"
+MODEL_TITLES = {
+    "mlp": "the papers' network (MLP 128-64, 50 epochs)",
+    "ridge": "features party: ridge (penalty chosen on noisy validation)",
+    "gbm": "features party: gradient boosting (depth chosen on noisy validation)",
+    "auto": "features party: auto (family, penalty and label transform chosen on noisy validation)",
+}
+SHORT = {
+    "constant": "DP mean",
+    "nonprivate": "non-private",
+    "laplace_clip": "Lap-clip",
+    "laplace": "Lap",
+    "gaussian": "Gauss",
+    "staircase": "Stair",
+    "staircase_discrete": "Stair-d",
+    "exponential": "Exp",
+    "rr_on_bins": "RRoB",
+    "rp_paper": "RP-T5",
+    "rp_auto": "RP-auto",
+    "rr_with_prior": "RRwP",
+    "unbiased": "Unb",
+    "auto": "auto",
+}
+ORDER = ["constant", *mech.VARIANTS]
+TRANSFORM_TAG = {"raw": "", "debiased": " deb", "auto": " (auto t.)"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    mean: float
+    std: float
+    k: int
+    label_mse: float
+    target_mse: float
+    bias2: float
+    variance: float
+    n_train: int
+    extras: tuple[dict[str, Any], ...]
+
+
+def column_name(variant: str, transform: str) -> str:
+    return SHORT.get(variant, variant) + TRANSFORM_TAG.get(transform, " " + transform)
+
+
+def _nanmean(values: Iterable[float]) -> float:
+    array = np.array([v for v in values if v is not None], dtype=float)
+    return float(np.nanmean(array)) if array.size and np.any(np.isfinite(array)) else math.nan
+
+
+def aggregate(records: Sequence[Record]) -> dict[tuple, Cell]:
+    """(model, n_train, variant, transform, epsilon) -> mean/std over trials and mean stats."""
+    groups: dict[tuple, list[Record]] = defaultdict(list)
+    for r in records:
+        groups[(r.model, r.n_train, r.variant, r.transform, r.epsilon)].append(r)
+    out = {}
+    for key, rs in groups.items():
+        mse = np.array([r.test_mse for r in rs])
+        out[key] = Cell(
+            mean=float(mse.mean()),
+            std=float(mse.std(ddof=1)) if mse.size > 1 else 0.0,
+            k=mse.size,
+            label_mse=_nanmean(r.label_mse for r in rs),
+            target_mse=_nanmean(r.target_mse for r in rs),
+            bias2=_nanmean(r.bias2 for r in rs),
+            variance=_nanmean(r.variance for r in rs),
+            n_train=key[1],
+            extras=tuple(r.extra for r in rs),
+        )
+    return out
+
+
+def json_rows(records: Sequence[Record]) -> list[dict[str, Any]]:
+    """One object per (model, mechanism, transform, epsilon): the ``--json`` output."""
+    rows = []
+    for (model, n_train, variant, transform, eps), cell in sorted(
+        aggregate(records).items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][4], kv[0][2])
+    ):
+        rows.append(
+            {
+                "model": model,
+                "n_train": n_train,
+                "mechanism": variant,
+                "transform": transform,
+                "epsilon": "inf" if math.isinf(eps) else eps,
+                "trials": cell.k,
+                "test_mse_mean": cell.mean,
+                "test_mse_std": cell.std,
+                "label_mse_mean": None if math.isnan(cell.label_mse) else cell.label_mse,
+            }
+        )
+    return rows
+
+
+def _fmt(value: float, std: float | None = None) -> str:
+    if math.isnan(value):
+        return "-"
+    digits = 3 if abs(value) >= 1 else 4
+    text = f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:.3g}"
+    if std is not None:
+        text += f" ± {std:.2g}"
+    return text
+
+
+def _eps(eps: float) -> str:
+    return "inf" if math.isinf(eps) else f"{eps:g}"
+
+
+def _columns(cells: dict[tuple, Cell], model: str, n_train: int) -> list[tuple[str, str]]:
+    present = {(v, t) for (m, n, v, t, _e) in cells if m == model and n == n_train}
+    present.discard(("nonprivate", "raw"))
+    order = {name: i for i, name in enumerate(ORDER)}
+    tr_order = {"raw": 0, "debiased": 1, "auto": 2}
+    return sorted(present, key=lambda vt: (order.get(vt[0], 99), tr_order.get(vt[1], 9)))
+
+
+def _epsilons(cells: dict[tuple, Cell], model: str, n_train: int) -> list[float]:
+    return sorted({e for (m, n, _v, _t, e) in cells if m == model and n == n_train})
+
+
+def best_cell(
+    cells: dict[tuple, Cell], model: str, n_train: int, eps: float, *, exclude: Sequence[str] = ()
+) -> tuple[tuple[str, str], Cell] | None:
+    candidates = [
+        ((v, t), c)
+        for (m, n, v, t, e), c in cells.items()
+        if m == model and n == n_train and e == eps and v not in exclude and v != "nonprivate"
+    ]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda vc: vc[1].mean)
+
+
+def mse_table(cells: dict[tuple, Cell], model: str, n_train: int, *, stat: str = "test") -> str:
+    """Markdown table: epsilon rows x (mechanism, transform) columns, best test MSE in bold."""
+    columns = _columns(cells, model, n_train)
+    lines = [
+        "| eps | " + " | ".join(column_name(v, t) for v, t in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for eps in _epsilons(cells, model, n_train):
+        if math.isinf(eps):
+            cell = cells.get((model, n_train, "nonprivate", "raw", eps))
+            if cell is not None and stat == "test":
+                text = f"non-private (exact labels): {_fmt(cell.mean, cell.std)}"
+                lines.append(f"| inf | {text} |" + " |" * (len(columns) - 1))
+            continue
+        best = best_cell(cells, model, n_train, eps)
+        row = []
+        for v, t in columns:
+            cell = cells.get((model, n_train, v, t, eps))
+            if cell is None:
+                row.append("")
+                continue
+            if stat == "test":
+                text = _fmt(cell.mean, cell.std)
+                if best is not None and best[0] == (v, t):
+                    text = f"**{text}**"
+            else:
+                text = _fmt(cell.label_mse if t == "raw" else cell.target_mse)
+            row.append(text)
+        lines.append(f"| {_eps(eps)} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def paper_table_md(dataset: str) -> str:
+    table = papers.paper_table(dataset)
+    if not table:
+        return "_No paper reports this data set._"
+    lines = [
+        "| eps | " + " | ".join(papers.COLUMNS) + " |",
+        "|---|" + "---|" * len(papers.COLUMNS),
+    ]
+    for eps, row in table.items():
+        best = min(row.values(), key=lambda ms: ms[0])
+        texts = []
+        for column in papers.COLUMNS:
+            mean, std = row[column]
+            text = f"{mean:g} ± {std:g}"
+            texts.append(f"**{text}**" if (mean, std) == best else text)
+        lines.append(f"| {_eps(eps)} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=HERE,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def runs_summary(records: Sequence[Record]) -> str:
+    """Exactly what was run: per (model, n_train) the trials, epsilons and mechanisms."""
+    groups: dict[tuple[str, int], list[Record]] = defaultdict(list)
+    for r in records:
+        groups[(r.model, r.n_train)].append(r)
+    lines = [
+        "| model | n_train | n_test | trials | epsilons | mechanisms | fits |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (model, n_train), rs in sorted(groups.items()):
+        trials = sorted({r.trial for r in rs})
+        epsilons = sorted({r.epsilon for r in rs})
+        variants = [v for v in ORDER if any(r.variant == v for r in rs)]
+        lines.append(
+            f"| {model} | {n_train} | {rs[0].n_test} | "
+            f"{len(trials)} ({', '.join(map(str, trials))}) | "
+            f"{', '.join(_eps(e) for e in epsilons)} | "
+            f"{', '.join(SHORT.get(v, v) for v in variants)} | {len(rs)} |"
+        )
+    return "\n".join(lines)
+
+
+def full_n(records: Sequence[Record], model: str) -> int | None:
+    sizes = [r.n_train for r in records if r.model == model]
+    return max(sizes) if sizes else None
+
+
+def headline(cells: dict[tuple, Cell], dataset: str, model: str, n_train: int) -> str:
+    """Per epsilon: our best vs the papers' best vs the DP constant vs the product pipeline."""
+    paper_best = papers.paper_best(dataset)
+    lines = [
+        "| eps | our best (mechanism, transform) | papers' best (column) | DP constant | "
+        "labels auto + features auto | ours < papers' best? | best non-constant <= constant? |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for eps in _epsilons(cells, model, n_train):
+        if math.isinf(eps):
+            ours = cells.get((model, n_train, "nonprivate", "raw", eps))
+            pb = paper_best.get(eps)
+            lines.append(
+                f"| inf | {_fmt(ours.mean, ours.std) if ours else '-'} (exact labels) | "
+                + (f"{pb[1]:g} ({pb[0]})" if pb else "-")
+                + " | - | - | "
+                + ("yes" if ours and pb and ours.mean < pb[1] else "no" if pb and ours else "-")
+                + " | - |"
+            )
+            continue
+        best = best_cell(cells, model, n_train, eps)
+        best_nc = best_cell(cells, model, n_train, eps, exclude=("constant",))
+        constant = cells.get((model, n_train, "constant", "raw", eps))
+        product = cells.get(("auto", full_n_cells(cells, "auto") or -1, "auto", "auto", eps))
+        pb = paper_best.get(eps)
+        best_text = "-"
+        if best is not None:
+            (v, t), c = best
+            best_text = f"{_fmt(c.mean, c.std)} ({column_name(v, t)})"
+        beat = "-"
+        if best is not None and pb is not None:
+            beat = "yes" if best[1].mean < pb[1] else "**no**"
+        not_worse = "-"
+        if best_nc is not None and constant is not None:
+            (v, t), c = best_nc
+            ok = c.mean <= constant.mean
+            not_worse = ("yes" if ok else "**no**") + f" ({column_name(v, t)} {_fmt(c.mean)})"
+        lines.append(
+            f"| {_eps(eps)} | {best_text} | "
+            + (f"{pb[1]:g} ({pb[0]})" if pb else "-")
+            + f" | {_fmt(constant.mean, constant.std) if constant else '-'} | "
+            + (_fmt(product.mean, product.std) if product else "-")
+            + f" | {beat} | {not_worse} |"
+        )
+    return "\n".join(lines)
+
+
+def full_n_cells(cells: dict[tuple, Cell], model: str) -> int | None:
+    sizes = [n for (m, n, *_rest) in cells if m == model]
+    return max(sizes) if sizes else None
+
+
+def rp_comparison(cells: dict[tuple, Cell], model: str, n_train: int) -> str:
+    """RPWithPrior with our automatic choice vs the paper's hand-tuned Table 5 parameters."""
+    lines = [
+        "| eps | RP-T5 best transform | RP-auto best transform | auto <= T5? |",
+        "|---|---|---|---|",
+    ]
+    for eps in _epsilons(cells, model, n_train):
+        if math.isinf(eps):
+            continue
+        pair = []
+        for v in ("rp_paper", "rp_auto"):
+            options = [
+                (t, c)
+                for (m, n, vv, t, e), c in cells.items()
+                if m == model and n == n_train and vv == v and e == eps
+            ]
+            pair.append(min(options, key=lambda tc: tc[1].mean) if options else None)
+        if None in pair:
+            continue
+        (t5, c5), (ta, ca) = pair  # type: ignore[misc]
+        verdict = (
+            "yes"
+            if ca.mean <= c5.mean
+            else ("no, within 1 sd" if ca.mean <= c5.mean + max(c5.std, ca.std) else "**no**")
+        )
+        lines.append(
+            f"| {_eps(eps)} | {_fmt(c5.mean, c5.std)} ({t5}) | {_fmt(ca.mean, ca.std)} ({ta}) | "
+            f"{verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3:
+        return math.nan
+    return float(spearmanr(x[ok], y[ok]).statistic)
+
+
+def _pairwise(groups: dict[Any, list[tuple[float, float]]]) -> float:
+    """Share of same-epsilon pairs that the criterion orders as their test MSE (ties skipped)."""
+    right = total = 0
+    for items in groups.values():
+        for (c1, t1), (c2, t2) in itertools.combinations(items, 2):
+            if not (math.isfinite(c1) and math.isfinite(c2)) or c1 == c2 or t1 == t2:
+                continue
+            total += 1
+            right += (c1 < c2) == (t1 < t2)
+    return right / total if total else math.nan
+
+
+def criterion_analysis(cells: dict[tuple, Cell], model: str, d: int) -> tuple[str, dict]:
+    """Which of label MSE, bias^2, variance/n (or a mix) predicts the model's test MSE."""
+    rows = []
+    for (m, n, v, t, e), c in cells.items():
+        if m != model or math.isinf(e) or v in ("constant", "nonprivate") or t == "auto":
+            continue
+        if not (math.isfinite(c.bias2) and math.isfinite(c.variance)):
+            continue
+        rows.append((n, e, v, t, c))
+    if len(rows) < 4:
+        return "_Not enough cells with statistics for this model._", {}
+    nonprivate = {n: cells.get((model, n, "nonprivate", "raw", math.inf)) for n, *_ in rows}
+    test = np.array([c.mean for *_, c in rows])
+    excess = np.array(
+        [c.mean - (nonprivate[n].mean if nonprivate[n] else 0.0) for n, _e, _v, _t, c in rows]
+    )
+    label = np.array([c.label_mse for *_, c in rows])
+    target = np.array([c.target_mse for *_, c in rows])
+    bias2 = np.array([c.bias2 for *_, c in rows])
+    var_n = np.array([c.variance / n for n, *_rest, c in rows])
+    keys = [(n, e) for n, e, *_ in rows]
+
+    def pairwise(criterion: np.ndarray) -> float:
+        groups: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+        for key, crit, t in zip(keys, criterion, test, strict=True):
+            groups[key].append((float(crit), float(t)))
+        return _pairwise(groups)
+
+    ks = [0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0]
+    mix = {k: pairwise(bias2 + k * var_n) for k in ks}
+    best_k = max(mix, key=lambda k: (mix[k] if math.isfinite(mix[k]) else -1, -abs(k - d)))
+    candidates = {
+        "label MSE of the raw noisy labels (what `auto` uses now)": label,
+        "MSE of the training targets (after the transform)": target,
+        "bias^2 of the targets": bias2,
+        "variance / n of the targets": var_n,
+        f"bias^2 + d * variance / n (d = {d} features)": bias2 + d * var_n,
+        f"bias^2 + {best_k:g} * variance / n (best k on this grid, in-sample)": bias2
+        + best_k * var_n,
+    }
+    lines = [
+        f"{len(rows)} cells (mechanism x transform x finite epsilon"
+        + (", several n" if len({n for n, *_ in rows}) > 1 else "")
+        + f"), model `{model}`. Spearman rank correlation with the excess test MSE over the "
+        "non-private model, and the share of same-epsilon pairs of cells the criterion puts in "
+        "the same order as their test MSE (what a selection rule needs).",
+        "",
+        "| criterion | Spearman vs excess test MSE | same-epsilon pairs ordered right |",
+        "|---|---|---|",
+    ]
+    summary = {}
+    for name, values in candidates.items():
+        rho, acc = _spearman(values, excess), pairwise(values)
+        summary[name] = (rho, acc)
+        lines.append(f"| {name} | {rho:.2f} | {acc:.0%} |")
+    lines.append("")
+    lines.append(
+        "Pairwise accuracy of bias^2 + k variance/n by k: "
+        + ", ".join(f"k={k:g}: {acc:.0%}" for k, acc in mix.items())
+    )
+    return "\n".join(lines), {"best_k": best_k, "mix": mix, "summary": summary}
+
+
+def debias_vs_n(cells: dict[tuple, Cell], model: str) -> str:
+    sizes = sorted({n for (m, n, *_r) in cells if m == model})
+    if len(sizes) < 2:
+        return ""
+    lines = [
+        f"Model `{model}`: test MSE of raw vs debiased targets by training-set size "
+        "(same test sets; smaller n are random subsets of the training split).",
+        "",
+        "| mechanism | eps | " + " | ".join(f"n={n} raw / deb" for n in sizes) + " |",
+        "|---|---|" + "---|" * len(sizes),
+    ]
+    variants = sorted({v for (m, _n, v, t, _e) in cells if m == model and t == "debiased"})
+    epsilons = sorted({e for (m, _n, _v, t, e) in cells if m == model and t == "debiased"})
+    for v in variants:
+        for e in epsilons:
+            texts = []
+            for n in sizes:
+                raw = cells.get((model, n, v, "raw", e))
+                deb = cells.get((model, n, v, "debiased", e))
+                if raw is None or deb is None:
+                    texts.append("")
+                    continue
+                mark = "**deb**" if deb.mean < raw.mean else "raw"
+                texts.append(f"{_fmt(raw.mean)} / {_fmt(deb.mean)} ({mark})")
+            if any(texts):
+                lines.append(f"| {SHORT.get(v, v)} | {_eps(e)} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
+def plot(cells: dict[tuple, Cell], dataset: str, model: str, n_train: int, path: Path) -> None:
+    """Test MSE against epsilon (log x, log y), ours solid, the papers' reported numbers dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 6.5))
+    finite = [e for e in _epsilons(cells, model, n_train) if math.isfinite(e)]
+    cmap = plt.get_cmap("tab20")
+    for i, (v, t) in enumerate(_columns(cells, model, n_train)):
+        xs = [e for e in finite if (model, n_train, v, t, e) in cells]
+        ys = [cells[(model, n_train, v, t, e)].mean for e in xs]
+        style: dict[str, Any] = {"color": cmap(i % 20)}
+        if v == "constant":
+            style = {"color": "black", "linestyle": ":", "linewidth": 2}
+        ax.plot(xs, ys, marker="o", markersize=3, label=column_name(v, t), **style)
+    nonprivate = cells.get((model, n_train, "nonprivate", "raw", math.inf))
+    if nonprivate is not None:
+        ax.axhline(nonprivate.mean, color="grey", linewidth=1, label="non-private (eps = inf)")
+    table = papers.paper_table(dataset)
+    for j, column in enumerate(papers.COLUMNS):
+        xs = [e for e in table if math.isfinite(e)]
+        if xs:
+            ax.plot(
+                xs,
+                [table[e][column][0] for e in xs],
+                linestyle="--",
+                linewidth=1,
+                color=plt.get_cmap("Dark2")(j),
+                label=f"paper: {column}",
+            )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("total epsilon (log scale)")
+    ax.set_ylabel("test MSE (log scale)")
+    ax.set_title(f"{dataset}: {MODEL_TITLES.get(model, model)}, n_train = {n_train}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_report(
+    data: Dataset, records: Sequence[Record], *, out_dir: Path, command_lines: Sequence[str]
+) -> Path:
+    """Write ``accuracy_<dataset>.md`` and its PNGs into ``out_dir``; return the md path."""
+    cells = aggregate(records)
+    models = [m for m in ("mlp", "ridge", "gbm", "auto") if any(r.model == m for r in records)]
+    parts = [
+        f"# Accuracy benchmark: {data.name}",
+        "",
+        f"{data.description}. Label bounds (public, fixed before reading labels): "
+        f"{data.bounds_source}. Label variance (= test MSE of a constant predictor at the "
+        f"exact mean): {float(np.var(data.y)):.4g}.",
+        "",
+        f"Generated by `bench/accuracy` at commit {_git_commit()} from "
+        f"`bench/accuracy/records/{data.name}.jsonl`. Commands that produced the records:",
+        "",
+        *[f"    {line}" for line in command_lines],
+        "",
+        "## What was run (exactly)",
+        "",
+        runs_summary(records),
+        "",
+        "Trials use different seeded 80/20 splits; total epsilon = epsilon1 + epsilon2 for the "
+        "two-step mechanisms (see `bench/accuracy/mechanisms.py`). Every prior is the "
+        "epsilon1-DP histogram (exact discrete Laplace, 64 cells), never the raw labels; the "
+        "DP constant is the epsilon-DP mean of the clipped labels (discrete Laplace on the "
+        "rounded sum), so every cell below is honestly private at its epsilon (Gaussian: "
+        "(epsilon, 1e-5)).",
+        "",
+        "Legend: Lap-clip / Lap = Laplace clipped / unclipped; Stair(-d) = staircase "
+        "(discrete); Exp = exponential; RRoB = RR-on-Bins; RP-T5 = RPWithPrior with the "
+        "paper's Table 5 split and zeta (Algorithm 1 interval); RP-auto = RPWithPrior with our "
+        "split and (A1, A2, zeta) minimising the expected label MSE; RRwP = RRWithPrior; "
+        'Unb = Unbiased; auto = the labels party\'s `mechanism="auto"`; `deb` = debiased '
+        "targets (noisy - b) / a; `(auto t.)` = transform chosen by the features party.",
+    ]
+    analysis_stats = {}
+    for model in models:
+        n_train = full_n(records, model)
+        assert n_train is not None
+        png = out_dir / f"accuracy_{data.name}_{model}.png"
+        plot(cells, data.name, model, n_train, png)
+        parts += [
+            "",
+            f"## Model `{model}`: {MODEL_TITLES[model]}",
+            "",
+            f"### Headline (n_train = {n_train})",
+            "",
+            headline(cells, data.name, model, n_train),
+            "",
+            "### Test MSE, mean ± std over trials (best per row in bold)",
+            "",
+            mse_table(cells, model, n_train),
+            "",
+            "### Mechanism label MSE (noisy vs true training labels; `deb` columns: debiased "
+            "targets vs true labels)",
+            "",
+            mse_table(cells, model, n_train, stat="label"),
+            "",
+            "### RPWithPrior: automatic choice vs the paper's hand-tuned Table 5",
+            "",
+            rp_comparison(cells, model, n_train),
+            "",
+            "### What predicts the model's test MSE",
+            "",
+        ]
+        text, stats = criterion_analysis(cells, model, data.d)
+        analysis_stats[model] = stats
+        parts += [text, "", f"![test MSE vs epsilon, {model}]({png.name})"]
+        sweep = debias_vs_n(cells, model)
+        if sweep:
+            parts += ["", "### Debiasing as n grows", "", sweep]
+    parts += [
+        "",
+        "## The papers' reported numbers",
+        "",
+        f"Source: {papers.SOURCES.get(data.name, 'none')}; copied as printed (best per row in "
+        "bold). Their RPWithPrior column is not honestly private (../shared/papers/README.md).",
+        "",
+        paper_table_md(data.name),
+    ]
+    discussion = ANALYSIS_DIR / f"{data.name}.md"
+    if discussion.is_file():
+        parts += ["", discussion.read_text(encoding="utf-8").rstrip()]
+    path = out_dir / f"accuracy_{data.name}.md"
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return path

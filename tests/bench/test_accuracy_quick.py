@@ -1,0 +1,194 @@
+"""The accuracy harness: its --quick mode end to end, and the pieces its numbers rest on."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.accuracy import __main__ as cli
+from bench.accuracy import data, mechanisms, papers, report, runner
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HAVE_CRIME = (data.DATASETS_DIR / "communities.data").is_file()
+
+
+def _run_quick(dataset: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:
+    started = time.perf_counter()
+    code = cli.main(
+        ["--dataset", dataset, "--quick", "--model", "mlp,ridge", "--json", "--out", str(tmp_path)]
+    )
+    elapsed = time.perf_counter() - started
+    assert code == 0
+    assert elapsed < 60, f"--quick took {elapsed:.0f}s"
+    out = capsys.readouterr().out
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def _check_rows(rows: list[dict], dataset: str, tmp_path: Path) -> None:
+    assert rows, "no JSON output"
+    for row in rows:
+        assert {"mechanism", "epsilon", "test_mse_mean", "test_mse_std", "label_mse_mean"} <= set(
+            row
+        )
+        assert row["trials"] == 1
+        assert math.isfinite(row["test_mse_mean"]) and row["test_mse_mean"] >= 0
+    seen = {(r["model"], r["mechanism"], r["epsilon"]) for r in rows}
+    for model in ("mlp", "ridge"):
+        for eps in cli.QUICK_EPSILONS:
+            assert (model, "constant", eps) in seen
+            assert (model, "rp_auto", eps) in seen
+            assert (model, "rr_on_bins", eps) in seen
+    # Mechanism label MSE is reported for every randomized cell and shrinks with epsilon.
+    lab = {
+        r["epsilon"]: r["label_mse_mean"]
+        for r in rows
+        if r["model"] == "ridge" and r["mechanism"] == "rp_auto" and r["transform"] == "raw"
+    }
+    assert lab[8.0] < lab[1.0] < lab[0.1]
+    md = (tmp_path / f"accuracy_{dataset}.md").read_text()
+    assert "## What was run (exactly)" in md
+    assert "**" in md  # best cell per row marked
+    assert (tmp_path / f"accuracy_{dataset}_mlp.png").stat().st_size > 1000
+
+
+def test_quick_linear_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _run_quick("linear", tmp_path, capsys)
+    _check_rows(rows, "linear", tmp_path)
+
+
+@pytest.mark.skipif(not HAVE_CRIME, reason="../shared/datasets is absent")
+def test_quick_crime_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _run_quick("crime", tmp_path, capsys)
+    _check_rows(rows, "crime", tmp_path)
+    md = (tmp_path / "accuracy_crime.md").read_text()
+    assert "RPWithPrior arXiv Table 1" in md  # the papers' numbers beside ours
+
+
+def test_missing_dataset_skips_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(data.LOADERS, "crime", lambda: data.load_crime(tmp_path))
+    assert cli.main(["--dataset", "crime", "--quick"]) == 0
+    assert "skipped" in capsys.readouterr().err
+    with pytest.raises(data.DatasetUnavailable):
+        data.load_housing(tmp_path)
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--dataset", "crime", "--epsilons", "0,1"])
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--dataset", "crime", "--model", "svm"])
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--dataset", "nope"])
+
+
+def test_simulated_sets_follow_appendix_i() -> None:
+    lin = data.make_linear(n=2000, d=5, seed=3)
+    assert lin.x.shape == (2000, 5) and lin.lo == -lin.hi
+    # y = X a exactly (the bounds clip essentially nothing at 4 sd).
+    a, *_ = np.linalg.lstsq(lin.x, lin.y, rcond=None)
+    assert np.allclose(lin.x @ a, lin.y, atol=1e-6 * lin.hi)
+    nonlin = data.make_nonlinear(n=2000, d=5, seed=3)
+    inside = nonlin.y < nonlin.hi
+    assert np.allclose(nonlin.y[inside], np.exp(nonlin.x[inside]).sum(axis=1))
+
+
+@pytest.mark.skipif(not HAVE_CRIME, reason="../shared/datasets is absent")
+def test_real_sets_are_preprocessed_as_documented() -> None:
+    crime = data.load_crime()
+    assert crime.x.shape == (1994, 99)  # 100 attributes after the paper's drops, minus racepctblack
+    assert abs(float(np.var(crime.y)) - 0.0543) < 5e-4
+    housing = data.load_housing()
+    assert housing.x.shape == (20640, 8)
+    assert abs(float(np.var(housing.y)) - 1.3316) < 1e-3
+    assert housing.y.max() <= 5.0
+
+
+def test_splits_differ_by_trial_and_are_80_20() -> None:
+    train0, test0 = runner.split_indices(1000, trial=0)
+    train1, _ = runner.split_indices(1000, trial=1)
+    assert test0.size == 200 and train0.size == 800
+    assert not np.intersect1d(train0, test0).size
+    assert not np.array_equal(train0, train1)
+
+
+def test_cell_labels_are_seeded_and_independent_of_other_mechanisms() -> None:
+    y = np.random.default_rng(1).uniform(0.0, 1.0, 500)
+    kw = {"lo": 0.0, "hi": 1.0, "epsilon": 1.0, "trial": 0}
+    alone = runner.draw_labels("toy", y, variants=["rp_auto"], **kw)
+    together = runner.draw_labels("toy", y, variants=["rr_on_bins", "rp_auto"], **kw)
+    again = runner.draw_labels("toy", y, variants=["rr_on_bins", "rp_auto"], **kw)
+    assert np.array_equal(alone["rp_auto"].noisy, together["rp_auto"].noisy)
+    assert np.array_equal(again["rr_on_bins"].noisy, together["rr_on_bins"].noisy)
+    other_trial = runner.draw_labels("toy", y, variants=["rp_auto"], **{**kw, "trial": 1})
+    assert not np.array_equal(other_trial["rp_auto"].noisy, alone["rp_auto"].noisy)
+
+
+@pytest.mark.parametrize("eps", [0.05, 1.0, 8.0])
+def test_accounting_adds_up_to_the_cell_epsilon(eps: float) -> None:
+    y = np.random.default_rng(2).uniform(0.0, 5.0, 400)
+    cell = runner.draw_labels(
+        "housing", y, lo=0.0, hi=5.0, epsilon=eps, trial=0, variants=list(mechanisms.VARIANTS)
+    )
+    assert {"rr_on_bins", "rp_auto", "rp_paper", "auto"} <= set(cell)
+    for key, labels in cell.items():
+        built = labels.built
+        assert math.isclose(built.epsilon1 + built.epsilon2, eps, rel_tol=1e-12), key
+        two_step = key in ("rr_on_bins", "rp_paper", "rp_auto", "rr_with_prior", "unbiased", "auto")
+        assert (built.epsilon1 > 0) == two_step, key
+    # Table 5 (Housing): epsilon1 = 0.008 at eps = 1.
+    if eps == 1.0:
+        assert cell["rp_paper"].built.epsilon1 == 0.008
+
+
+def test_dp_mean_is_accurate_at_large_epsilon_and_bounded() -> None:
+    y = np.random.default_rng(3).uniform(0.0, 1.0, 5000)
+    rng = np.random.default_rng(4)
+    estimates = [mechanisms.dp_mean(y, lo=0.0, hi=1.0, epsilon=10.0, rng=rng) for _ in range(20)]
+    assert abs(np.mean(estimates) - y.mean()) < 1e-3
+    tiny = [mechanisms.dp_mean(y[:3], lo=0.0, hi=1.0, epsilon=0.01, rng=rng) for _ in range(20)]
+    assert all(0.0 <= v <= 1.0 for v in tiny)
+    assert np.std(tiny) > 0.05  # at 3 labels and eps 0.01 the noise must dominate
+
+
+def test_target_stats_recover_bias_and_variance() -> None:
+    rng = np.random.default_rng(5)
+    y = rng.uniform(0.0, 1.0, 20_000)
+    # A shrinking mechanism: noisy = 0.5 y + 0.25 + N(0, 0.1^2): affine (0.5, 0.25).
+    draws = np.stack([0.5 * y + 0.25 + rng.normal(0.0, 0.1, y.size) for _ in range(5)])
+    raw = runner._target_stats(y, draws, (0.5, 0.25), "raw")
+    deb = runner._target_stats(y, draws, (0.5, 0.25), "debiased")
+    expected_bias2 = float(np.mean((0.25 - 0.5 * y) ** 2))
+    assert abs(raw["bias2"] - expected_bias2) < 2e-3
+    assert abs(raw["variance"] - 0.01) < 1e-3
+    assert deb["bias2"] < 1e-3 and abs(deb["variance"] - 0.04) < 3e-3
+    assert abs(raw["label_mse"] - (expected_bias2 + 0.01)) < 2e-3
+
+
+def test_transforms_follow_the_affine_expectation() -> None:
+    built = mechanisms.Built(randomizer=None, epsilon1=0, epsilon2=1, affine=None, params={})
+    assert mechanisms.transforms_for(built) == ("raw",)
+    identity = mechanisms.Built(randomizer=None, epsilon1=0, epsilon2=1, affine=(1, 0), params={})
+    assert mechanisms.transforms_for(identity) == ("raw",)
+    shrink = mechanisms.Built(randomizer=None, epsilon1=0, epsilon2=1, affine=(0.5, 1), params={})
+    assert mechanisms.transforms_for(shrink) == ("raw", "debiased")
+    assert np.allclose(mechanisms.apply_transform(np.array([2.0]), (0.5, 1), "debiased"), [2.0])
+
+
+def test_paper_tables_copied() -> None:
+    crime = papers.paper_table("crime")
+    assert len(crime) == 13 and crime[0.05]["RPWithPrior"] == (0.0679, 0.0070)
+    assert papers.paper_best("housing")[1.0] == ("Staircase", 0.8862)
+    assert papers.paper_best("crime")[math.inf] == ("RPWithPrior", 0.0177)
+    assert papers.paper_table("ads") == {}
+
+
+def test_pairwise_order_accuracy() -> None:
+    groups = {"a": [(1.0, 10.0), (2.0, 20.0), (3.0, 15.0)]}
+    assert report._pairwise(groups) == pytest.approx(2 / 3)
