@@ -1,0 +1,218 @@
+"""Fixtures for the labels-party tests: an in-process app (TestClient) and real server processes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from starlette.exceptions import StarletteDeprecationWarning
+
+from labels_party.config import Settings, Tokens
+from labels_party.main import create_app
+
+with warnings.catch_warnings():  # starlette prefers httpx2 (not a dependency) at import time
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from fastapi.testclient import TestClient
+
+TOKENS = Tokens(
+    advertiser="adv-0123456789abcdef",
+    publisher="pub-0123456789abcdef",
+    operator="ops-0123456789abcdef",
+)
+ROLES = ("advertiser", "publisher", "operator")
+TOKENS_ENV = ",".join(f"{role}={token}" for role, token in TOKENS.items())
+
+
+def auth(role: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {getattr(TOKENS, role)}"}
+
+
+ADV, PUB, OPS = auth("advertiser"), auth("publisher"), auth("operator")
+
+
+def make_settings(db_path: Path, **overrides: Any) -> Settings:
+    return Settings(database_url=f"sqlite:///{db_path}", tokens=TOKENS, **overrides)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "labels.db"
+
+
+@pytest.fixture
+def make_client(db_path: Path) -> Iterator[Callable[..., TestClient]]:
+    """Build TestClients on the test's database (seeded randomness unless told otherwise)."""
+    stack = contextlib.ExitStack()
+
+    def build(seed: int | None = 7, randomizer: Any = None, **overrides: Any) -> TestClient:
+        rng_factory = None if seed is None else (lambda: np.random.default_rng(seed))
+        app = create_app(
+            make_settings(db_path, **overrides), rng_factory=rng_factory, randomizer=randomizer
+        )
+        return stack.enter_context(TestClient(app, raise_server_exceptions=False))
+
+    with stack:
+        yield build
+
+
+@pytest.fixture
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
+
+
+def create_dataset(client: Any, name: str = "ds", **fields: Any) -> dict[str, Any]:
+    body = {
+        "name": name,
+        "label_min": 0.0,
+        "label_max": 100.0,
+        "default_label": 0.0,
+        "epsilon_budget": 10.0,
+        **fields,
+    }
+    response = client.post("/v1/datasets", json=body, headers=OPS)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def register(client: Any, name: str, ids: list[str]) -> dict[str, Any]:
+    response = client.post(f"/v1/datasets/{name}/examples", json={"example_ids": ids}, headers=PUB)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def put_labels(client: Any, name: str, pairs: list[tuple[str, float]], **params: Any) -> Any:
+    body = {"labels": [{"example_id": i, "value": v} for i, v in pairs]}
+    return client.post(f"/v1/datasets/{name}/labels", json=body, headers=ADV, params=params)
+
+
+def csv_body(pairs: list[tuple[str, float]]) -> bytes:
+    return ("example_id,value\n" + "".join(f"{i},{v!r}\n" for i, v in pairs)).encode()
+
+
+def release(client: Any, name: str, **body: Any) -> Any:
+    payload = {"mechanism": "rpwithprior", "epsilon": 1.0, **body}
+    return client.post(f"/v1/datasets/{name}/releases", json=payload, headers=ADV)
+
+
+# ---- real server processes -------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
+    """Run ``python -m labels_party ARGS`` and return the CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, "-m", "labels_party", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )
+
+
+@dataclass
+class Server:
+    """A ``labeldp serve labels`` process on a free loopback port."""
+
+    db: Path
+    env: dict[str, str]
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, **extra_env: str) -> Server:
+        assert self.process is None
+        self.port = free_port()
+        env = {**os.environ, "LABELDP_TOKENS": TOKENS_ENV, "LABELDP_WARMUP": "0", **self.env}
+        env.update(extra_env)
+        self.log_path = self.db.with_suffix(f".{self.port}.log")
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "labels_party", "serve", "labels", "--db", str(self.db),
+             "--port", str(self.port), "--log-level", "warning"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )  # fmt: skip
+        log.close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log_path.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("server did not become healthy")
+
+    def kill(self) -> None:
+        """kill -9: no shutdown handler, no flush, no checkpoint."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=20)
+            self.process = None
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=kwargs.pop("timeout", 120), **kwargs)
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    servers: list[Server] = []
+
+    def build(db: Path | None = None, **env: str) -> Server:
+        server = Server(db=db or tmp_path / "server.db", env=env)
+        servers.append(server)
+        return server
+
+    yield build
+    for server in servers:
+        server.stop()
+
+
+def ledger_rows(db: Path) -> list[dict[str, Any]]:
+    """The ledger read straight from SQLite (independent of the service code)."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute("SELECT * FROM ledger ORDER BY seq")]
+
+
+def parse_params(entry: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(entry["parameters"])

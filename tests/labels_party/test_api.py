@@ -1,0 +1,296 @@
+"""HTTP behaviour of the labels party through the real app (TestClient, real SQLite file)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from labels_party.releases import ReleaseService
+from shared.message import BINARY_MEDIA_TYPE, decode_binary, from_json_message
+from shared.randomizer import Release, label_randomizer
+from tests.labels_party.conftest import (
+    ADV,
+    OPS,
+    PUB,
+    create_dataset,
+    csv_body,
+    put_labels,
+    register,
+    release,
+)
+
+
+def test_dataset_create_and_read(client):
+    created = create_dataset(client, "clicks", epsilon_budget=2.5)
+    assert created["state"] == "open" and created["epsilon_left"] == 2.5
+    again = client.post(
+        "/v1/datasets",
+        json={"name": "clicks", "label_min": 0, "label_max": 1, "default_label": 0,
+              "epsilon_budget": 1},
+        headers=OPS,
+    )  # fmt: skip
+    assert again.status_code == 409
+    assert again.json()["errors"][0]["field"] == "name"
+    for headers in (ADV, PUB, OPS):
+        view = client.get("/v1/datasets/clicks", headers=headers).json()
+        assert view["epsilon_budget"] == 2.5 and view["n_examples"] == 0
+        assert ("n_labels" in view) == (headers is ADV)
+
+
+def test_examples_are_idempotent_and_counted(client):
+    create_dataset(client)
+    first = register(client, "ds", ["a", "b", "c"])
+    assert first == {"accepted": 3, "registered_new": 3, "n_examples": 3}
+    second = register(client, "ds", ["b", "c", "d", "d"])
+    assert second == {"accepted": 4, "registered_new": 1, "n_examples": 4}
+    plain = client.post(
+        "/v1/datasets/ds/examples",
+        content=b"e\r\nf\n\na\n",
+        headers={**PUB, "content-type": "text/plain; charset=utf-8"},
+    )
+    assert plain.status_code == 200, plain.text
+    assert plain.json() == {"accepted": 3, "registered_new": 2, "n_examples": 6}
+
+
+def test_labels_counts_clipping_idempotency_conflict_overwrite(client):
+    create_dataset(client, label_min=0.0, label_max=10.0)
+    first = put_labels(client, "ds", [("a", 1.0), ("b", 20.0), ("c", -5.0), ("d", 3)])
+    assert first.json() == {
+        "accepted": 4, "new": 4, "clipped": 2, "unchanged": 0, "overwritten": 0, "n_labels": 4
+    }  # fmt: skip
+    # same values (b clipped to 10 either way) -> idempotent
+    again = put_labels(client, "ds", [("a", 1.0), ("b", 10.0), ("e", 2.0)])
+    assert again.json() == {
+        "accepted": 3, "new": 1, "clipped": 0, "unchanged": 2, "overwritten": 0, "n_labels": 5
+    }  # fmt: skip
+    conflict = put_labels(client, "ds", [("f", 1.0), ("a", 2.0)])
+    assert conflict.status_code == 409
+    assert conflict.json()["errors"][0]["field"] == "row[1].value"
+    assert "'a'" in conflict.json()["errors"][0]["message"]
+    # nothing of the refused batch was stored (f is absent)
+    assert client.get("/v1/datasets/ds", headers=ADV).json()["n_labels"] == 5
+    forced = put_labels(client, "ds", [("f", 1.0), ("a", 2.0)], overwrite="true")
+    assert forced.json() == {
+        "accepted": 2, "new": 1, "clipped": 0, "unchanged": 0, "overwritten": 1, "n_labels": 6
+    }  # fmt: skip
+
+
+def test_duplicates_within_one_batch(client):
+    create_dataset(client)
+    same = put_labels(client, "ds", [("a", 1.0), ("a", 1.0)])
+    assert same.json()["new"] == 1 and same.json()["unchanged"] == 1
+    differ = put_labels(client, "ds", [("b", 1.0), ("b", 2.0)])
+    assert differ.status_code == 409
+    last_wins = put_labels(client, "ds", [("b", 1.0), ("b", 2.0), ("b", 3.0)], overwrite="true")
+    assert last_wins.json()["new"] == 1 and last_wins.json()["overwritten"] == 2
+
+
+def test_csv_and_ndjson_streams(client):
+    create_dataset(client)
+    pairs = [(f"id{i:05d}", i / 10) for i in range(5000)]
+    response = client.post(
+        "/v1/datasets/ds/labels",
+        content=csv_body(pairs),
+        headers={**ADV, "content-type": "text/csv"},
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["new"] == 5000
+    ndjson = "".join(json.dumps({"example_id": f"n{i}", "value": i}) + "\n" for i in range(10))
+    response = client.post(
+        "/v1/datasets/ds/labels",
+        content=ndjson.encode(),
+        headers={**ADV, "content-type": "application/x-ndjson"},
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["n_labels"] == 5010
+
+
+def _capture_randomizer(seen: list[np.ndarray]):
+    def fake(labels, **kwargs) -> Release:
+        seen.append(np.array(labels, copy=True))
+        return label_randomizer(labels, **kwargs)
+
+    return fake
+
+
+def test_release_uses_default_label_for_unlabelled_and_only_registered(make_client):
+    seen: list[np.ndarray] = []
+    client = make_client(randomizer=_capture_randomizer(seen))
+    create_dataset(client, default_label=5.0)
+    register(client, "ds", ["b", "a", "c"])
+    put_labels(client, "ds", [("a", 70.0), ("zz-unregistered", 99.0)])
+    response = release(client, "ds")
+    assert response.status_code == 201, response.text
+    # message order is sorted by id: a, b, c; b and c unlabelled -> default 5.0
+    np.testing.assert_array_equal(seen[0], [70.0, 5.0, 5.0])
+    message = client.get(f"/v1/releases/{response.json()['id']}/message", headers=PUB)
+    header, ids, _labels = from_json_message(message.content)
+    assert ids == ["a", "b", "c"] and header.n == 3 and header.default_label == 5.0
+
+
+def test_release_message_is_stored_once_and_both_encodings_agree(client):
+    create_dataset(client, epsilon_budget=2.0)
+    ids = [f"x{i:04d}" for i in range(3000)]
+    register(client, "ds", ids)
+    put_labels(client, "ds", [(i, float(k % 100)) for k, i in enumerate(ids)])
+    created = release(client, "ds", epsilon=1.0, epsilon_histogram=0.25, params={"bins": 32})
+    assert created.status_code == 201, created.text
+    meta = created.json()
+    assert meta["epsilon1"] == 0.25 and meta["epsilon2"] == 0.75 and meta["epsilon"] == 1.0
+    assert meta["n"] == 3000 and meta["mechanism"] == "rpwithprior"
+    assert client.get(f"/v1/releases/{meta['id']}", headers=PUB).json() == meta
+
+    url = f"/v1/releases/{meta['id']}/message"
+    json_1 = client.get(url, headers=ADV)
+    json_2 = client.get(url, headers={**PUB, "accept": "application/json"})
+    assert json_1.headers["content-type"].startswith("application/json")
+    assert json_1.content == json_2.content
+    binary_1 = client.get(url, headers={**PUB, "accept": BINARY_MEDIA_TYPE})
+    binary_2 = client.get(url, headers={**ADV, "accept": f"{BINARY_MEDIA_TYPE}, */*;q=0.1"})
+    assert binary_1.headers["content-type"] == BINARY_MEDIA_TYPE
+    assert binary_1.content == binary_2.content
+    assert int(binary_1.headers["content-length"]) == meta["binary_size"]
+
+    header_j, ids_j, labels_j = from_json_message(json_1.content)
+    header_b, ids_b, labels_b = decode_binary(binary_1.content)
+    assert header_j == header_b and ids_j == ids_b == ids
+    np.testing.assert_array_equal(labels_j, labels_b)
+    assert header_b.body_sha256 == meta["message_sha256"]
+    assert len(header_b.histogram.probs) == 32
+    import hashlib
+
+    assert hashlib.sha256(binary_1.content).hexdigest() == meta["binary_sha256"]
+    # pulling again cost nothing
+    assert client.get("/v1/datasets/ds", headers=OPS).json()["epsilon_spent"] == 1.0
+    unacceptable = client.get(url, headers={**PUB, "accept": "text/html"})
+    assert unacceptable.status_code == 406
+
+
+def test_release_freezes_the_dataset_and_spends_budget(client):
+    create_dataset(client, epsilon_budget=2.0)
+    register(client, "ds", ["a", "b"])
+    put_labels(client, "ds", [("a", 1.0)])
+    assert release(client, "ds", epsilon=1.5).status_code == 201
+    assert (
+        client.post(
+            "/v1/datasets/ds/examples", json={"example_ids": ["c"]}, headers=PUB
+        ).status_code
+        == 409
+    )
+    assert put_labels(client, "ds", [("b", 2.0)]).status_code == 409
+    over = release(client, "ds", epsilon=0.6)
+    assert over.status_code == 409
+    body = over.json()
+    assert body["spent"] == 1.5 and body["requested"] == 0.6 and body["budget"] == 2.0
+    assert math.isclose(body["left"], 0.5)
+    assert body["errors"][0]["field"] == "epsilon"
+    assert release(client, "ds", epsilon=0.5).status_code == 201
+    view = client.get("/v1/datasets/ds", headers=OPS).json()
+    assert view["state"] == "released" and view["epsilon_left"] == 0.0
+    assert len(view["releases"]) == 2
+
+
+def test_many_small_spends_fit_despite_rounding(client):
+    create_dataset(client, epsilon_budget=0.3)
+    register(client, "ds", ["a"])
+    for _ in range(3):
+        assert release(client, "ds", epsilon=0.1).status_code == 201
+    assert release(client, "ds", epsilon=1e-6).status_code == 409
+
+
+def test_release_needs_examples(client):
+    create_dataset(client)
+    put_labels(client, "ds", [("a", 1.0)])
+    response = release(client, "ds")
+    assert response.status_code == 409 and "no registered examples" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("mechanism", ["rr_on_bins", "auto"])
+def test_other_mechanisms(client, mechanism):
+    create_dataset(client)
+    ids = [f"e{i}" for i in range(500)]
+    register(client, "ds", ids)
+    put_labels(client, "ds", [(i, float(k % 7) * 10) for k, i in enumerate(ids)])
+    response = release(client, "ds", mechanism=mechanism, epsilon=2.0)
+    assert response.status_code == 201, response.text
+    assert response.json()["mechanism"] in ("rpwithprior", "rr_on_bins")
+    message = client.get(f"/v1/releases/{response.json()['id']}/message", headers=PUB)
+    header, _ids, labels = from_json_message(message.content)
+    assert header.mechanism == response.json()["mechanism"]
+    if header.mechanism == "rr_on_bins":  # outputs are the published output values only
+        assert set(np.unique(labels)) <= set(header.params["output_values"])
+    else:
+        assert labels.min() >= header.params["a1"] - header.params["zeta"] - 1e-9
+        assert labels.max() <= header.params["a2"] + header.params["zeta"] + 1e-9
+
+
+def test_release_retries_when_labels_change_after_the_snapshot(make_client, monkeypatch):
+    client = make_client()
+    create_dataset(client)
+    register(client, "ds", ["a", "b"])
+    original = ReleaseService._snapshot
+    calls = {"n": 0}
+
+    def racing_snapshot(self, name, request):
+        snap = original(self, name, request)
+        calls["n"] += 1
+        if calls["n"] == 1:  # a label lands between the snapshot and the write lock
+            put_labels(client, "ds", [("a", 42.0)])
+        return snap
+
+    monkeypatch.setattr(ReleaseService, "_snapshot", racing_snapshot)
+    seen: list[np.ndarray] = []
+    client.app.state.services.releases._randomizer = _capture_randomizer(seen)
+    assert release(client, "ds").status_code == 201
+    assert calls["n"] == 2
+    np.testing.assert_array_equal(seen[-1], [42.0, 0.0])  # the stored release saw the label
+
+
+def test_ledger_endpoint_and_metrics(client):
+    create_dataset(client, epsilon_budget=3.0)
+    register(client, "ds", ["a", "b"])
+    rel = release(client, "ds", epsilon=1.0).json()
+    page = client.get("/v1/ledger", headers=OPS).json()
+    kinds = [(e["kind"], e["epsilon"]) for e in page["entries"]]
+    assert kinds == [
+        ("dataset", 0.0),
+        ("histogram", rel["epsilon1"]),
+        ("randomizer", rel["epsilon2"]),
+    ]
+    assert page["entries"][0]["parameters"]["epsilon_budget"] == 3.0
+    assert all(e["release_id"] == rel["id"] for e in page["entries"][1:])
+    assert all(e["message_sha256"] == rel["message_sha256"] for e in page["entries"][1:])
+    assert all(e["actor_role"] == "advertiser" for e in page["entries"][1:])
+    assert page["entries"][1]["prev_hash"] == page["entries"][0]["entry_hash"]
+    assert page["head_hash"] == page["entries"][-1]["entry_hash"]
+    paged = client.get("/v1/ledger", params={"limit": 2}, headers=OPS).json()
+    assert len(paged["entries"]) == 2 and paged["next_after"] == 2
+    rest = client.get("/v1/ledger", params={"after": 2}, headers=OPS).json()
+    assert [e["seq"] for e in rest["entries"]] == [3] and rest["next_after"] is None
+
+    text = client.get("/metrics", headers=OPS).text
+    assert 'labeldp_epsilon_spent{dataset="ds"} 1.0' in text
+    assert 'labeldp_epsilon_budget{dataset="ds"} 3.0' in text
+    assert 'labeldp_releases_total{mechanism="rpwithprior"} 1' in text
+    assert "labeldp_examples_registered_total 2" in text
+    assert 'route="/v1/datasets/{name}/releases",status="201"} 1' in text
+
+
+def test_healthz_and_openapi_documented(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    spec = client.get("/openapi.json").json()
+    assert "/v1/datasets/{name}/labels" in spec["paths"]
+    content = spec["paths"]["/v1/datasets/{name}/labels"]["post"]["requestBody"]["content"]
+    assert set(content) == {"application/json", "text/csv", "application/x-ndjson"}
+    assert "ReleaseCreate" in spec["components"]["schemas"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_unknown_route_and_method_use_the_error_shape(client):
+    missing = client.get("/v1/nothing", headers=OPS)
+    assert missing.status_code == 404 and set(missing.json()) == {"detail", "errors"}
+    wrong = client.delete("/v1/ledger", headers=OPS)
+    assert wrong.status_code == 405 and "detail" in wrong.json()
