@@ -45,6 +45,7 @@ SHORT = {
     "rr_with_prior": "RRwP",
     "unbiased": "Unb",
     "auto": "auto",
+    "auto_k": "auto-k",
 }
 ORDER = ["constant", *mech.VARIANTS]
 TRANSFORM_TAG = {"raw": "", "debiased": " deb", "auto": " (auto t.)"}
@@ -225,8 +226,8 @@ def runs_summary(records: Sequence[Record]) -> str:
     for r in records:
         groups[(r.model, r.n_train)].append(r)
     lines = [
-        "| model | n_train | n_test | trials | epsilons | mechanisms | fits |",
-        "|---|---|---|---|---|---|---|",
+        "| model | n_train | n_test | trials | epsilons | mechanisms | fits | code |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (model, n_train), rs in sorted(groups.items()):
         trials = sorted({r.trial for r in rs})
@@ -236,7 +237,8 @@ def runs_summary(records: Sequence[Record]) -> str:
             f"| {model} | {n_train} | {rs[0].n_test} | "
             f"{len(trials)} ({', '.join(map(str, trials))}) | "
             f"{', '.join(_eps(e) for e in epsilons)} | "
-            f"{', '.join(SHORT.get(v, v) for v in variants)} | {len(rs)} |"
+            f"{', '.join(SHORT.get(v, v) for v in variants)} | {len(rs)} | "
+            f"{', '.join(sorted({r.commit for r in rs}))} |"
         )
     return "\n".join(lines)
 
@@ -520,8 +522,10 @@ def write_report(
         "(discrete); Exp = exponential; RRoB = RR-on-Bins; RP-T5 = RPWithPrior with the "
         "paper's Table 5 split and zeta (Algorithm 1 interval); RP-auto = RPWithPrior with our "
         "split and (A1, A2, zeta) minimising the expected label MSE; RRwP = RRWithPrior; "
-        'Unb = Unbiased; auto = the labels party\'s `mechanism="auto"`; `deb` = debiased '
-        "targets (noisy - b) / a; `(auto t.)` = transform chosen by the features party.",
+        'Unb = Unbiased; auto = the labels party\'s `mechanism="auto"`; auto-k = the same '
+        "with a histogram of `adaptive_bins(n, epsilon1)` cells instead of 64 (a proposal, "
+        "see `bench/accuracy/mechanisms.py`); `deb` = debiased targets (noisy - b) / a; "
+        "`(auto t.)` = transform chosen by the features party.",
     ]
     analysis_stats = {}
     for model in models:

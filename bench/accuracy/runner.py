@@ -11,6 +11,7 @@ randomizations of the same labels with the same (public) mechanism parameters.
 from __future__ import annotations
 
 import math
+import subprocess
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -65,6 +66,7 @@ class Record:
     epsilon1: float = 0.0
     epsilon2: float = 0.0
     seconds: float = 0.0
+    commit: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -90,6 +92,23 @@ class Labels:
     noisy: np.ndarray
     built: mech.Built
     stats: dict[str, dict[str, float]]  # transform -> label/target statistics
+
+
+def git_commit() -> str:
+    """The checkout's HEAD (short), recorded with every result; "+dirty" if files differ."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "shared", "features_party", "bench/accuracy"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def _seed(*parts: int | str | float) -> list[int]:
@@ -201,6 +220,7 @@ def run(
     progress: Callable[[str], None] = print,
 ) -> Iterator[Record]:
     """Yield one :class:`Record` per (trial, epsilon, model, mechanism, transform)."""
+    commit = git_commit()
     with threadpool_limits(1):  # 2-core machine shared with others: one BLAS / OpenMP thread
         for trial in trials:
             train, test = split_indices(data.n, trial=trial)
@@ -211,8 +231,8 @@ def run(
                 data.x[train], data.x[test], lo=data.lo, hi=data.hi, standardize=data.standardize
             )
             y_train, y_test = data.y[train], data.y[test]
-            base = {"dataset": data.name, "trial": trial, "n_train": train.size}
-            base["n_test"] = test.size
+            base: dict[str, Any] = {"dataset": data.name, "trial": trial, "n_train": train.size}
+            base |= {"n_test": test.size, "commit": commit}
             for epsilon in epsilons:
                 started = time.perf_counter()
                 if math.isinf(epsilon):
