@@ -48,18 +48,17 @@ compose_ok() {
     timeout 20 docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1
 }
 
-apt_updated=0
 apt_install() {
+    [ "$#" -gt 0 ] || return 0
     [ "$(id -u)" -eq 0 ] || die "need root to install: $*"
     command -v apt-get >/dev/null 2>&1 || die "no apt-get to install: $*"
-    if [ "$apt_updated" -eq 0 ]; then
-        log "apt-get update"
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed"
-        apt_updated=1
-    fi
-    log "apt-get install $*"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
-        || die "apt-get install $* failed"
+    local apt_log="$CACHE/apt.log"
+    log "apt-get install $* (log: $apt_log)"
+    {
+        DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get update -qq \
+            && DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 \
+                apt-get install -y -qq --no-install-recommends "$@"
+    } >"$apt_log" 2>&1 || { tail -n 20 "$apt_log" >&2; die "apt-get install $* failed"; }
 }
 
 start_dockerd() {
@@ -86,20 +85,25 @@ start_dockerd() {
     no_docker "dockerd did not answer within 60 s (see $logfile)"
 }
 
+# Install everything missing in one apt-get run (debootstrap only for the default base image).
+missing=()
+docker_ok || command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+compose_ok || missing+=(docker-compose)
+if [ "$BASE_IMAGE" = "labeldp-base:bookworm" ] && ! command -v debootstrap >/dev/null 2>&1 \
+    && [ ! -s "$CACHE/rootfs-bookworm.tar" ]; then
+    missing+=(debootstrap)
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    docker_ok || no_docker "no Docker engine answers to this user, who is not root and so can" \
+        "neither install nor start one"
+    [ "${#missing[@]}" -eq 0 ] || die "missing ${missing[*]} and not root to install them"
+fi
 if ! docker_ok; then
-    if [ "$(id -u)" -ne 0 ]; then
-        no_docker "no Docker engine answers and we are not root, so none can be installed/started"
-    fi
-    if ! command -v dockerd >/dev/null 2>&1; then
-        command -v apt-get >/dev/null 2>&1 || no_docker "no dockerd and no apt-get to install one"
-        apt_install docker.io
-    fi
-    command -v docker >/dev/null 2>&1 || apt_install docker.io
-    start_dockerd
+    command -v apt-get >/dev/null 2>&1 || command -v dockerd >/dev/null 2>&1 \
+        || no_docker "no Docker engine, no dockerd and no apt-get to install one"
 fi
-if ! compose_ok; then
-    apt_install docker-compose
-fi
+apt_install "${missing[@]}"
+docker_ok || start_dockerd
 log "Docker engine: $(docker version --format '{{.Server.Version}}' 2>/dev/null)"
 
 # ---------------------------------------------------------------- 2. base image
