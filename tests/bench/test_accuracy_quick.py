@@ -15,6 +15,7 @@ from bench.accuracy import data, mechanisms, papers, report, runner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HAVE_CRIME = (data.DATASETS_DIR / "communities.data").is_file()
+TWO_STEP = ("rr_on_bins", "rp_paper", "rp_auto", "rr_with_prior", "unbiased", "auto", "auto_k")
 
 
 def _run_quick(dataset: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:
@@ -140,7 +141,7 @@ def test_accounting_adds_up_to_the_cell_epsilon(eps: float) -> None:
     for key, labels in cell.items():
         built = labels.built
         assert math.isclose(built.epsilon1 + built.epsilon2, eps, rel_tol=1e-12), key
-        two_step = key in ("rr_on_bins", "rp_paper", "rp_auto", "rr_with_prior", "unbiased", "auto")
+        two_step = key in TWO_STEP
         assert (built.epsilon1 > 0) == two_step, key
     # Table 5 (Housing): epsilon1 = 0.008 at eps = 1.
     if eps == 1.0:
