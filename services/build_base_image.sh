@@ -164,6 +164,9 @@ if ! probe_out="$(docker run --rm --network none "$BASE_IMAGE" python3 -c 'print
     no_docker "the engine runs but cannot start a container"
 fi
 
+# Superseded service images (untagged by a newer build) only take disk space.
+docker image prune -f --filter label=org.labeldp.component >/dev/null 2>&1 || true
+
 # ---------------------------------------------------------------- 3. wheelhouse
 # services/wheels/deps     dependency wheels + requirements.txt (rebuilt when the deps change)
 # services/wheels/build    setuptools + wheel, to build the project wheel offline

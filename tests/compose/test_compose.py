@@ -261,6 +261,7 @@ def test_full_protocol_then_labels_survive_a_new_container(deployment: Deploymen
     upload = features.upload_features("clicks", ids, {"x1": x1, "x2": x2, "colour": colour})
     assert sum(answer.received for answer in upload) == n
     features.sync_examples("clicks")
+    assert getattr(publisher.dataset("clicks"), "n_examples", None) == n
 
     # Advertiser: conversion values for 80 % of the clicks (the rest keep the default label).
     labelled = n * 4 // 5
@@ -288,14 +289,16 @@ def test_full_protocol_then_labels_survive_a_new_container(deployment: Deploymen
     assert predictions.shape == (10,)
     assert np.all(np.isfinite(predictions))
 
-    spent_before = advertiser.dataset("clicks").epsilon_spent
-    assert spent_before == pytest.approx(2.0)
+    before = advertiser.dataset("clicks")
+    assert before.epsilon_spent == pytest.approx(2.0)
+    assert getattr(before, "n_labels", None) == labelled
     ledger_before = operator.ledger()
 
     # The labels party's container is replaced; its SQLite file lives on the named volume.
     _recreate(deployment, "labels")
 
-    assert advertiser.dataset("clicks").epsilon_spent == pytest.approx(spent_before)
+    after = advertiser.dataset("clicks")
+    assert after.model_dump() == before.model_dump(), "dataset state changed across the restart"
     assert operator.ledger() == ledger_before
     again = publisher.download_message(release.id)
     assert again.raw == message.raw, "a stored message must come back byte-identical"
