@@ -135,6 +135,7 @@ class Server:
 
     db: Path
     env: dict[str, str]
+    args: tuple[str, ...] = ()
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
@@ -152,7 +153,7 @@ class Server:
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "labels_party", "serve", "labels", "--db", str(self.db),
-             "--port", str(self.port), "--log-level", "warning"],
+             "--port", str(self.port), "--log-level", "warning", *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -195,8 +196,8 @@ class Server:
 def server_factory(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     servers: list[Server] = []
 
-    def build(db: Path | None = None, **env: str) -> Server:
-        server = Server(db=db or tmp_path / "server.db", env=env)
+    def build(db: Path | None = None, *args: str, **env: str) -> Server:
+        server = Server(db=db or tmp_path / "server.db", env=env, args=args)
         servers.append(server)
         return server
 

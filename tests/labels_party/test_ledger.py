@@ -1,0 +1,119 @@
+"""Ledger: hash chain, ``ledger verify`` (including tampered databases) and ``ledger export``."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import sqlite3
+
+import pytest
+
+from labels_party import ledger
+from tests.labels_party.conftest import cli, create_dataset, put_labels, register, release
+
+
+@pytest.fixture
+def populated(make_client, db_path):
+    client = make_client()
+    create_dataset(client, "one", epsilon_budget=3.0)
+    create_dataset(client, "two", epsilon_budget=1.0)
+    register(client, "one", [f"a{i}" for i in range(300)])
+    register(client, "two", ["b1", "b2"])
+    put_labels(client, "one", [(f"a{i}", float(i % 50)) for i in range(300)])
+    for _ in range(2):
+        assert release(client, "one", epsilon=1.0).status_code == 201
+    assert release(client, "two", mechanism="rr_on_bins", epsilon=0.5).status_code == 201
+    return db_path
+
+
+def _verify(db_path) -> tuple[int, str]:
+    result = cli("ledger", "verify", "--db", str(db_path))
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_verify_passes_and_reports_totals(populated):
+    code, out = _verify(populated)
+    assert code == 0, out
+    assert "dataset one: epsilon spent 2.0" in out and "dataset two: epsilon spent 0.5" in out
+    assert "ledger OK: 8 entries" in out
+
+
+def test_entry_hash_is_a_chain():
+    first = {"seq": 1, "time": "t", "dataset": "d", "release_id": None, "kind": "dataset",
+             "mechanism": None, "epsilon": 0.0, "actor_role": "operator", "parameters": "{}",
+             "message_sha256": None, "prev_hash": ledger.GENESIS_HASH}  # fmt: skip
+    digest = ledger.entry_hash(first)
+    assert digest != ledger.entry_hash({**first, "epsilon": 1e-12})
+    assert digest != ledger.entry_hash({**first, "prev_hash": "1" * 64})
+    assert digest == ledger.entry_hash({**first, "entry_hash": "ignored"})
+
+
+TAMPERING = [
+    ("epsilon lowered", "UPDATE ledger SET epsilon = epsilon / 2 WHERE seq = 4", "entry_hash"),
+    ("entry deleted", "DELETE FROM ledger WHERE seq = (SELECT max(seq) FROM ledger)", "missing"),
+    ("middle entry deleted", "DELETE FROM ledger WHERE seq = 3", "seq"),
+    ("spent rewritten", "UPDATE datasets SET epsilon_spent = 0.5 WHERE name = 'one'", "total"),
+    ("budget raised", "UPDATE datasets SET epsilon_budget = 99 WHERE name = 'two'", "budget"),
+    ("bounds widened", "UPDATE datasets SET label_max = 1e9 WHERE name = 'one'", "label_max"),
+    ("message altered",
+     "UPDATE message_chunks SET data = zeroblob(size) WHERE part = 2 AND seq = "
+     "(SELECT max(seq) FROM message_chunks)", "sha256"),
+    ("message removed", "DELETE FROM message_chunks WHERE release_id = "
+     "(SELECT min(id) FROM releases)", "no stored message"),
+    ("release epsilon rewritten",
+     "UPDATE releases SET epsilon2 = 0.1 WHERE id = (SELECT min(id) FROM releases)", "epsilon"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("statement", "expect"), [t[1:] for t in TAMPERING],
+                         ids=[t[0] for t in TAMPERING])  # fmt: skip
+def test_verify_detects_tampering(populated, statement, expect):
+    with contextlib.closing(sqlite3.connect(populated)) as conn:
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.execute(statement)
+        conn.commit()
+    code, out = _verify(populated)
+    assert code == 1, out
+    assert "PROBLEM" in out and expect in out, out
+
+
+def test_verify_detects_a_consistently_rehashed_forgery(populated):
+    """Rewrite one spend AND recompute the whole chain: the cross-checks still catch it."""
+    with contextlib.closing(sqlite3.connect(populated)) as conn:
+        conn.row_factory = sqlite3.Row
+        rows = [dict(r) for r in conn.execute("SELECT * FROM ledger ORDER BY seq")]
+        rows[-1]["epsilon"] = rows[-1]["epsilon"] / 10
+        prev = ledger.GENESIS_HASH
+        for row in rows:
+            row["prev_hash"] = prev
+            row["entry_hash"] = prev = ledger.entry_hash(row)
+            conn.execute(
+                "UPDATE ledger SET epsilon = ?, prev_hash = ?, entry_hash = ? WHERE seq = ?",
+                (row["epsilon"], row["prev_hash"], row["entry_hash"], row["seq"]),
+            )
+        conn.commit()
+    code, out = _verify(populated)
+    assert code == 1 and "entry epsilon != release" in out, out
+
+
+def test_export_writes_every_entry_as_csv(populated, tmp_path):
+    out_file = tmp_path / "ledger.csv"
+    result = cli("ledger", "export", "--db", str(populated), "--out", str(out_file))
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(out_file.open()))
+    assert [r["kind"] for r in rows] == ["dataset", "dataset"] + ["histogram", "randomizer"] * 3
+    assert rows[0]["prev_hash"] == ledger.GENESIS_HASH
+    assert all(rows[i]["prev_hash"] == rows[i - 1]["entry_hash"] for i in range(1, len(rows)))
+    spent_one = sum(float(r["epsilon"]) for r in rows if r["dataset"] == "one")
+    assert spent_one == pytest.approx(2.0)
+    assert json.loads(rows[0]["parameters"])["epsilon_budget"] == 3.0
+    to_stdout = cli("ledger", "export", "--db", str(populated))
+    assert list(csv.DictReader(io.StringIO(to_stdout.stdout))) == rows
+
+
+def test_cli_refuses_a_missing_database(tmp_path):
+    result = cli("ledger", "verify", "--db", str(tmp_path / "absent.db"))
+    assert result.returncode == 2 and "no database" in result.stderr
+    assert not (tmp_path / "absent.db").exists()
