@@ -1,0 +1,138 @@
+"""Training jobs (background), their progress and results, and predictions."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import uuid
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import select
+
+from features_party.api.deps import RunnerDep, SessionDep
+from features_party.db.models import FeatureDataset, FeatureRow, TrainedModel
+from features_party.features import FeatureInputError, RawBatch, type_rows
+from features_party.schemas import ModelCreate, ModelList, ModelOut, PredictIn, PredictOut
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+
+def model_out(job: TrainedModel) -> ModelOut:
+    return ModelOut(
+        id=job.id,
+        dataset=job.dataset,
+        release_id=job.release_id,
+        model=job.model,
+        label_transform=job.label_transform,
+        seed=job.seed,
+        status=job.status,  # type: ignore[arg-type]
+        stage=job.stage,
+        progress=job.progress,
+        error=job.error,
+        created=job.created,
+        finished=job.finished,
+        result=json.loads(job.result_json) if job.result_json else None,
+    )
+
+
+@router.post("", response_model=ModelOut, status_code=202)
+def create_model(body: ModelCreate, session: SessionDep, runner: RunnerDep) -> ModelOut:
+    """Queue a training job: pull the release's message once, join, select, fit."""
+    if session.get(FeatureDataset, body.dataset) is None:
+        raise HTTPException(
+            status_code=404, detail=f"dataset {body.dataset!r} has no features uploaded"
+        )
+    job = TrainedModel(
+        id=uuid.uuid4().hex,
+        dataset=body.dataset,
+        release_id=body.release_id,
+        model=body.model,
+        label_transform=body.label_transform,
+        seed=body.seed if body.seed is not None else secrets.randbelow(2**31),
+        status="queued",
+        stage="queued",
+        progress=0.0,
+    )
+    session.add(job)
+    session.commit()  # the job is durable before it is acknowledged
+    runner.submit(job.id)
+    return model_out(job)
+
+
+@router.get("", response_model=ModelList)
+def list_models(session: SessionDep) -> ModelList:
+    """Every training job, newest first."""
+    jobs = session.scalars(select(TrainedModel).order_by(TrainedModel.created.desc()))
+    return ModelList(models=[model_out(job) for job in jobs])
+
+
+@router.get("/{model_id}", response_model=ModelOut)
+def get_model(model_id: str, session: SessionDep) -> ModelOut:
+    """Status, stage, progress (0..1) and, once done, the validation report."""
+    job = session.get(TrainedModel, model_id)
+    if job is None:
+        raise HTTPException(status_code=404, detail=f"model {model_id!r} not found")
+    return model_out(job)
+
+
+@router.post("/{model_id}/predict", response_model=PredictOut)
+async def predict(model_id: str, body: PredictIn, request: Request) -> PredictOut:
+    """Predictions for feature rows given inline, or for stored example ids."""
+
+    def run() -> PredictOut:
+        runner = request.app.state.runner
+        with request.app.state.sessions() as session:
+            job = session.get(TrainedModel, model_id)
+            if job is None:
+                raise HTTPException(status_code=404, detail=f"model {model_id!r} not found")
+            if job.status != "succeeded":
+                raise HTTPException(
+                    status_code=409, detail=f"model {model_id!r} is {job.status}, not trained"
+                )
+            fitted = runner.fitted(session, model_id)
+            columns = list(fitted.encoder.columns)
+            if body.example_ids is not None:
+                found: dict[str, list[object]] = {}
+                ids = body.example_ids
+                for start in range(0, len(ids), 500):
+                    rows = session.execute(
+                        select(FeatureRow.example_id, FeatureRow.values_json).where(
+                            FeatureRow.dataset == job.dataset,
+                            FeatureRow.example_id.in_(ids[start : start + 500]),
+                        )
+                    )
+                    found.update({eid: json.loads(values) for eid, values in rows})
+                missing = [eid for eid in ids if eid not in found]
+                if missing:
+                    raise FeatureInputError(
+                        f"{len(missing)} example id(s) have no features in {job.dataset!r}",
+                        [(eid, "no feature row") for eid in missing[:10]],
+                    )
+                typed = [found[eid] for eid in ids]
+            else:
+                assert body.rows is not None
+                names = [name for name, _ in columns]
+                errors = []
+                for i, row in enumerate(body.rows):
+                    if set(row.features) != set(names):
+                        missing_cols = sorted(set(names) - set(row.features))
+                        extra = sorted(set(row.features) - set(names))
+                        errors.append(
+                            (f"rows[{i}].features", f"missing {missing_cols}, unexpected {extra}")
+                        )
+                        if len(errors) >= 10:
+                            break
+                if errors:
+                    raise FeatureInputError("rows must carry exactly the model's columns", errors)
+                batch = RawBatch(
+                    columns=names,
+                    example_ids=[row.example_id or "" for row in body.rows],
+                    cells=[[row.features[name] for name in names] for row in body.rows],
+                    source="json",
+                )
+                typed = type_rows(batch, columns)
+        predictions = fitted.predict_rows(typed)
+        return PredictOut(model_id=model_id, n=len(typed), predictions=predictions.tolist())
+
+    return await run_in_threadpool(run)

@@ -1,0 +1,66 @@
+"""``labeldp serve features``: run the features party's HTTP service."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from features_party.config import FEATURES_TOKEN_ENV, PUBLISHER_TOKEN_ENV, Settings
+from shared.errors import InvalidParameterError
+
+
+def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``features`` under ``labeldp serve``."""
+    parser = services.add_parser(
+        "features",
+        help="run the features party (publisher) service",
+        description=(
+            "Features party: feature uploads, example sync and training on the one label-DP "
+            f"message. Auth: set ${FEATURES_TOKEN_ENV} to require a bearer token; without it "
+            "the service only binds a loopback address."
+        ),
+    )
+    parser.add_argument("--db", required=True, help="SQLite file (created if missing)")
+    parser.add_argument("--port", type=int, default=8002)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--labels-url", required=True, help="base URL of the labels party")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help=f"the labels party's PUBLISHER token (default: ${PUBLISHER_TOKEN_ENV})",
+    )
+    parser.add_argument(
+        "--max-body-mb", type=int, default=256, help="largest accepted request body (MiB)"
+    )
+    parser.add_argument("--log-level", default="info")
+    parser.set_defaults(func=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Validate the settings, then run uvicorn until interrupted."""
+    import uvicorn
+
+    from features_party.main import create_app
+
+    try:
+        settings = Settings.from_env(
+            db_path=args.db,
+            labels_url=args.labels_url,
+            labels_token=args.token,
+            host=args.host,
+            port=args.port,
+            max_body_bytes=args.max_body_mb * 1024 * 1024,
+        )
+    except InvalidParameterError as exc:
+        print(f"labeldp serve features: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        access_log=False,
+    )
+    return 0

@@ -1,0 +1,99 @@
+"""The features party's settings: one frozen object built from the CLI and the environment."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.client import RetryPolicy
+from shared.errors import InvalidParameterError
+
+FEATURES_TOKEN_ENV = "LABELDP_FEATURES_TOKEN"
+PUBLISHER_TOKEN_ENV = "LABELDP_PUBLISHER_TOKEN"
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
+
+
+def is_loopback(host: str) -> bool:
+    """True for a host name / address that only this machine can reach."""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything the service needs; refuses unsafe combinations at construction.
+
+    ``features_token``: when set, every endpoint except ``/healthz`` needs
+    ``Authorization: Bearer <token>``; when unset the service only accepts a loopback bind
+    address (any local process may then call it, as with a local database socket).
+    ``labels_token`` is the PUBLISHER token of the labels party (used for example sync and the
+    message pull).
+    """
+
+    db_path: Path
+    labels_url: str
+    labels_token: str
+    features_token: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8002
+    max_body_bytes: int = 256 * 1024 * 1024
+    pull_retry: RetryPolicy = field(default_factory=RetryPolicy)
+    pull_timeout: float = 120.0
+    sync_batch: int = 200_000
+
+    def __post_init__(self) -> None:
+        if not self.labels_url.startswith(("http://", "https://")):
+            raise InvalidParameterError(
+                f"labels_url ({self.labels_url!r}) must start with http:// or https://"
+            )
+        if not self.labels_token:
+            raise InvalidParameterError(
+                "the labels party's publisher token is required "
+                f"(--token or ${PUBLISHER_TOKEN_ENV})"
+            )
+        if self.features_token is not None and len(self.features_token) < 8:
+            raise InvalidParameterError(f"${FEATURES_TOKEN_ENV} must be at least 8 characters")
+        if self.features_token is None and not is_loopback(self.host):
+            raise InvalidParameterError(
+                f"host ({self.host!r}) is not a loopback address: set ${FEATURES_TOKEN_ENV} "
+                "so that the features service requires a bearer token"
+            )
+        if not (0 <= self.port <= 65535):
+            raise InvalidParameterError(f"port ({self.port}) must be in 0..65535")
+        if self.max_body_bytes < 1024:
+            raise InvalidParameterError(f"max_body_bytes ({self.max_body_bytes}) must be >= 1024")
+        if not (math.isfinite(self.pull_timeout) and self.pull_timeout > 0):
+            raise InvalidParameterError(f"pull_timeout ({self.pull_timeout}) must be > 0")
+
+    @property
+    def database_url(self) -> str:
+        return f"sqlite:///{self.db_path}"
+
+    @classmethod
+    def from_env(
+        cls,
+        *,
+        db_path: str | Path,
+        labels_url: str,
+        labels_token: str | None,
+        host: str = "127.0.0.1",
+        port: int = 8002,
+        **extra: object,
+    ) -> Settings:
+        """Settings from CLI values, falling back to the environment for the two tokens."""
+        return cls(
+            db_path=Path(db_path),
+            labels_url=labels_url,
+            labels_token=labels_token or os.environ.get(PUBLISHER_TOKEN_ENV, ""),
+            features_token=os.environ.get(FEATURES_TOKEN_ENV) or None,
+            host=host,
+            port=port,
+            **extra,  # type: ignore[arg-type]
+        )

@@ -1,0 +1,402 @@
+"""Feature uploads: parse CSV / JSON batches, fix the column schema, store a batch atomically.
+
+A dataset's columns and their kinds (``numeric`` or ``categorical``) are fixed by its first
+batch: a CSV column is numeric when every non-empty cell is a finite number (``?categorical=``
+forces a column to categorical), a JSON column when every non-null value is a number. Later
+batches must carry exactly the same columns. Missing values are an empty CSV cell or JSON null.
+Re-sending an example with the same values is a no-op; different values are a conflict unless
+``overwrite`` is set. Nothing of a batch is stored unless all of it is valid.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from features_party.db.models import FeatureDataset, FeatureRow
+from shared.message import check_example_id
+
+Kind = Literal["numeric", "categorical"]
+Cell = float | str | None
+
+DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+COLUMN_NAME_RE = re.compile(r"^[A-Za-z0-9_.\- ]{1,64}$")
+ID_COLUMN = "example_id"
+MAX_COLUMNS = 1000
+MAX_REPORTED = 10
+
+
+@dataclass
+class FeatureInputError(ValueError):
+    """Invalid upload: ``errors`` is a list of (field, message); maps to HTTP 422."""
+
+    detail: str
+    errors: list[tuple[str, str]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+@dataclass
+class FeatureConflictError(ValueError):
+    """Example ids already stored with different values (and no ``overwrite``); HTTP 409."""
+
+    detail: str
+    errors: list[tuple[str, str]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawBatch:
+    """A parsed upload before typing: column names and one list of cells per example."""
+
+    columns: list[str]
+    example_ids: list[str]
+    cells: list[list[Any]]
+    source: Literal["csv", "json"]
+
+
+def check_dataset_name(name: str) -> str:
+    if not DATASET_NAME_RE.match(name):
+        raise FeatureInputError(
+            f"dataset name {name!r} must be 1-64 characters of letters, digits, '_.-'",
+            [("dataset", "invalid name")],
+        )
+    return name
+
+
+def _check_columns(columns: Sequence[str]) -> None:
+    errors = []
+    seen: set[str] = set()
+    for name in columns:
+        if not COLUMN_NAME_RE.match(name) or name.strip() != name:
+            errors.append((name, "column names are 1-64 characters of letters, digits, '_.- '"))
+        elif name in seen:
+            errors.append((name, "duplicate column"))
+        elif name == ID_COLUMN:
+            errors.append((name, "example_id is the key, not a feature"))
+        seen.add(name)
+    if not columns:
+        errors.append(("columns", "at least one feature column is required"))
+    if len(columns) > MAX_COLUMNS:
+        errors.append(("columns", f"at most {MAX_COLUMNS} feature columns"))
+    if errors:
+        raise FeatureInputError("invalid feature columns", errors[:MAX_REPORTED])
+
+
+def _check_ids(example_ids: Sequence[str], where: Sequence[str]) -> None:
+    errors = []
+    for eid, place in zip(example_ids, where, strict=True):
+        try:
+            check_example_id(eid)
+        except ValueError as exc:
+            errors.append((place, str(exc)))
+            if len(errors) >= MAX_REPORTED:
+                break
+    if errors:
+        raise FeatureInputError("invalid example ids", errors)
+
+
+def parse_csv(text: str, *, id_column: str = ID_COLUMN) -> RawBatch:
+    """CSV with a header row; ``id_column`` holds the example id, every other column a feature."""
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise FeatureInputError("empty CSV body", [("body", "no header row")]) from None
+    except csv.Error as exc:
+        raise FeatureInputError(f"malformed CSV: {exc}", [("body", str(exc))]) from None
+    header = [name.strip() for name in header]
+    if id_column not in header:
+        raise FeatureInputError(
+            f"CSV header has no {id_column!r} column", [("header", f"missing {id_column!r}")]
+        )
+    key = header.index(id_column)
+    columns = [name for i, name in enumerate(header) if i != key]
+    _check_columns(columns)
+    ids: list[str] = []
+    cells: list[list[Any]] = []
+    errors: list[tuple[str, str]] = []
+    try:
+        for line_no, record in enumerate(reader, start=2):
+            if not record or (len(record) == 1 and not record[0].strip()):
+                continue  # blank line
+            if len(record) != len(header):
+                errors.append(
+                    (f"line {line_no}", f"has {len(record)} cells, header has {len(header)}")
+                )
+                if len(errors) >= MAX_REPORTED:
+                    break
+                continue
+            ids.append(record[key].strip())
+            cells.append([cell for i, cell in enumerate(record) if i != key])
+    except csv.Error as exc:
+        raise FeatureInputError(f"malformed CSV: {exc}", [("body", str(exc))]) from None
+    if errors:
+        raise FeatureInputError("CSV rows do not match the header", errors)
+    if not ids:
+        raise FeatureInputError("empty batch: the CSV has no data rows", [("body", "no rows")])
+    _check_ids(ids, [f"line {i + 2}" for i in range(len(ids))])
+    return RawBatch(columns=columns, example_ids=ids, cells=cells, source="csv")
+
+
+def parse_json_rows(rows: Sequence[Mapping[str, Any]]) -> RawBatch:
+    """``[{"example_id": .., "features": {name: value}}]``; every row has the same keys."""
+    if not rows:
+        raise FeatureInputError("empty batch: no rows", [("rows", "must not be empty")])
+    columns = list(rows[0]["features"])
+    _check_columns(columns)
+    wanted = set(columns)
+    errors = []
+    for i, row in enumerate(rows):
+        keys = set(row["features"])
+        if keys != wanted:
+            missing = sorted(wanted - keys)
+            extra = sorted(keys - wanted)
+            errors.append(
+                (
+                    f"rows[{i}].features",
+                    f"columns differ from rows[0]: missing {missing}, extra {extra}",
+                )
+            )
+            if len(errors) >= MAX_REPORTED:
+                break
+    if errors:
+        raise FeatureInputError("rows do not all have the same feature columns", errors)
+    ids = [str(row["example_id"]) for row in rows]
+    _check_ids(ids, [f"rows[{i}].example_id" for i in range(len(ids))])
+    cells = [[row["features"][name] for name in columns] for row in rows]
+    return RawBatch(columns=columns, example_ids=ids, cells=cells, source="json")
+
+
+def _as_number(cell: Any) -> float | None:
+    """A finite float, None for missing, or raise ValueError."""
+    if cell is None:
+        return None
+    if isinstance(cell, bool):
+        raise ValueError("a boolean is not a number")
+    if isinstance(cell, int | float):
+        value = float(cell)
+    elif isinstance(cell, str):
+        text = cell.strip()
+        if not text:
+            return None
+        value = float(text)  # ValueError for non-numbers
+    else:
+        raise ValueError(f"{type(cell).__name__} is not a number")
+    if not math.isfinite(value):
+        raise ValueError("must be finite (leave the cell empty for a missing value)")
+    return value
+
+
+def _as_category(cell: Any) -> str | None:
+    """A category label (numbers are normalised: 3 and 3.0 are the same category)."""
+    if cell is None:
+        return None
+    if isinstance(cell, bool):
+        return "true" if cell else "false"
+    if isinstance(cell, int):
+        return str(cell)
+    if isinstance(cell, float):
+        if not math.isfinite(cell):
+            return None
+        return str(int(cell)) if cell.is_integer() else repr(cell)
+    if isinstance(cell, str):
+        text = cell.strip()
+        return text or None
+    raise ValueError(f"{type(cell).__name__} cannot be a category")
+
+
+def infer_kinds(batch: RawBatch, *, categorical: Iterable[str] = ()) -> dict[str, Kind]:
+    """Numeric if every non-missing value is a finite number (and not forced categorical)."""
+    forced = set(categorical)
+    unknown = forced - set(batch.columns)
+    if unknown:
+        raise FeatureInputError(
+            "categorical names columns that are not in the upload",
+            [("categorical", f"unknown column {name!r}") for name in sorted(unknown)],
+        )
+    kinds: dict[str, Kind] = {}
+    for j, name in enumerate(batch.columns):
+        if name in forced:
+            kinds[name] = "categorical"
+            continue
+        numeric = True
+        for row in batch.cells:
+            cell = row[j]
+            if batch.source == "json" and isinstance(cell, str | bool):
+                numeric = False
+                break
+            try:
+                _as_number(cell)
+            except ValueError:
+                numeric = False
+                break
+        kinds[name] = "numeric" if numeric else "categorical"
+    return kinds
+
+
+def type_rows(batch: RawBatch, schema: Sequence[tuple[str, Kind]]) -> list[list[Cell]]:
+    """Cells converted to the schema's kinds, in the schema's column order."""
+    expected = [name for name, _ in schema]
+    if set(batch.columns) != set(expected):
+        missing = sorted(set(expected) - set(batch.columns))
+        extra = sorted(set(batch.columns) - set(expected))
+        raise FeatureInputError(
+            "the upload's columns differ from the dataset's columns",
+            [("columns", f"missing {missing}, unexpected {extra}; dataset has {expected}")],
+        )
+    position = {name: j for j, name in enumerate(batch.columns)}
+    order = [(position[name], name, kind) for name, kind in schema]
+    typed: list[list[Cell]] = []
+    errors: list[tuple[str, str]] = []
+    for i, row in enumerate(batch.cells):
+        out: list[Cell] = []
+        for j, name, kind in order:
+            try:
+                out.append(_as_number(row[j]) if kind == "numeric" else _as_category(row[j]))
+            except ValueError as exc:
+                where = f"line {i + 2}" if batch.source == "csv" else f"rows[{i}]"
+                errors.append((f"{where}.{name}", f"{kind} column: {row[j]!r}: {exc}"))
+                out.append(None)
+        if len(errors) >= MAX_REPORTED:
+            break
+        typed.append(out)
+    if errors:
+        raise FeatureInputError("invalid feature values", errors)
+    return typed
+
+
+def load_schema(session: Session, name: str) -> list[tuple[str, Kind]] | None:
+    dataset = session.get(FeatureDataset, name)
+    if dataset is None:
+        return None
+    return [(column, kind) for column, kind in json.loads(dataset.columns_json)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreResult:
+    received: int
+    inserted: int
+    unchanged: int
+    replaced: int
+    rows_total: int
+    columns: dict[str, str]
+
+
+def _dumps(values: Sequence[Cell]) -> str:
+    return json.dumps(list(values), separators=(",", ":"), allow_nan=False)
+
+
+def store_batch(
+    session: Session,
+    name: str,
+    batch: RawBatch,
+    *,
+    categorical: Sequence[str] = (),
+    overwrite: bool = False,
+) -> StoreResult:
+    """Validate and store one batch in the caller's transaction (all or nothing)."""
+    check_dataset_name(name)
+    dataset = session.get(FeatureDataset, name)
+    if dataset is None:
+        kinds = infer_kinds(batch, categorical=categorical)
+        schema: list[tuple[str, Kind]] = [(column, kinds[column]) for column in batch.columns]
+        dataset = FeatureDataset(name=name, columns_json=json.dumps(schema))
+        session.add(dataset)
+    else:
+        schema = [(column, kind) for column, kind in json.loads(dataset.columns_json)]
+        forced = set(categorical) - {c for c, k in schema if k == "categorical"}
+        if forced:
+            raise FeatureInputError(
+                "column kinds are fixed by the dataset's first upload",
+                [("categorical", f"{c!r} is numeric in this dataset") for c in sorted(forced)],
+            )
+    typed = type_rows(batch, schema)
+
+    # Repeated ids inside one batch: identical rows collapse, different ones are an error.
+    rows: dict[str, str] = {}
+    errors = []
+    for eid, values in zip(batch.example_ids, typed, strict=True):
+        encoded = _dumps(values)
+        previous = rows.setdefault(eid, encoded)
+        if previous != encoded:
+            errors.append((eid, "appears twice in the batch with different values"))
+    if errors:
+        raise FeatureInputError("duplicate example ids in the batch", errors[:MAX_REPORTED])
+
+    existing: dict[str, FeatureRow] = {}
+    ids = list(rows)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        found = session.scalars(
+            select(FeatureRow).where(FeatureRow.dataset == name, FeatureRow.example_id.in_(chunk))
+        )
+        existing.update({row.example_id: row for row in found})
+    changed = [eid for eid, row in existing.items() if row.values_json != rows[eid]]
+    if changed and not overwrite:
+        raise FeatureConflictError(
+            f"{len(changed)} example id(s) already have different feature values; "
+            "send ?overwrite=true to replace them",
+            [(eid, "stored with different values") for eid in sorted(changed)[:MAX_REPORTED]],
+        )
+    for eid in changed:
+        existing[eid].values_json = rows[eid]
+    new = [eid for eid in ids if eid not in existing]
+    session.add_all(FeatureRow(dataset=name, example_id=eid, values_json=rows[eid]) for eid in new)
+    session.flush()
+    total = count_rows(session, name)
+    return StoreResult(
+        received=len(batch.example_ids),
+        inserted=len(new),
+        unchanged=len(existing) - len(changed),
+        replaced=len(changed),
+        rows_total=total,
+        columns=dict(schema),
+    )
+
+
+def count_rows(session: Session, name: str) -> int:
+    from sqlalchemy import func
+
+    return int(
+        session.scalar(
+            select(func.count()).select_from(FeatureRow).where(FeatureRow.dataset == name)
+        )
+        or 0
+    )
+
+
+def iter_example_ids(session: Session, name: str) -> list[str]:
+    """Every example id stored for ``name`` (sorted, so sync batches are reproducible)."""
+    return list(
+        session.scalars(
+            select(FeatureRow.example_id)
+            .where(FeatureRow.dataset == name)
+            .order_by(FeatureRow.example_id)
+        )
+    )
+
+
+def load_rows(session: Session, name: str) -> tuple[list[str], list[list[Cell]]]:
+    """Every stored example id of ``name`` with its typed values (schema order)."""
+    result = session.execute(
+        select(FeatureRow.example_id, FeatureRow.values_json).where(FeatureRow.dataset == name)
+    )
+    ids: list[str] = []
+    values: list[list[Cell]] = []
+    for eid, encoded in result:
+        ids.append(eid)
+        values.append(json.loads(encoded))
+    return ids, values

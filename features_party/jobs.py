@@ -1,0 +1,263 @@
+"""Background training jobs: pull the message, join, fit, store; progress in the database.
+
+One worker thread runs jobs in order (training is CPU-bound and scikit-learn already uses the
+cores). A job's row is its only state: a restart re-queues jobs that were queued or running
+when the process stopped, so an accepted job is never lost. Fitted models are pickled into the
+service's own database with their sha256 (the database is the trust boundary: only this service
+writes it; a blob that fails its digest is refused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import pickle
+import threading
+import traceback
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from features_party.config import Settings
+from features_party.db.models import TrainedModel
+from features_party.features import load_rows, load_schema
+from features_party.pull import pull_message
+from features_party.training import FittedModel, fit_encoder_rows, fit_model, noise_variance
+from shared.client import ServiceError
+from shared.debias import affine_coefficients, mechanism_from_header
+from shared.errors import IntegrityError, LabelDPError
+
+log = logging.getLogger("features_party.jobs")
+
+
+class JobError(LabelDPError):
+    """A training job cannot proceed (its message is clear enough to show the caller)."""
+
+
+def join_on_example_id(
+    message_ids: list[str],
+    noisy: np.ndarray,
+    feature_ids: list[str],
+    feature_rows: list[list[Any]],
+) -> tuple[list[list[Any]], np.ndarray, dict[str, int]]:
+    """Inner join of the message with the feature rows; counts what fell out on each side."""
+    position = {eid: i for i, eid in enumerate(feature_ids)}
+    rows: list[list[Any]] = []
+    keep = np.zeros(len(message_ids), dtype=bool)
+    for j, eid in enumerate(message_ids):
+        i = position.get(eid)
+        if i is not None:
+            rows.append(feature_rows[i])
+            keep[j] = True
+    joined = int(keep.sum())
+    stats = {
+        "n_message": len(message_ids),
+        "n_features": len(feature_ids),
+        "n_joined": joined,
+        "n_labels_without_features": len(message_ids) - joined,
+        "n_features_without_label": len(feature_ids) - joined,
+    }
+    return rows, noisy[keep], stats
+
+
+class JobRunner:
+    """Queue of training jobs executed by one worker thread."""
+
+    def __init__(self, sessions: sessionmaker[Session], settings: Settings) -> None:
+        self._sessions = sessions
+        self._settings = settings
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="train")
+        self._futures: dict[str, Future[None]] = {}
+        self._cache: OrderedDict[str, FittedModel] = OrderedDict()
+        self._lock = threading.Lock()
+        self.counters = {"jobs_succeeded": 0, "jobs_failed": 0, "messages_pulled": 0}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def recover(self) -> int:
+        """Re-queue jobs interrupted by a stop or crash; returns how many."""
+        with self._sessions() as session:
+            stale = list(
+                session.scalars(
+                    select(TrainedModel)
+                    .where(TrainedModel.status.in_(("queued", "running")))
+                    .order_by(TrainedModel.created)
+                )
+            )
+            for job in stale:
+                job.status, job.stage, job.progress = "queued", "queued (after restart)", 0.0
+            session.commit()
+            ids = [job.id for job in stale]
+        for model_id in ids:
+            self.submit(model_id)
+        return len(ids)
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def submit(self, model_id: str) -> None:
+        self._futures[model_id] = self._executor.submit(self._run, model_id)
+
+    # -- progress --------------------------------------------------------------------------
+    def _update(self, model_id: str, **fields: Any) -> None:
+        with self._sessions() as session:
+            job = session.get(TrainedModel, model_id)
+            if job is None:
+                return
+            for key, value in fields.items():
+                setattr(job, key, value)
+            session.commit()
+
+    # -- the job ---------------------------------------------------------------------------
+    def _run(self, model_id: str) -> None:
+        try:
+            self._train(model_id)
+            self.counters["jobs_succeeded"] += 1
+        except (ServiceError, IntegrityError, JobError, ValueError) as exc:
+            log.warning("training job %s failed: %s", model_id, exc)
+            self.counters["jobs_failed"] += 1
+            self._update(
+                model_id,
+                status="failed",
+                stage="failed",
+                error=f"{type(exc).__name__}: {exc}",
+                finished=datetime.now(UTC),
+            )
+        except Exception as exc:  # a bug: keep the job failed with the trace in the log
+            log.error("training job %s crashed:\n%s", model_id, traceback.format_exc())
+            self.counters["jobs_failed"] += 1
+            self._update(
+                model_id,
+                status="failed",
+                stage="failed",
+                error=f"internal error: {type(exc).__name__}: {exc}",
+                finished=datetime.now(UTC),
+            )
+
+    def _train(self, model_id: str) -> None:
+        import json
+
+        with self._sessions() as session:
+            job = session.get(TrainedModel, model_id)
+            if job is None:
+                return
+            dataset, release_id = job.dataset, job.release_id
+            model, transform, seed = job.model, job.label_transform, job.seed
+        self._update(model_id, status="running", stage="pulling the message", progress=0.02)
+
+        with self._sessions() as session:
+            header, message_ids, noisy, pulled_now = pull_message(
+                session, self._settings, release_id=release_id, dataset=dataset
+            )
+            if pulled_now:
+                self.counters["messages_pulled"] += 1
+            self._update(model_id, stage="loading features", progress=0.08)
+            schema = load_schema(session, dataset)
+            if schema is None:
+                raise JobError(f"dataset {dataset!r} has no features uploaded")
+            feature_ids, feature_rows = load_rows(session, dataset)
+
+        self._update(model_id, stage="joining on example id", progress=0.12)
+        rows, labels, join_stats = join_on_example_id(message_ids, noisy, feature_ids, feature_rows)
+        if join_stats["n_joined"] == 0:
+            raise JobError(
+                f"no example of release {release_id!r} has features in dataset {dataset!r} "
+                f"({join_stats['n_message']} labels, {join_stats['n_features']} feature rows)"
+            )
+        encoder = fit_encoder_rows(schema, feature_rows)
+        X = encoder.encode_rows(rows)
+        affine = affine_coefficients(header)
+
+        def progress(stage: str, fraction: float) -> None:
+            self._update(model_id, stage=stage, progress=round(0.15 + 0.8 * fraction, 4))
+
+        fitted = fit_model(
+            X,
+            labels,
+            encoder=encoder,
+            affine=affine,
+            model=model,
+            label_transform=transform,
+            seed=seed,
+            progress=progress,
+        )
+        metrics = dict(fitted.metrics)
+        if header.mechanism != "none":
+            variance = noise_variance(
+                mechanism_from_header(header),
+                np.asarray(header.histogram.edges),
+                np.asarray(header.histogram.probs),
+                affine,
+                seed=seed,
+            )
+            metrics["noise_variance_estimate"] = variance
+            metrics["validation_mse_true_estimate"] = max(
+                metrics["validation_mse_unbiased"] - variance, 0.0
+            )
+        result = {
+            "join": join_stats,
+            "release": {
+                "id": header.release_id,
+                "dataset": header.dataset,
+                "mechanism": header.mechanism,
+                "params": header.params,
+                "epsilon1": header.epsilon1,
+                "epsilon2": header.epsilon2,
+                "epsilon": header.epsilon,
+                "body_sha256": header.body_sha256,
+            },
+            **metrics,
+        }
+        final = FittedModel(
+            encoder=fitted.encoder,
+            estimator=fitted.estimator,
+            candidate=fitted.candidate,
+            affine=fitted.affine,
+            metrics=result,
+        )
+        blob = pickle.dumps(final, protocol=pickle.HIGHEST_PROTOCOL)
+        self._update(
+            model_id,
+            status="succeeded",
+            stage="done",
+            progress=1.0,
+            result_json=json.dumps(result, allow_nan=False, default=_json_default),
+            blob=blob,
+            blob_sha256=hashlib.sha256(blob).hexdigest(),
+            finished=datetime.now(UTC),
+        )
+        with self._lock:
+            self._cache[model_id] = final
+        log.info("training job %s succeeded: %s", model_id, result["chosen"])
+
+    # -- fitted models ---------------------------------------------------------------------
+    def fitted(self, session: Session, model_id: str) -> FittedModel | None:
+        """The fitted model of a succeeded job (cached; verified against its sha256)."""
+        with self._lock:
+            cached = self._cache.get(model_id)
+            if cached is not None:
+                self._cache.move_to_end(model_id)
+                return cached
+        job = session.get(TrainedModel, model_id)
+        if job is None or job.status != "succeeded" or job.blob is None:
+            return None
+        if hashlib.sha256(job.blob).hexdigest() != job.blob_sha256:
+            raise IntegrityError(f"stored model {model_id!r} does not match its sha256")
+        fitted = pickle.loads(job.blob)  # noqa: S301 - written by this service only
+        with self._lock:
+            self._cache[model_id] = fitted
+            while len(self._cache) > 8:
+                self._cache.popitem(last=False)
+        return fitted
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

@@ -1,0 +1,67 @@
+"""The features party's FastAPI application (the publisher's side).
+
+Reading order: api/routes/datasets.py (features in, examples synced) -> api/routes/models.py
+(jobs) -> jobs.py -> pull.py (the one message) -> training.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Request, Response
+
+from features_party.api import errors
+from features_party.api.deps import require_token
+from features_party.api.routes import datasets, health, models
+from features_party.config import Settings
+from features_party.db.engine import make_engine, make_sessionmaker
+from features_party.jobs import JobRunner
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the app; the database is opened (and jobs recovered) at start-up."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.database_url)
+        app.state.engine = engine
+        app.state.sessions = make_sessionmaker(engine)
+        app.state.runner = JobRunner(app.state.sessions, settings)
+        app.state.runner.recover()
+        try:
+            yield
+        finally:
+            app.state.runner.shutdown()
+            engine.dispose()
+
+    app = FastAPI(
+        title="labeldp features party",
+        version="1",
+        description="Publisher's service: features, the one label-DP message, training.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.write_lock = threading.Lock()
+    app.state.requests = Counter()
+    app.state.counters = Counter({"feature_rows_received": 0})
+    errors.install(app)
+
+    @app.middleware("http")
+    async def count_requests(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        app.state.requests[(request.method, path, response.status_code)] += 1
+        return response
+
+    auth = [Depends(require_token)]
+    app.include_router(health.public_router)
+    app.include_router(health.router, dependencies=auth)
+    app.include_router(datasets.router, dependencies=auth)
+    app.include_router(models.router, dependencies=auth)
+    return app

@@ -1,0 +1,63 @@
+"""Unbiased post-processing of noisy labels, from the message's public parameters alone.
+
+Both randomizers have an affine conditional expectation (derived by the mechanism modules from
+their public parameters, ``affine_expectation() -> (a, b)``):
+
+* RPWithPrior (Liu & Huang, Lemma 3.3, density (3.4)): E[noisy | y] = a*y + b for y inside the
+  optimal interval [A1, A2] (labels outside it are first projected onto it, Remark 3.4 (3.12), so
+  there E[noisy | y] = a*P(y) + b);
+* RR-on-Bins (Ghazi et al. 2022, Algorithm 1): E[noisy | y] = a*v(phi(y)) + b, v the bin value.
+
+So (noisy - b) / a is an unbiased estimate of y (RPWithPrior, y inside the interval) or of the
+bin value of y (RR-on-Bins). Debiasing reads only the header (public, already DP) and maps each
+label independently: it is post-processing and costs no privacy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from shared.errors import InvalidParameterError
+from shared.message import MessageHeader
+
+
+def mechanism_from_header(header: MessageHeader) -> Any:
+    """Rebuild the epsilon2 randomizer from the public parameters carried in the header."""
+    if header.mechanism == "rpwithprior":
+        from shared.mechanisms.rp_with_prior import RPWithPrior
+
+        return RPWithPrior.from_params(dict(header.params))
+    if header.mechanism == "rr_on_bins":
+        from shared.mechanisms.rr_on_bins import RROnBins
+
+        return RROnBins.from_params(dict(header.params))
+    raise InvalidParameterError(f"mechanism ({header.mechanism!r}) has no randomizer to rebuild")
+
+
+def affine_coefficients(header: MessageHeader) -> tuple[float, float]:
+    """(a, b) with E[noisy | y] = a*y + b (a = 1, b = 0 for an un-randomized message)."""
+    if header.mechanism == "none":
+        return 1.0, 0.0
+    a, b = mechanism_from_header(header).affine_expectation()
+    a, b = float(a), float(b)
+    if not (math.isfinite(a) and math.isfinite(b)) or a <= 0.0:
+        raise InvalidParameterError(
+            f"mechanism {header.mechanism!r} has affine expectation a={a!r}, b={b!r}: "
+            "its output carries no information to debias (a must be finite and > 0)"
+        )
+    return a, b
+
+
+def affine_debias(header: MessageHeader, noisy: np.ndarray) -> np.ndarray:
+    """Map noisy labels to unbiased targets: (noisy - b) / a with (a, b) from the header.
+
+    E[result | y] = y for RPWithPrior with y inside its interval, and the bin value of y for
+    RR-on-Bins. The variance grows like 1/a^2, so at small epsilon these targets are very noisy
+    (but still unbiased; model selection on them is sound, see features_party/training.py).
+    """
+    a, b = affine_coefficients(header)
+    values = np.asarray(noisy, dtype=np.float64)
+    return (values - b) / a
