@@ -224,8 +224,9 @@ class Bench:
         return out
 
 
-NOTE = """Notes: `clear_refs` resets the peak to the current RSS, which after the first phase includes the
-heap the process keeps (CPython and numpy arenas, numba code: about 350 MiB here), so the
+NOTE = """\
+Notes: `clear_refs` resets the peak to the current RSS, which after the first phase includes
+the heap the process keeps (CPython and numpy arenas, numba code: about 350 MiB here), so the
 per-phase figures are that baseline plus the phase's own growth. A release holds the ids as one
 string, the labels and the noisy labels as float64 arrays and the encoded message (about 2x its
 size) at once; a download streams stored 1 MiB chunks, so it adds almost nothing. JSON batches

@@ -1,0 +1,32 @@
+"""The ``labeldp`` dispatcher exposes this party's commands (serve labels, ledger verify/export)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from shared.cli import build_parser
+from tests.labels_party.conftest import create_dataset
+
+
+def test_dispatcher_parses_the_labels_commands(tmp_path):
+    parser = build_parser()
+    args = parser.parse_args(["serve", "labels", "--db", str(tmp_path / "x.db")])
+    assert args.port == 8001 and args.host == "127.0.0.1" and args.tokens_file is None
+    args = parser.parse_args(["ledger", "verify", "--db", "x.db"])
+    assert args.func.__name__ == "verify_command"
+    args = parser.parse_args(["ledger", "export", "--db", "x.db", "--out", "l.csv"])
+    assert args.func.__name__ == "export_command" and str(args.out) == "l.csv"
+
+
+def test_labeldp_ledger_verify_through_the_dispatcher(client, db_path):
+    create_dataset(client)
+    result = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "ledger", "verify", "--db", str(db_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ledger OK: 1 entries" in result.stdout
