@@ -34,7 +34,7 @@ def utc_now() -> str:
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise BadInputError(
             "invalid dataset name",
             [FieldError(field="name", message="must be 1-64 characters of letters, digits, '_.-'")],
