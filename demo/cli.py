@@ -1,0 +1,160 @@
+"""``labeldp demo``: the whole two-party protocol on this machine, in one command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from shared.errors import LabelDPError
+
+DEFAULT_N = 100_000
+
+
+def register_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``demo`` to ``labeldp``."""
+    parser = commands.add_parser(
+        "demo",
+        help="run the whole protocol locally and compare private / non-private / constant",
+        description=(
+            "Starts both services on 127.0.0.1 (SQLite in a temporary folder, random tokens), "
+            "posts labels as the advertiser, registers the examples, releases ONE message, "
+            "trains as the publisher and prints test MSEs. Default data: SYNTHETIC ad "
+            f"conversions ({DEFAULT_N} rows, 20%% held out for testing)."
+        ),
+    )
+    parser.add_argument("--epsilon", type=float, default=1.0, help="total epsilon (default 1)")
+    parser.add_argument(
+        "--mechanism", default="auto", choices=["auto", "rpwithprior", "rr_on_bins"]
+    )
+    parser.add_argument(
+        "--epsilon-histogram",
+        default="auto",
+        help="epsilon1 for the histogram: a number, 'default' (the labels party's split) or "
+        "'auto' (90%% below epsilon 0.1, 50%% up to 0.5, else the default)",
+    )
+    parser.add_argument("--budget", type=float, help="dataset budget (default max(10, epsilon))")
+    parser.add_argument("--model", default="auto", choices=["auto", "gbm", "ridge", "mlp"])
+    parser.add_argument("--label-transform", default="auto", choices=["auto", "raw", "debiased"])
+    parser.add_argument(
+        "--n", type=int, default=DEFAULT_N, help=f"synthetic rows (default {DEFAULT_N})"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="data, split and training seed")
+    parser.add_argument("--test-share", type=float, default=0.2)
+    parser.add_argument("--data", type=Path, help="a CSV file with a header instead")
+    parser.add_argument("--label", help="label column of --data")
+    parser.add_argument("--bounds", help="public label bounds LO,HI (required with --data)")
+    parser.add_argument("--id", dest="id_column", help="example id column of --data")
+    parser.add_argument("--plot", type=Path, help="write a PNG (noisy vs true, test MSEs)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--workdir", type=Path, help="folder for databases and logs")
+    parser.add_argument(
+        "--clean", action="store_true", help="delete the working folder (and ledger) at the end"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.set_defaults(func=demo_command)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The short human summary."""
+    params = ", ".join(f"{k}={_fmt(v)}" for k, v in summary["mechanism_params"].items())
+    if len(params) > 160:
+        params = params[:157] + "..."
+    c = summary["mse_constant"]
+    rows = [
+        ("data", summary["data"]),
+        ("examples", f"{summary['n_train']} train (sent), {summary['n_test']} test (held out)"),
+        (
+            "epsilon",
+            f"spent {summary['epsilon_spent']:g} (histogram {summary['epsilon1']:.4g} + "
+            f"randomizer {summary['epsilon2']:.4g}), left {summary['epsilon_left']:g} "
+            f"of {summary['epsilon_budget']:g}",
+        ),
+        ("mechanism", f"{summary['mechanism']} ({params})"),
+        ("private model", f"{summary['model_chosen']}"),
+        (
+            "test MSE private",
+            f"{summary['mse_private']:.2f}  ({summary['mse_private'] / c:.3f} x constant)",
+        ),
+        (
+            "test MSE non-private",
+            f"{summary['mse_nonprivate']:.2f}  ({summary['mse_nonprivate'] / c:.3f} x constant; "
+            f"{summary['nonprivate_model']})",
+        ),
+        ("test MSE constant", f"{c:.2f}  (mean of the TRUE train labels)"),
+        ("ledger", f"{summary['ledger']['database']}  (verify: {summary['ledger']['verify']})"),
+    ]
+    if summary.get("plot"):
+        rows.append(("plot", summary["plot"]))
+    width = max(len(key) for key, _ in rows)
+    return "\n".join(f"{key.ljust(width)}  {value}" for key, value in rows)
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    """Run the demo; exit 0 on success, 2 on bad arguments, 1 on failure."""
+    from demo.data import from_csv, parse_bounds, synthetic
+    from demo.progress import Progress
+    from demo.run import DemoOptions, run_demo
+
+    try:
+        if args.data is not None:
+            if not args.label or not args.bounds:
+                raise LabelDPError("--data needs --label COLUMN and --bounds LO,HI (public bounds)")
+            data = from_csv(
+                args.data,
+                label=args.label,
+                bounds=parse_bounds(args.bounds),
+                id_column=args.id_column,
+            )
+        else:
+            if args.n < 100:
+                raise LabelDPError(f"--n ({args.n}) must be at least 100")
+            data = synthetic(args.n, seed=args.seed)
+        if not 0.0 < args.test_share < 0.9:
+            raise LabelDPError(f"--test-share ({args.test_share}) must be in (0, 0.9)")
+        if not args.epsilon > 0:
+            raise LabelDPError(f"--epsilon ({args.epsilon}) must be > 0")
+        histogram = args.epsilon_histogram
+        if histogram not in ("auto", "default"):
+            try:
+                histogram = float(histogram)
+            except ValueError:
+                raise LabelDPError(
+                    f"--epsilon-histogram ({histogram!r}) must be a number, 'auto' or 'default'"
+                ) from None
+    except (LabelDPError, OSError, ValueError) as exc:
+        print(f"labeldp demo: {exc}", file=sys.stderr)
+        return 2
+
+    options = DemoOptions(
+        epsilon=args.epsilon,
+        mechanism=args.mechanism,
+        epsilon_histogram=histogram,
+        budget=args.budget,
+        model=args.model,
+        label_transform=args.label_transform,
+        test_share=args.test_share,
+        seed=args.seed,
+        workdir=args.workdir,
+        keep=not args.clean,
+        plot=args.plot,
+    )
+    progress = Progress(enabled=not args.quiet)
+    try:
+        summary = run_demo(data, options, progress)
+    except (LabelDPError, OSError, RuntimeError) as exc:
+        print(f"labeldp demo failed: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print(format_table(summary))
+    return 0
