@@ -5,7 +5,8 @@ foreign keys on. pysqlite's own transaction handling is switched off so that we 
 ourselves (SQLAlchemy's documented recipe): read transactions use a deferred ``BEGIN`` (a
 consistent snapshot that never blocks writers) and write transactions ``BEGIN IMMEDIATE``, which
 takes SQLite's single write lock up front, so a check-then-write (budget, idempotency) inside
-it is atomic. On other databases the write path also locks the dataset row (``FOR UPDATE``).
+it is atomic. On PostgreSQL a write transaction takes a table lock on ``ledger`` instead, and the
+dataset row is read ``FOR UPDATE``.
 """
 
 from __future__ import annotations
@@ -89,6 +90,11 @@ class Database:
             with self.engine.connect() as conn:
                 conn.execution_options(**{_WRITE: True})
                 with conn.begin():
+                    if self.engine.dialect.name == "postgresql":
+                        # The equivalent of BEGIN IMMEDIATE: one writer at a time, so the
+                        # ledger head and the budget are read and extended atomically.
+                        # (Not exercised by the test suite, which runs on SQLite.)
+                        conn.exec_driver_sql("LOCK TABLE ledger IN SHARE ROW EXCLUSIVE MODE")
                     yield conn
         finally:
             self._writer.release()
