@@ -294,3 +294,21 @@ def test_unknown_route_and_method_use_the_error_shape(client):
     assert missing.status_code == 404 and set(missing.json()) == {"detail", "errors"}
     wrong = client.delete("/v1/ledger", headers=OPS)
     assert wrong.status_code == 405 and "detail" in wrong.json()
+
+
+def test_production_randomness_is_the_os_csprng(make_client):
+    from shared.rng import SystemRandom
+
+    client = make_client(seed=None)  # what `labeldp serve labels` builds: no rng injected
+    assert isinstance(client.app.state.services.releases._rng_factory(), SystemRandom)
+    create_dataset(client)
+    register(client, "ds", ["a", "b", "c"])
+    assert release(client, "ds").status_code == 201
+
+
+def test_metrics_text_escapes_label_values():
+    from labels_party.metrics import Metrics
+
+    text = Metrics().render(datasets=[('we"ird\\name', 0.5, 1.0)])
+    assert 'labeldp_epsilon_spent{dataset="we\\"ird\\\\name"} 0.5' in text
+    assert text.endswith("\n")
