@@ -46,7 +46,7 @@ ParamValue = float | int | str | bool | list[float] | None
 
 def check_example_id(example_id: str) -> str:
     """Example ids are 1-128 characters of ``[A-Za-z0-9_.:-]`` (never a newline or comma)."""
-    if not isinstance(example_id, str) or not _EXAMPLE_ID_RE.match(example_id):
+    if not isinstance(example_id, str) or not _EXAMPLE_ID_RE.fullmatch(example_id):
         raise ValueError(
             f"example_id {example_id!r} must be 1-128 characters of letters, digits, '_.:-'"
         )

@@ -115,7 +115,7 @@ def test_header_refuses_unknown_fields_and_bad_values() -> None:
         make_header([], np.array([]), mechanism="laplace")
 
 
-@pytest.mark.parametrize("bad", ["", "a\nb", "a,b", "x" * 129, "é"])
+@pytest.mark.parametrize("bad", ["", "a\nb", "abc\n", "a,b", "x" * 129, "é"])
 def test_example_ids_are_restricted(bad: str) -> None:
     with pytest.raises(ValueError, match="example_id"):
         check_example_id(bad)
