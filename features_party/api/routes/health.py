@@ -47,11 +47,12 @@ def metrics(request: Request, session: SessionDep) -> str:
         "# HELP labeldp_features_models Training jobs by status.",
         "# TYPE labeldp_features_models gauge",
     ]
-    by_status = dict(
-        session.execute(select(TrainedModel.status, func.count()).group_by(TrainedModel.status))
-        .tuples()
-        .all()
-    )
+    by_status = {
+        status: count
+        for status, count in session.execute(
+            select(TrainedModel.status, func.count()).group_by(TrainedModel.status)
+        )
+    }
     for status in ("queued", "running", "succeeded", "failed"):
         lines.append(f'labeldp_features_models{{status="{status}"}} {by_status.get(status, 0)}')
     counters = {**request.app.state.counters, **request.app.state.runner.counters}

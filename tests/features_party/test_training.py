@@ -1,0 +1,167 @@
+"""Training as pure functions: encoding, ridge path, noisy-label selection, the join."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.linear_model import Ridge
+
+from features_party.jobs import join_on_example_id
+from features_party.training import (
+    OTHER_CODE,
+    RidgePath,
+    candidates_for,
+    fit_encoder,
+    fit_model,
+    select_one_se,
+)
+from shared.errors import InvalidParameterError
+from shared.mechanisms.rr_on_bins import RROnBins
+
+KINDS = [("x1", "numeric"), ("x2", "numeric"), ("colour", "categorical")]
+
+
+def make_data(n: int, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    x1, x2 = rng.normal(size=n), rng.normal(size=n)
+    colour = rng.choice(np.array(["red", "green", "blue"]), size=n)
+    y = np.clip(
+        50 + 15 * x1 + 8 * np.sin(2 * x2) + 20 * (colour == "red") + rng.normal(0, 5, n), 0, 100
+    )
+    return {"x1": x1, "x2": x2, "colour": colour}, y
+
+
+def test_encoder_codes_unknown_and_missing_categories():
+    data = {"n": np.array([1.0, np.nan, 3.0]), "c": np.array(["a", "b", "a"], dtype=object)}
+    encoder = fit_encoder([("n", "numeric"), ("c", "categorical")], data)
+    assert encoder.vocab["c"] == {"a": 0, "b": 1}  # most frequent first
+    X = encoder.encode_rows([[2.0, "a"], [None, "zzz"], [1.5, None]])
+    np.testing.assert_array_equal(X[:, 1][:2], [0.0, OTHER_CODE])
+    assert np.isnan(X[1, 0]) and np.isnan(X[2, 1])
+    # 3, 3.0 and "3" are one category, as in the upload.
+    encoder = fit_encoder([("c", "categorical")], {"c": np.array([3, 4])})
+    np.testing.assert_array_equal(encoder.encode_columns({"c": ["3", 3.0]})[:, 0], [0, 0])
+    with pytest.raises(InvalidParameterError, match="missing feature"):
+        encoder.encode_columns({})
+
+
+def test_ridge_path_equals_sklearn_ridge(rng):
+    Z, V = rng.normal(size=(300, 12)), rng.normal(size=(40, 12))
+    y = Z @ rng.normal(size=12) + 3.0 + rng.normal(size=300)
+    path = RidgePath(Z, V)
+    for alpha in (1e-4, 0.3, 50.0, 1e6):
+        np.testing.assert_allclose(
+            path.predict(y, alpha=alpha), Ridge(alpha=alpha).fit(Z, y).predict(V), atol=1e-9
+        )
+
+
+def test_one_se_rule_prefers_the_simplest_candidate_within_noise():
+    rng = np.random.default_rng(3)
+    base = rng.exponential(size=500)
+    losses = {
+        # mean 0.001 worse, paired SE 0.5 / sqrt(500) = 0.022: not significantly worse
+        "simple": base + np.tile([0.5, -0.5], 250) + 0.001,
+        "complex": base,
+        "bad": base + 1.0,
+    }
+    complexity = {"simple": 0.0, "complex": 5.0, "bad": 1.0}
+    chosen, ses = select_one_se(losses, complexity)
+    assert chosen == "simple" and ses["complex"] == 0.0
+    losses["simple"] = base + 0.5
+    assert select_one_se(losses, complexity)[0] == "complex"
+
+
+def test_exact_labels_learn_the_signal(rng):
+    columns, y = make_data(3000, rng)
+    encoder = fit_encoder(KINDS, columns)
+    fitted = fit_model(encoder.encode_columns(columns), y, encoder=encoder, model="auto", seed=1)
+    assert fitted.candidate.family in ("ridge", "gbm")
+    test_columns, y_test = make_data(2000, rng)
+    mse = np.mean((fitted.predict_columns(test_columns) - y_test) ** 2)
+    assert mse < 0.3 * np.var(y_test)
+    # exact labels: one transform only
+    assert {c["transform"] for c in fitted.metrics["candidates"]} == {"raw"}
+
+
+def test_tiny_epsilon_ends_at_an_almost_constant_model(rng):
+    """RR-on-Bins at epsilon 0.02 on few labels: no signal survives; auto must not fit noise."""
+    columns, y = make_data(600, rng)
+    mechanism = RROnBins(
+        thresholds=np.array([25.0, 50.0, 75.0]),
+        output_values=np.array([12.5, 37.5, 62.5, 87.5]),
+        epsilon=0.02,
+    )
+    noisy = mechanism.randomize(y, rng)
+    encoder = fit_encoder(KINDS, columns)
+    fitted = fit_model(
+        encoder.encode_columns(columns),
+        noisy,
+        encoder=encoder,
+        affine=mechanism.affine_expectation(),
+        model="auto",
+        label_transform="auto",
+        seed=2,
+    )
+    metrics = fitted.metrics
+    assert fitted.candidate.family in ("constant", "ridge"), metrics["chosen"]
+    if fitted.candidate.family == "ridge":
+        assert fitted.candidate.params["lambda"] >= 1.0
+    assert metrics["prediction_std"] < 0.1 * np.std(y)
+    assert metrics["validation_mse_noisy"] > 0 and metrics["validation_mse_unbiased"] > 0
+
+
+def test_unbiased_validation_ranks_models_like_the_true_mse(rng):
+    """E[(f - z')^2] - E[(f - y)^2] is the same constant for every model f (module docstring)."""
+    n = 200_000
+    y = rng.uniform(0, 100, n)
+    mechanism = RROnBins(
+        thresholds=np.linspace(10, 90, 9), output_values=np.linspace(5, 95, 10), epsilon=1.0
+    )
+    a, b = mechanism.affine_expectation()
+    bin_value = mechanism.output_values[mechanism.phi(y)]
+    z = (mechanism.randomize(y, rng) - b) / a
+    gaps = []
+    for prediction in (np.full(n, 50.0), bin_value + rng.normal(0, 10, n), 0.5 * bin_value):
+        true_mse = np.mean((prediction - bin_value) ** 2)
+        gaps.append(np.mean((prediction - z) ** 2) - true_mse)
+    # The gap is the noise variance E[Var(z'|y)], identical for all three models.
+    assert np.ptp(gaps) < 0.02 * np.mean(gaps)
+
+
+def test_candidates_and_bad_arguments():
+    names = [c.name for c in candidates_for("ridge", "debiased", identity=False)]
+    assert all(name.startswith("ridge(") and name.endswith("/debiased") for name in names)
+    assert [c.family for c in candidates_for("mlp", "raw", identity=False)] == ["mlp"]
+    with pytest.raises(InvalidParameterError, match="model"):
+        candidates_for("forest", "raw", identity=False)
+    with pytest.raises(InvalidParameterError, match="label_transform"):
+        candidates_for("gbm", "log", identity=False)
+    encoder = fit_encoder([("x", "numeric")], {"x": np.arange(5.0)})
+    with pytest.raises(InvalidParameterError, match="at least 20"):
+        fit_model(np.zeros((5, 1)), np.zeros(5), encoder=encoder)
+    with pytest.raises(InvalidParameterError, match="a > 0"):
+        fit_model(np.zeros((50, 1)), np.zeros(50), encoder=encoder, affine=(0.0, 1.0))
+
+
+@pytest.mark.slow
+def test_mlp_is_the_papers_network(rng):
+    columns, y = make_data(400, rng)
+    encoder = fit_encoder(KINDS, columns)
+    fitted = fit_model(encoder.encode_columns(columns), y, encoder=encoder, model="mlp", seed=0)
+    mlp = fitted.estimator.regressor_.named_steps["mlp"]
+    assert mlp.hidden_layer_sizes == (128, 64) and mlp.solver == "adam"
+    assert (mlp.learning_rate_init, mlp.alpha, mlp.batch_size) == (1e-3, 1e-4, 256)
+
+
+def test_join_counts_both_sides():
+    rows, labels, stats = join_on_example_id(
+        ["a", "b", "c", "d"], np.array([1.0, 2.0, 3.0, 4.0]), ["c", "a", "z"], [["C"], ["A"], ["Z"]]
+    )
+    assert rows == [["A"], ["C"]]
+    np.testing.assert_array_equal(labels, [1.0, 3.0])
+    assert stats == {
+        "n_message": 4,
+        "n_features": 3,
+        "n_joined": 2,
+        "n_labels_without_features": 2,
+        "n_features_without_label": 1,
+    }
