@@ -495,7 +495,7 @@ def columns_to_csv(
                 f"column {name!r} has {len(array)} values for {len(example_ids)} example ids"
             )
     for i, eid in enumerate(example_ids):
-        lines.append(",".join([eid, *(_csv_cell(array[i].item()) for array in arrays)]))
+        lines.append(",".join([eid, *(_csv_cell(_jsonable(array[i])) for array in arrays)]))
     return "\n".join(lines) + "\n"
 
 
