@@ -90,7 +90,12 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{summary['nonprivate_model']})",
         ),
         ("test MSE constant", f"{c:.2f}  (mean of the TRUE train labels)"),
-        ("ledger", f"{summary['ledger']['database']}  (verify: {summary['ledger']['verify']})"),
+        (
+            "ledger",
+            f"{summary['ledger']['database']}  (verify: {summary['ledger']['verify']})"
+            if summary["ledger"].get("kept", True)
+            else f"{summary['ledger']['database']}  (deleted at exit: --clean)",
+        ),
     ]
     if summary.get("plot"):
         rows.append(("plot", summary["plot"]))

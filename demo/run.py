@@ -106,6 +106,7 @@ def run_demo(data: DemoData, options: DemoOptions, progress: Progress) -> dict[s
             services.append(features)
         summary = _protocol(data, options, progress, labels, features, tokens)
         summary["workdir"] = str(workdir)
+        summary["ledger"]["kept"] = options.keep
         return summary
     finally:
         for service in reversed(services):
