@@ -47,6 +47,7 @@ class Progress:
             return
         began = time.monotonic()
         stop = threading.Event()
+        shown = threading.Event()
         self._status = ""
         if not self.live:
             print(f"{self._stamp()} {label} ...", file=self.stream, flush=True)
@@ -62,6 +63,7 @@ class Progress:
                 line = f"\r{self._stamp()} {label} {SPINNER[frame % 4]} {elapsed:5.1f}s {status}"
                 self.stream.write(line[:160].ljust(100))
                 self.stream.flush()
+                shown.set()
                 frame += 1
                 stop.wait(0.25)
 
@@ -72,14 +74,17 @@ class Progress:
             yield
         except BaseException:
             stop.set()
-            if thread is not None:
-                thread.join()
-                self.stream.write("\r" + " " * 110 + "\r")
+            self._clear(thread, shown)
             print(f"{self._stamp()} {label} ... FAILED", file=self.stream, flush=True)
             raise
         stop.set()
-        if thread is not None:
-            thread.join()
-            self.stream.write("\r" + " " * 110 + "\r")
+        self._clear(thread, shown)
         took = time.monotonic() - began
         print(f"{self._stamp()} {label} ... done ({took:.1f} s)", file=self.stream, flush=True)
+
+    def _clear(self, thread: threading.Thread | None, shown: threading.Event) -> None:
+        """Wait for the ticker and erase its live line, if it drew one."""
+        if thread is not None:
+            thread.join()
+        if shown.is_set():
+            self.stream.write("\r" + " " * 110 + "\r")

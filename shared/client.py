@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import httpx
 import numpy as np
@@ -156,7 +156,7 @@ class _ServiceClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> _ServiceClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -170,3 +170,16 @@ def test_metrics_count_requests_and_rows(features):
         'route="/v1/datasets/{name}/features",status="200"} 1'
     ) in text
     assert 'labeldp_features_models{status="succeeded"} 0' in text
+
+
+def test_serve_features_refuses_to_start_without_the_publisher_token(tmp_path, monkeypatch, capsys):
+    from shared.cli import main as labeldp
+
+    monkeypatch.delenv("LABELDP_PUBLISHER_TOKEN", raising=False)
+    monkeypatch.delenv("LABELDP_FEATURES_TOKEN", raising=False)
+    argv = ["serve", "features", "--db", str(tmp_path / "f.db")]
+    assert labeldp([*argv, "--labels-url", "http://127.0.0.1:9"]) == 2
+    assert "publisher token" in capsys.readouterr().err
+    public = [*argv, "--labels-url", "http://127.0.0.1:9", "--token", "t", "--host", "0.0.0.0"]
+    assert labeldp(public) == 2
+    assert "LABELDP_FEATURES_TOKEN" in capsys.readouterr().err
