@@ -1,0 +1,85 @@
+"""Validation and sampling helpers shared by the baseline mechanisms."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from shared.domain import LabelDomain, check_epsilon, check_labels
+from shared.errors import InvalidParameterError
+from shared.rng import Rng
+
+__all__ = [
+    "check_bool",
+    "check_eps",
+    "check_domain",
+    "check_choice",
+    "clipped_labels",
+    "exponential_draws",
+    "finite_float",
+    "signs",
+    "uniforms",
+]
+
+
+def check_bool(value: object, *, name: str) -> bool:
+    """A real ``bool`` (not 0/1 or a string, which would silently mean something else)."""
+    if not isinstance(value, bool | np.bool_):
+        raise InvalidParameterError(f"{name} ({value!r}) must be True or False")
+    return bool(value)
+
+
+def check_eps(epsilon: object) -> float:
+    """A finite epsilon > 0 (baselines have no epsilon = inf mode; bools are refused)."""
+    if isinstance(epsilon, bool):
+        raise InvalidParameterError(f"epsilon ({epsilon!r}) must be a number")
+    return check_epsilon(epsilon)  # type: ignore[arg-type]
+
+
+def check_choice(value: object, *, name: str, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of strings."""
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidParameterError(f"{name} ({value!r}) must be one of {', '.join(choices)}")
+    return value
+
+
+def check_domain(lo: float, hi: float) -> LabelDomain:
+    """Public label bounds, finite with lo < hi (numbers only: no bools, no strings)."""
+    for name, value in (("lo", lo), ("hi", hi)):
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            raise InvalidParameterError(f"{name} ({value!r}) must be a number")
+    return LabelDomain(lo=float(lo), hi=float(hi))
+
+
+def clipped_labels(labels: np.ndarray | list[float], domain: LabelDomain) -> np.ndarray:
+    """Validated labels clipped into the public bounds (a fixed public map: no privacy cost)."""
+    return np.clip(check_labels(labels), domain.lo, domain.hi)
+
+
+def uniforms(rng: Rng, n: int) -> np.ndarray:
+    """``n`` uniform doubles in [0, 1) from either kind of rng."""
+    return np.asarray(rng.random(n), dtype=np.float64).reshape(n)
+
+
+def exponential_draws(rng: Rng, n: int) -> np.ndarray:
+    """``n`` standard exponential draws by inversion, ``-log(1 - U)``; finite since U < 1."""
+    return -np.log1p(-uniforms(rng, n))
+
+
+def signs(rng: Rng, n: int) -> np.ndarray:
+    """``n`` fair random signs in {-1.0, +1.0}."""
+    return np.where(uniforms(rng, n) < 0.5, -1.0, 1.0)
+
+
+def finite_float(value: object, *, name: str) -> float:
+    """A finite float."""
+    if isinstance(value, bool):
+        raise InvalidParameterError(f"{name} ({value!r}) must be a number")
+    try:
+        result = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name} ({value!r}) must be a number") from None
+    if not math.isfinite(result):
+        raise InvalidParameterError(f"{name} ({value!r}) must be finite")
+    return result

@@ -1,0 +1,163 @@
+"""The Gaussian mechanism on clipped labels: (epsilon, delta)-DP, NOT pure epsilon-DP.
+
+Implements the analytic Gaussian mechanism of Balle & Wang, "Improving the Gaussian Mechanism for
+Differential Privacy: Analytical Calibration and Optimal Denoising" (ICML 2018), Theorem 8: for
+sensitivity D = hi - lo, y + N(0, sigma^2) is (epsilon, delta)-DP iff
+
+    Phi(D / (2 sigma) - epsilon sigma / D) - e^epsilon Phi(-D / (2 sigma) - epsilon sigma / D)
+        <= delta,
+
+and we take the smallest such sigma (bisection, then rounded up until the condition holds in
+floating point). ``calibration="classic"`` uses sigma = D sqrt(2 ln(1.25 / delta)) / epsilon
+(Dwork & Roth 2014, Theorem A.1; valid only for epsilon < 1, and looser). The output may be
+clipped to [lo, hi] afterwards (RR-on-Bins paper, Appendix F), which is post-processing.
+
+Privacy: the left-hand side above is the exact hockey-stick divergence between the output laws
+of two labels at distance D; nearer labels give a smaller divergence, and clipped labels are at
+most D apart. There is no pure epsilon guarantee at any sigma: the density ratio is unbounded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.special import log_ndtr, ndtr, ndtri
+
+from shared.errors import InvalidParameterError
+from shared.mechanisms.baselines._common import (
+    check_bool,
+    check_choice,
+    check_domain,
+    check_eps,
+    clipped_labels,
+    finite_float,
+    uniforms,
+)
+from shared.rng import Rng
+
+CALIBRATIONS: tuple[str, ...] = ("analytic", "classic")
+
+
+def gaussian_delta(*, sigma: float, epsilon: float, sensitivity: float) -> float:
+    """The smallest delta for which N(0, sigma^2) noise is (epsilon, delta)-DP (Balle & Wang).
+
+    0 <= result <= 1. ``sensitivity = 0`` gives 0 (identical laws).
+    """
+    if sensitivity <= 0.0:
+        return 0.0
+    a = sensitivity / (2.0 * sigma)
+    c = epsilon * sigma / sensitivity
+    # e^eps Phi(x) = exp(eps + log Phi(x)) avoids overflowing e^eps at large epsilon.
+    value = float(ndtr(a - c) - math.exp(epsilon + float(log_ndtr(-a - c))))
+    return max(value, 0.0)
+
+
+def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
+    """Smallest sigma with gaussian_delta(sigma) <= delta (Balle & Wang 2018, Algorithm 1)."""
+
+    def excess(log_sigma: float) -> float:
+        sigma = math.exp(log_sigma)
+        return gaussian_delta(sigma=sigma, epsilon=epsilon, sensitivity=sensitivity) - delta
+
+    lo_log = hi_log = math.log(sensitivity)
+    while excess(lo_log) <= 0.0:  # the divergence decreases in sigma: bracket the root
+        lo_log -= 1.0
+    while excess(hi_log) > 0.0:
+        hi_log += 1.0
+    sigma = math.exp(brentq(excess, lo_log, hi_log, xtol=1e-15, rtol=4 * np.finfo(float).eps))
+    while gaussian_delta(sigma=sigma, epsilon=epsilon, sensitivity=sensitivity) > delta:
+        sigma *= 1.0 + 1e-12  # round up: the guarantee must hold in floating point too
+    return sigma
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gaussian:
+    """y~ = clip(y) + N(0, sigma^2), optionally clipped to [lo, hi]: (epsilon, delta)-DP.
+
+    NOT pure epsilon-DP (``pure_dp`` is False): only for the benchmarks' comparisons.
+    """
+
+    epsilon: float
+    delta: float
+    lo: float
+    hi: float
+    clip_output: bool = True
+    calibration: Literal["analytic", "classic"] = "analytic"
+    sigma: float = field(init=False)
+
+    pure_dp: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        domain = check_domain(self.lo, self.hi)
+        eps = check_eps(self.epsilon)
+        delta = finite_float(self.delta, name="delta")
+        if not 0.0 < delta < 1.0:
+            raise InvalidParameterError(f"delta ({self.delta!r}) must be in (0, 1)")
+        calibration = check_choice(self.calibration, name="calibration", choices=CALIBRATIONS)
+        sensitivity = domain.width
+        if calibration == "classic":
+            if eps >= 1.0:
+                raise InvalidParameterError(
+                    f"epsilon ({self.epsilon!r}) must be < 1 for the classic Gaussian calibration"
+                )
+            sigma = sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / eps
+        else:
+            sigma = analytic_gaussian_sigma(epsilon=eps, delta=delta, sensitivity=sensitivity)
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "delta", delta)
+        object.__setattr__(self, "lo", domain.lo)
+        object.__setattr__(self, "hi", domain.hi)
+        object.__setattr__(self, "clip_output", check_bool(self.clip_output, name="clip_output"))
+        object.__setattr__(self, "sigma", sigma)
+
+    @property
+    def output_range(self) -> tuple[float, float]:
+        return (self.lo, self.hi) if self.clip_output else (-math.inf, math.inf)
+
+    def randomize(self, labels: np.ndarray | list[float], rng: Rng) -> np.ndarray:
+        """One noisy label per label (inverse-CDF normal noise from rng.random)."""
+        y = clipped_labels(labels, check_domain(self.lo, self.hi))
+        # U = 0 (probability 2^-53) would give -inf: nudge it to the smallest grid value / 2.
+        u = np.maximum(uniforms(rng, y.size), 2.0**-54)
+        out = y + self.sigma * ndtri(u)
+        return np.clip(out, self.lo, self.hi) if self.clip_output else out
+
+    def density(self, y_tilde: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
+        """Density of the continuous part of the output law (0 outside [lo, hi] if clipped)."""
+        yt = np.asarray(y_tilde, dtype=np.float64)
+        yc = np.clip(np.asarray(y, dtype=np.float64), self.lo, self.hi)
+        s = self.sigma
+        dens = np.exp(-0.5 * ((yt - yc) / s) ** 2) / (s * math.sqrt(2.0 * math.pi))
+        if self.clip_output:
+            dens = np.where((yt >= self.lo) & (yt <= self.hi), dens, 0.0)
+        return dens
+
+    def atoms(self, y: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+        """(atom values, P(y~ = atom | y) with shape (n, atoms)): [lo, hi] if clipped, else none."""
+        yc = np.clip(np.atleast_1d(np.asarray(y, dtype=np.float64)), self.lo, self.hi)
+        if not self.clip_output:
+            return np.empty(0), np.empty((yc.size, 0))
+        at_lo = ndtr((self.lo - yc) / self.sigma)
+        at_hi = ndtr((yc - self.hi) / self.sigma)
+        return np.array([self.lo, self.hi]), np.stack([at_lo, at_hi], axis=1)
+
+    def affine_expectation(self) -> tuple[float, float] | None:
+        """(1, 0) without output clipping (for labels inside the bounds); None when clipped."""
+        return None if self.clip_output else (1.0, 0.0)
+
+    def public_params(self) -> dict[str, Any]:
+        return {
+            "mechanism": "gaussian",
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "pure_dp": False,
+            "lo": self.lo,
+            "hi": self.hi,
+            "clip_output": self.clip_output,
+            "calibration": self.calibration,
+            "sigma": self.sigma,
+        }
