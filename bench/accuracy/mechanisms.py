@@ -127,18 +127,48 @@ def _baselines() -> Any:
         raise MechanismUnavailable(f"shared.mechanisms.baselines: {exc}") from exc
 
 
-def _baseline_class(name: str) -> Any:
-    module = _baselines()
-    cls = getattr(module, name, None)
-    if cls is None:
-        raise MechanismUnavailable(f"shared.mechanisms.baselines has no {name}")
-    return cls
+@dataclass(frozen=True)
+class _OnIntegerGrid:
+    """A mechanism for integer labels applied to ``levels + 1`` public levels of [lo, hi].
+
+    Labels are rounded to the nearest level (a fixed public map), randomized as integers in
+    [0, levels], and mapped back: post-processing, so the inner mechanism's epsilon holds.
+    """
+
+    inner: Any
+    lo: float
+    hi: float
+    levels: int
+
+    def randomize(self, labels: np.ndarray, rng: Any) -> np.ndarray:
+        step = (self.hi - self.lo) / self.levels
+        grid = np.rint((np.clip(labels, self.lo, self.hi) - self.lo) / step)
+        return self.lo + step * self.inner.randomize(grid, rng)
+
+    def affine_expectation(self) -> tuple[float, float] | None:
+        return None  # rounding to the grid is not affine in the label
+
+    def public_params(self) -> dict[str, Any]:
+        return {"levels": self.levels, **self.inner.public_params()}
+
+
+DISCRETE_LEVELS = 100  # the discrete staircase works on 1/100ths of the label range
 
 
 def _one_step(name: str, **kwargs: Any) -> Callable[..., Built]:
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        cls = _baseline_class(name)
-        randomizer = cls(epsilon=ctx.epsilon, lo=ctx.lo, hi=ctx.hi, **kwargs)
+        module = _baselines()
+        if name == "discrete_staircase":
+            inner = module.build_baseline(
+                name, epsilon=ctx.epsilon, lo=0, hi=DISCRETE_LEVELS, **kwargs
+            )
+            randomizer: Any = _OnIntegerGrid(
+                inner=inner, lo=ctx.lo, hi=ctx.hi, levels=DISCRETE_LEVELS
+            )
+        else:
+            randomizer = module.build_baseline(
+                name, epsilon=ctx.epsilon, lo=ctx.lo, hi=ctx.hi, **kwargs
+            )
         return Built(
             randomizer=randomizer,
             epsilon1=0.0,
@@ -273,13 +303,12 @@ def _merged(prior: Prior, cells: int) -> Prior:
 
 def _prior_baseline(name: str) -> Callable[..., Built]:
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        cls = _baseline_class(name)
+        module = _baselines()
         prior = shared_prior(ctx, priors, rng)
         eps1, eps2 = ctx.shared_split
-        if name == "Unbiased":
-            randomizer = cls.from_prior(_merged(prior, UNBIASED_CELLS), epsilon=eps2)
-        else:
-            randomizer = cls.from_prior(prior, epsilon=eps2)
+        if name == "unbiased":
+            prior = _merged(prior, UNBIASED_CELLS)
+        randomizer = module.build_baseline(name, epsilon=eps2, lo=ctx.lo, hi=ctx.hi, prior=prior)
         return Built(
             randomizer=randomizer,
             epsilon1=eps1,
@@ -298,40 +327,40 @@ VARIANTS: dict[str, Variant] = {
             key="laplace_clip",
             label="Laplace, clipped",
             paper_column="Laplace",
-            build=_one_step("Laplace", clip_output=True),
+            build=_one_step("laplace"),
             note="RR-on-Bins paper App. F clipping",
         ),
         Variant(
             key="laplace",
             label="Laplace, unclipped",
             paper_column=None,
-            build=_one_step("Laplace", clip_output=False),
+            build=_one_step("laplace_unclipped"),
             note="unbiased",
         ),
         Variant(
             key="gaussian",
             label="Gaussian, clipped",
             paper_column="Gaussian",
-            build=_one_step("Gaussian", delta=GAUSSIAN_DELTA),
+            build=_one_step("gaussian", delta=GAUSSIAN_DELTA),
             note=f"(eps, {GAUSSIAN_DELTA:g})-DP",
         ),
         Variant(
             key="staircase",
             label="Staircase, clipped",
             paper_column="Staircase",
-            build=_one_step("Staircase", discrete=False),
+            build=_one_step("staircase"),
         ),
         Variant(
             key="staircase_discrete",
             label="Staircase (discrete), clipped",
             paper_column=None,
-            build=_one_step("Staircase", discrete=True),
+            build=_one_step("discrete_staircase"),
         ),
         Variant(
             key="exponential",
             label="Exponential",
             paper_column=None,
-            build=_one_step("Exponential"),
+            build=_one_step("exponential"),
         ),
         Variant(
             key="rr_on_bins",
@@ -357,13 +386,13 @@ VARIANTS: dict[str, Variant] = {
             key="rr_with_prior",
             label="RRWithPrior",
             paper_column=None,
-            build=_prior_baseline("RRWithPrior"),
+            build=_prior_baseline("rr_with_prior"),
         ),
         Variant(
             key="unbiased",
             label="Unbiased",
             paper_column="Unbiased",
-            build=_prior_baseline("Unbiased"),
+            build=_prior_baseline("unbiased"),
             note=f"LP on a {UNBIASED_CELLS + 1}-point input grid",
         ),
         Variant(
