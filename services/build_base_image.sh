@@ -237,4 +237,5 @@ mkdir -p "$WHEELS/project"
 pip_quiet wheel -q --no-deps --no-index \
     --find-links "$WHEELS/build" -w "$WHEELS/project" "$src" >/dev/null \
     || die "building the project wheel failed"
-log "ready: base image $BASE_IMAGE, wheelhouse $WHEELS ($(ls "$WHEELS/deps" | grep -c '\.whl$') deps)"
+dep_wheels=("$WHEELS"/deps/*.whl)
+log "ready: base image $BASE_IMAGE, wheelhouse $WHEELS (${#dep_wheels[@]} dependency wheels)"
