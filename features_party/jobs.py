@@ -1,7 +1,7 @@
 """Background training jobs: pull the message, join, fit, store; progress in the database.
 
-One worker thread runs jobs in order (training is CPU-bound and scikit-learn already uses the
-cores). A job's row is its only state: a restart re-queues jobs that were queued or running
+One daemon worker thread runs jobs in order (training is CPU-bound; stopping the service does not
+wait for it). A job's row is its only state: a restart re-queues jobs that were queued or running
 when the process stopped, so an accepted job is never lost. Fitted models are pickled into the
 service's own database with their sha256 (the database is the trust boundary: only this service
 writes it; a blob that fails its digest is refused).
@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import pickle
+import queue
 import threading
 import traceback
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -66,13 +66,16 @@ def join_on_example_id(
 
 
 class JobRunner:
-    """Queue of training jobs executed by one worker thread."""
+    """Queue of training jobs executed in order by one daemon worker thread."""
 
     def __init__(self, sessions: sessionmaker[Session], settings: Settings) -> None:
         self._sessions = sessions
         self._settings = settings
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="train")
-        self._futures: dict[str, Future[None]] = {}
+        # A daemon thread: stopping the service never waits for a training to finish (the job
+        # stays "running" in the database and is re-queued at the next start).
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._worker = threading.Thread(target=self._loop, name="train", daemon=True)
+        self._worker.start()
         self._cache: OrderedDict[str, FittedModel] = OrderedDict()
         self._lock = threading.Lock()
         self.counters = {"jobs_succeeded": 0, "jobs_failed": 0, "messages_pulled": 0}
@@ -97,10 +100,17 @@ class JobRunner:
         return len(ids)
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._queue.put(None)
 
     def submit(self, model_id: str) -> None:
-        self._futures[model_id] = self._executor.submit(self._run, model_id)
+        self._queue.put(model_id)
+
+    def _loop(self) -> None:
+        while True:
+            model_id = self._queue.get()
+            if model_id is None:
+                return
+            self._run(model_id)
 
     # -- progress --------------------------------------------------------------------------
     def _update(self, model_id: str, **fields: Any) -> None:

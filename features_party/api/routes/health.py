@@ -47,12 +47,8 @@ def metrics(request: Request, session: SessionDep) -> str:
         "# HELP labeldp_features_models Training jobs by status.",
         "# TYPE labeldp_features_models gauge",
     ]
-    by_status = {
-        status: count
-        for status, count in session.execute(
-            select(TrainedModel.status, func.count()).group_by(TrainedModel.status)
-        )
-    }
+    query = select(TrainedModel.status, func.count()).group_by(TrainedModel.status)
+    by_status = {row[0]: row[1] for row in session.execute(query)}
     for status in ("queued", "running", "succeeded", "failed"):
         lines.append(f'labeldp_features_models{{status="{status}"}} {by_status.get(status, 0)}')
     counters = {**request.app.state.counters, **request.app.state.runner.counters}
