@@ -315,6 +315,8 @@ def test_full_protocol_then_labels_survive_a_new_container(deployment: Deploymen
     with pytest.raises(ServiceError) as refused:
         advertiser.create_release("clicks", epsilon=3.0, mechanism="auto")
     assert 400 <= (refused.value.status or 0) < 500
+    assert "budget" in refused.value.detail and "left 2" in refused.value.detail, refused.value
+    assert advertiser.dataset("clicks").epsilon_spent == pytest.approx(2.0)
 
     # The features party still reaches the new labels container by name, and kept its model.
     _recreate(deployment, "features")
