@@ -18,6 +18,7 @@ __all__ = [
     "clipped_labels",
     "exponential_draws",
     "finite_float",
+    "label_array",
     "signs",
     "uniforms",
 ]
@@ -32,9 +33,9 @@ def check_bool(value: object, *, name: str) -> bool:
 
 def check_eps(epsilon: object) -> float:
     """A finite epsilon > 0 (baselines have no epsilon = inf mode; bools are refused)."""
-    if isinstance(epsilon, bool):
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float | np.integer | np.floating):
         raise InvalidParameterError(f"epsilon ({epsilon!r}) must be a number")
-    return check_epsilon(epsilon)  # type: ignore[arg-type]
+    return check_epsilon(epsilon)
 
 
 def check_choice(value: object, *, name: str, choices: tuple[str, ...]) -> str:
@@ -52,9 +53,18 @@ def check_domain(lo: float, hi: float) -> LabelDomain:
     return LabelDomain(lo=float(lo), hi=float(hi))
 
 
+def label_array(labels: np.ndarray | list[float]) -> np.ndarray:
+    """Labels as a finite, non-empty 1-D float64 array; anything else is refused by name."""
+    try:
+        array = np.asarray(labels, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidParameterError("labels must be numbers") from None
+    return check_labels(array)
+
+
 def clipped_labels(labels: np.ndarray | list[float], domain: LabelDomain) -> np.ndarray:
     """Validated labels clipped into the public bounds (a fixed public map: no privacy cost)."""
-    return np.clip(check_labels(labels), domain.lo, domain.hi)
+    return np.clip(label_array(labels), domain.lo, domain.hi)
 
 
 def uniforms(rng: Rng, n: int) -> np.ndarray:

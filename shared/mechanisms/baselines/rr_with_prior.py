@@ -23,9 +23,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shared.domain import check_labels
 from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import check_eps, uniforms
+from shared.mechanisms.baselines._common import check_eps, label_array, uniforms
 from shared.mechanisms.histogram import Prior
 from shared.rng import Rng
 
@@ -87,7 +86,7 @@ class RRWithPrior:
 
     def output_probabilities(self, labels: np.ndarray | list[float]) -> np.ndarray:
         """P(y~ = output_values[j] | y), shape (n, k)."""
-        pos = self._positions(check_labels(labels))
+        pos = self._positions(label_array(labels))
         keep = self.keep_probability
         other = (1.0 - keep) / (self.k - 1) if self.k > 1 else 0.0
         probs = np.where(pos[:, None] >= 0, other, 1.0 / self.k) * np.ones((1, self.k))
@@ -106,7 +105,7 @@ class RRWithPrior:
 
     def randomize(self, labels: np.ndarray | list[float], rng: Rng) -> np.ndarray:
         """One output per label (vectorised RR over the top-k midpoints)."""
-        pos = self._positions(check_labels(labels))
+        pos = self._positions(label_array(labels))
         n, k = pos.size, self.k
         keep_draw = uniforms(rng, n)
         pick = uniforms(rng, n)

@@ -48,9 +48,8 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
-from shared.domain import check_labels
 from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import check_choice, check_eps, uniforms
+from shared.mechanisms.baselines._common import check_choice, check_eps, label_array, uniforms
 from shared.mechanisms.histogram import Prior
 from shared.rng import Rng
 
@@ -410,7 +409,7 @@ class Unbiased:
 
     def output_probabilities(self, labels: np.ndarray | list[float]) -> np.ndarray:
         """P(y~ = output_grid[j] | y) for each label: shape (n, len(output_grid))."""
-        low, up = self._rounding_split(check_labels(labels))
+        low, up = self._rounding_split(label_array(labels))
         p = self.probabilities
         high = np.minimum(low + 1, p.shape[0] - 1)
         return (1.0 - up)[:, None] * p[low] + up[:, None] * p[high]
@@ -425,7 +424,7 @@ class Unbiased:
 
     def randomize(self, labels: np.ndarray | list[float], rng: Rng) -> np.ndarray:
         """One output per label: round to the input grid, then a categorical draw per row."""
-        values = check_labels(labels)
+        values = label_array(labels)
         n = values.size
         low, up = self._rounding_split(values)
         if self.rounding == "randomized":
