@@ -230,7 +230,7 @@ def _recreate(deployment: Deployment, service: str) -> None:
     """Stop and remove the container, start a new one: only the named volume carries state."""
     old = deployment.container_id(service)
     deployment.run("stop", "--timeout", "20", service)
-    deployment.run("rm", "-f", service)
+    deployment.run("rm", "-f", "-v", service)  # -v: anonymous volumes only; named ones stay
     deployment.run("up", "-d", "--no-deps", service, timeout=300)
     assert deployment.container_id(service) != old
     deployment.wait_healthy(service)
