@@ -22,6 +22,10 @@ Differential Privacy", CCS 2012): the set of doubles an output can take depends 
 the pure epsilon-DP guarantee holds for the ideal real-valued mechanism, not bit for bit. That is
 acceptable for measuring accuracy, and is why none of them is served. The Gaussian mechanism is
 (epsilon, delta)-DP, never pure epsilon-DP (``pure_dp`` is False).
+
+A finding worth knowing when reading the papers' tables: the exponential mechanism as the
+RR-on-Bins paper calibrates it (Laplace scale 2 (hi - lo) / epsilon, Appendix F) is in fact
+(epsilon / 2)-DP (proof in :mod:`.exponential`); ``calibration="tight"`` gives the epsilon-DP one.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def top_k_choice(probs: np.ndarray, *, epsilon: float) -> tuple[int, np.ndarray]
     return k, np.sort(order[:k])
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)  # arrays inside: identity equality
 class RRWithPrior:
     """Randomized response over the top-k cells of ``prior``, outputs at cell midpoints."""
 

@@ -7,6 +7,11 @@ grid, then mapped to a finite public output grid by the transition matrix that m
 prior-weighted expected squared error subject to unbiasedness and the epsilon-DP constraints, a
 linear program solved with scipy's HiGHS.
 
+Labels are mapped to the input grid by unbiased randomized rounding (default, as in
+Badanidiyuru et al.: E[rounded | y] = y, so E[y~ | y] = y for every label on the grid's span) or
+by rounding to the nearest grid point (``rounding="nearest"``: unbiased only at grid points).
+Both are fixed public maps applied after clipping to the grid's span.
+
 Privacy: the matrix is accepted only if every output column j has
 m_j <= P[i, j] <= e^epsilon m_j for all inputs i (checked on construction). A label's output law
 is one row, or under randomized rounding a convex combination of two adjacent rows, so it also
@@ -293,7 +298,7 @@ def optimal_unbiased(
     )
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)  # arrays inside: identity equality
 class Unbiased:
     """An unbiased epsilon-DP transition matrix from ``input_grid`` to ``output_grid``.
 
