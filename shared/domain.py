@@ -12,10 +12,9 @@ from shared.errors import InvalidParameterError
 
 def check_epsilon(epsilon: float, *, name: str = "epsilon", allow_inf: bool = False) -> float:
     """Return ``epsilon`` as a float if it is a usable privacy parameter, else raise."""
-    try:
-        value = float(epsilon)
-    except (TypeError, ValueError):
-        raise InvalidParameterError(f"{name} ({epsilon!r}) must be a number") from None
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float | np.integer | np.floating):
+        raise InvalidParameterError(f"{name} ({epsilon!r}) must be a number")
+    value = float(epsilon)
     if math.isnan(value) or value <= 0.0:
         raise InvalidParameterError(f"{name} ({epsilon!r}) must be > 0")
     if math.isinf(value) and not allow_inf:
@@ -25,7 +24,10 @@ def check_epsilon(epsilon: float, *, name: str = "epsilon", allow_inf: bool = Fa
 
 def check_labels(labels: np.ndarray | list[float], *, allow_empty: bool = False) -> np.ndarray:
     """Labels as a 1-D float64 array; NaN, inf and empty input are refused."""
-    array = np.asarray(labels, dtype=np.float64)
+    try:
+        array = np.asarray(labels, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidParameterError("labels must be numbers") from None
     if array.ndim != 1:
         raise InvalidParameterError(f"labels must be one-dimensional, got shape {array.shape}")
     if array.size == 0 and not allow_empty:

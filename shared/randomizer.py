@@ -27,10 +27,15 @@ MechanismChoice = Literal["rpwithprior", "rr_on_bins", "auto"]
 MECHANISMS: tuple[str, ...] = ("rpwithprior", "rr_on_bins", "auto")
 
 DEFAULT_BINS = 64
-# The histogram never gets more than this share of the total budget (RR-on-Bins paper, Sec. 3.2
-# suggests epsilon1 = sqrt(k / n), which is tiny for large n; for small n the cap keeps most of
-# the budget for the per-label randomizer, where it buys the most accuracy).
+# The histogram never gets more than this share of the total budget once epsilon is large
+# (RR-on-Bins paper, Sec. 3.2 suggests epsilon1 = sqrt(k / n), which is tiny for large n).
 MAX_HISTOGRAM_SHARE = 0.25
+# ... but it always gets at least this much absolute epsilon (or 90% of a smaller total): the
+# prior's accuracy must not shrink with the total budget, and below epsilon ~ 0.1 the per-label
+# randomizer carries almost no signal ((e^eps2 - 1) ~ eps2) while the prior's mean, which every
+# mechanism's outputs and the features party's constant model inherit, carries most of it.
+MIN_HISTOGRAM_EPSILON = 0.05
+MAX_SMALL_BUDGET_SHARE = 0.9
 
 
 class LabelMechanism(Protocol):
@@ -92,14 +97,16 @@ class Release:
 def default_split(epsilon: float, *, n: int, bins: int) -> tuple[float, float]:
     """Split a total epsilon into (epsilon1, epsilon2) from public quantities only.
 
-    epsilon1 = sqrt(bins / n) (Ghazi et al. 2022, Theorem 6 discussion), capped at
-    ``MAX_HISTOGRAM_SHARE`` of the total.
+    epsilon1 = max(min(sqrt(bins / n), 0.25 eps), min(0.05, 0.9 eps)): the RR-on-Bins paper's
+    sqrt(k / n) (Ghazi et al. 2022, Sec. 3.2) capped at a quarter of the total, with a floor of
+    0.05 (or 90% of a total below that); see the constants above for why.
     """
     total = check_epsilon(epsilon)
     if n < 1:
         raise InvalidParameterError(f"n ({n}) must be >= 1")
-    epsilon1 = min(math.sqrt(check_bins(bins) / n), MAX_HISTOGRAM_SHARE) * 1.0
-    epsilon1 = min(epsilon1, MAX_HISTOGRAM_SHARE * total)
+    paper = min(math.sqrt(check_bins(bins) / n), MAX_HISTOGRAM_SHARE * total)
+    floor = min(MIN_HISTOGRAM_EPSILON, MAX_SMALL_BUDGET_SHARE * total)
+    epsilon1 = max(paper, floor)
     return epsilon1, total - epsilon1
 
 

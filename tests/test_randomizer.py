@@ -145,11 +145,24 @@ def test_invalid_input_is_refused(overrides: dict[str, object], match: str) -> N
         label_randomizer(labels, **kwargs)  # type: ignore[arg-type]
 
 
-def test_default_split_uses_only_public_quantities() -> None:
-    eps1, eps2 = default_split(1.0, n=1_000_000, bins=64)
-    assert eps1 == pytest.approx(math.sqrt(64 / 1_000_000)) and eps1 + eps2 == pytest.approx(1.0)
-    eps1, eps2 = default_split(0.4, n=100, bins=64)
-    assert eps1 == pytest.approx(0.1) and eps2 == pytest.approx(0.3)
+@pytest.mark.parametrize(
+    ("epsilon", "n", "expected_epsilon1"),
+    [
+        (1.0, 1_000_000, 0.05),  # floor: sqrt(64 / 1e6) = 0.008 is below 0.05
+        (4.0, 10_000, 0.08),  # the paper's sqrt(k / n)
+        (0.4, 100, 0.1),  # sqrt(k / n) capped at a quarter of the total
+        (0.05, 1_000_000, 0.045),  # a tiny total: 90% to the histogram
+    ],
+)
+def test_default_split_uses_only_public_quantities(
+    epsilon: float, n: int, expected_epsilon1: float
+) -> None:
+    eps1, eps2 = default_split(epsilon, n=n, bins=64)
+    assert eps1 == pytest.approx(expected_epsilon1)
+    assert eps1 + eps2 == pytest.approx(epsilon) and eps2 > 0
+
+
+def test_default_split_refuses_an_empty_data_set() -> None:
     with pytest.raises(InvalidParameterError):
         default_split(1.0, n=0, bins=64)
 

@@ -17,7 +17,13 @@ from shared.mechanisms.discrete_laplace import (
     discrete_laplace_noise,
     sample_discrete_laplace,
 )
-from shared.mechanisms.histogram import Prior, bin_counts, bin_edges, private_histogram
+from shared.mechanisms.histogram import (
+    Prior,
+    bin_counts,
+    bin_edges,
+    private_histogram,
+    project_to_simplex,
+)
 from shared.rng import SystemRandom
 
 
@@ -177,3 +183,43 @@ def test_from_samples_is_a_probability_vector(samples: list[float], bins: int) -
     assert prior.probs.sum() == pytest.approx(1.0)
     assert np.all(prior.probs >= 0)
     np.testing.assert_allclose(prior.edges, bin_edges(lo=-10.0, hi=10.0, bins=bins))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    counts=st.lists(st.integers(-50, 200), min_size=1, max_size=12),
+    total=st.integers(1, 500),
+)
+def test_projection_is_the_closest_consistent_count_vector(counts: list[int], total: int) -> None:
+    noisy = np.array(counts, dtype=float)
+    projected = project_to_simplex(noisy, total=total)
+    assert np.all(projected >= 0) and projected.sum() == pytest.approx(total)
+    # Optimality (KKT): c = max(noisy - tau, 0) for one common tau; no random feasible point
+    # is closer to the noisy counts.
+    positive = projected > 0
+    shifts = (noisy - projected)[positive]
+    np.testing.assert_allclose(shifts, shifts[0], atol=1e-9)
+    assert np.all(noisy[~positive] <= shifts[0] + 1e-9)
+    others = np.random.default_rng(0).dirichlet(np.ones(noisy.size), size=200) * total
+    distance = np.linalg.norm(projected - noisy)
+    assert np.all(np.linalg.norm(others - noisy, axis=1) >= distance - 1e-9)
+
+
+def test_projection_removes_the_clamping_bias_on_a_sparse_histogram(
+    rng: np.random.Generator,
+) -> None:
+    labels = np.concatenate([np.zeros(9_000), rng.uniform(0, 10, size=1_000)])
+    errors = {"clamp": [], "project": []}
+    for consistency in errors:
+        for _ in range(30):
+            prior = private_histogram(
+                labels, lo=0, hi=100, bins=50, epsilon=0.05, rng=rng, consistency=consistency
+            )
+            errors[consistency].append(prior.mean() - labels.mean())
+    rms = {key: float(np.sqrt(np.mean(np.square(value)))) for key, value in errors.items()}
+    assert rms["project"] < 0.5 * rms["clamp"]
+
+
+def test_unknown_consistency_rule_is_refused(rng: np.random.Generator) -> None:
+    with pytest.raises(InvalidParameterError, match="consistency"):
+        private_histogram(np.ones(3), lo=0, hi=2, bins=2, epsilon=1.0, rng=rng, consistency="round")  # type: ignore[arg-type]

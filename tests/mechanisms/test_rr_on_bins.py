@@ -361,7 +361,7 @@ GOOD_PROBS = np.array([0.2, 0.3, 0.5])
         (GOOD_VALUES, GOOD_PROBS, {"epsilon": -1.0}, "epsilon"),
         (GOOD_VALUES, GOOD_PROBS, {"epsilon": math.inf}, "epsilon"),
         (GOOD_VALUES, GOOD_PROBS, {"epsilon": math.nan}, "epsilon"),
-        (GOOD_VALUES, GOOD_PROBS, {"epsilon": "1"}, None),  # a numeric string is accepted
+        (GOOD_VALUES, GOOD_PROBS, {"epsilon": "1"}, "epsilon"),  # strings are refused
         (GOOD_VALUES, GOOD_PROBS, {"epsilon": "x"}, "epsilon"),
         ([0.0, math.nan, 2.0], GOOD_PROBS, {"epsilon": 1.0}, "finite"),
         ([0.0, math.inf, 2.0], GOOD_PROBS, {"epsilon": 1.0}, "finite"),
