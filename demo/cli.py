@@ -31,9 +31,9 @@ def register_commands(commands: argparse._SubParsersAction) -> None:  # type: ig
     )
     parser.add_argument(
         "--epsilon-histogram",
-        default="auto",
-        help="epsilon1 for the histogram: a number, 'default' (the labels party's split) or "
-        "'auto' (90%% below epsilon 0.1, 50%% up to 0.5, else the default)",
+        default="default",
+        help="epsilon1 for the histogram: a number, or 'default' (the labels party's split: "
+        "see shared.randomizer.default_split)",
     )
     parser.add_argument("--budget", type=float, help="dataset budget (default max(10, epsilon))")
     parser.add_argument("--model", default="auto", choices=["auto", "gbm", "ridge", "mlp"])
@@ -128,12 +128,12 @@ def demo_command(args: argparse.Namespace) -> int:
         if not args.epsilon > 0:
             raise LabelDPError(f"--epsilon ({args.epsilon}) must be > 0")
         histogram = args.epsilon_histogram
-        if histogram not in ("auto", "default"):
+        if histogram != "default":
             try:
                 histogram = float(histogram)
             except ValueError:
                 raise LabelDPError(
-                    f"--epsilon-histogram ({histogram!r}) must be a number, 'auto' or 'default'"
+                    f"--epsilon-histogram ({histogram!r}) must be a number or 'default'"
                 ) from None
     except (LabelDPError, OSError, ValueError) as exc:
         print(f"labeldp demo: {exc}", file=sys.stderr)

@@ -30,28 +30,13 @@ from features_party.training import fit_encoder, fit_model
 from shared.client import FeaturesPartyClient, LabelsPartyClient, ModelInfo
 
 DATASET = "demo"
-# Below this total epsilon the per-label randomizer carries almost no signal (its slope a is
-# about epsilon2 / 2), so whatever model is trained falls back to a constant, and that constant
-# comes from the epsilon1 histogram: spend 90% of the budget there. Up to 0.5, half. Above,
-# the labels party's default split (epsilon1 = min(sqrt(bins/n), 25%)).
-SMALL_EPSILON = 0.1
-MEDIUM_EPSILON = 0.5
-
-
-def histogram_epsilon(epsilon: float) -> float | None:
-    """The demo's epsilon1 from the total alone (public); None = the labels party's default."""
-    if epsilon <= SMALL_EPSILON:
-        return 0.9 * epsilon
-    if epsilon <= MEDIUM_EPSILON:
-        return 0.5 * epsilon
-    return None
 
 
 @dataclass(frozen=True, kw_only=True)
 class DemoOptions:
     epsilon: float = 1.0
     mechanism: str = "auto"
-    epsilon_histogram: float | str | None = "auto"
+    epsilon_histogram: float | str | None = "default"
     budget: float | None = None
     model: str = "auto"
     label_transform: str = "auto"
@@ -156,9 +141,7 @@ def _protocol(
     with progress.step(f"advertiser: post {posted.size} labels"):
         advertiser.post_labels(DATASET, [train_ids[i] for i in posted], y_train[posted])
 
-    if options.epsilon_histogram == "auto":
-        epsilon1 = histogram_epsilon(options.epsilon)
-    elif options.epsilon_histogram in (None, "default"):
+    if options.epsilon_histogram in (None, "default"):
         epsilon1 = None
     else:
         epsilon1 = float(options.epsilon_histogram)
