@@ -46,6 +46,7 @@ SHORT = {
     "unbiased": "Unb",
     "auto": "auto",
     "auto_k": "auto-k",
+    "auto_crit": "auto-C",
 }
 ORDER = ["constant", *mech.VARIANTS]
 TRANSFORM_TAG = {"raw": "", "debiased": " deb", "auto": " (auto t.)"}
@@ -524,7 +525,9 @@ def write_report(
         "split and (A1, A2, zeta) minimising the expected label MSE; RRwP = RRWithPrior; "
         'Unb = Unbiased; auto = the labels party\'s `mechanism="auto"`; auto-k = the same '
         "with a histogram of `adaptive_bins(n, epsilon1)` cells instead of 64 (a proposal, "
-        "see `bench/accuracy/mechanisms.py`); `deb` = debiased targets (noisy - b) / a; "
+        "see `bench/accuracy/mechanisms.py`); auto-C = auto-k choosing mechanism, parameters "
+        "and transform by bias^2 + d Var / n (a proposal, `bench/accuracy/criterion.py`); "
+        "`deb` = debiased targets (noisy - b) / a; "
         "`(auto t.)` = transform chosen by the features party.",
     ]
     analysis_stats = {}

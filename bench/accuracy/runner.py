@@ -163,10 +163,11 @@ def draw_labels(
     trial: int,
     variants: Sequence[str],
     mc_draws: int = MC_DRAWS,
+    d: int = 1,
     log: Callable[[str], None] = print,
 ) -> dict[str, Labels]:
     """Every requested mechanism's noisy labels for one (trial, epsilon) cell (finite epsilon)."""
-    ctx = mech.CellContext(dataset=dataset, y=y, lo=lo, hi=hi, epsilon=epsilon)
+    ctx = mech.CellContext(dataset=dataset, y=y, lo=lo, hi=hi, epsilon=epsilon, d=d)
     priors = PriorCache()
     priors["shared"] = mech.private_histogram(
         y,
@@ -246,6 +247,7 @@ def run(
                         epsilon=epsilon,
                         trial=trial,
                         variants=variants,
+                        d=data.d,
                         log=progress,
                     )
                     constant = mech.dp_mean(
@@ -317,9 +319,9 @@ def run(
                             stats = labels.stats.get(transform, labels.stats["raw"])
                             if transform == "auto":
                                 stats = labels.stats[extra.get("label_transform", "raw")]
-                            chosen = labels.built.params.get("chosen")
-                            if chosen is not None:
-                                extra = {**extra, "mechanism": chosen}
+                            for name in ("chosen", "transform", "bins"):
+                                if name in labels.built.params:
+                                    extra = {**extra, f"mech_{name}": labels.built.params[name]}
                             yield Record(
                                 **base,
                                 model=model,

@@ -15,7 +15,16 @@ from bench.accuracy import data, mechanisms, papers, report, runner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HAVE_CRIME = (data.DATASETS_DIR / "communities.data").is_file()
-TWO_STEP = ("rr_on_bins", "rp_paper", "rp_auto", "rr_with_prior", "unbiased", "auto", "auto_k")
+TWO_STEP = (
+    "rr_on_bins",
+    "rp_paper",
+    "rp_auto",
+    "rr_with_prior",
+    "unbiased",
+    "auto",
+    "auto_k",
+    "auto_crit",
+)
 
 
 def _run_quick(dataset: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:
@@ -193,3 +202,34 @@ def test_paper_tables_copied() -> None:
 def test_pairwise_order_accuracy() -> None:
     groups = {"a": [(1.0, 10.0), (2.0, 20.0), (3.0, 15.0)]}
     assert report._pairwise(groups) == pytest.approx(2 / 3)
+
+
+def test_criterion_moments_match_the_samplers() -> None:
+    from bench.accuracy import criterion
+    from shared.mechanisms import rp_with_prior, rr_on_bins
+    from shared.mechanisms.histogram import Prior
+
+    rng = np.random.default_rng(6)
+    prior = Prior.from_samples(rng.beta(2, 5, 5000), lo=0.0, hi=1.0, bins=32)
+    y = np.array([0.02, 0.2, 0.5, 0.97])
+    rp = rp_with_prior.choose_parameters(prior, epsilon=1.0, select="paper", zeta=0.1)
+    rr = rr_on_bins.optimal_bins_for_prior(prior, epsilon=1.0)
+    for moments, mechanism in ((criterion.rp_moments, rp), (criterion.rr_moments, rr)):
+        mean, var = moments(mechanism, y)
+        draws = np.stack([mechanism.randomize(np.full(40_000, v), rng) for v in y])
+        assert np.allclose(draws.mean(axis=1), mean, atol=0.01)
+        assert np.allclose(draws.var(axis=1), var, rtol=0.05, atol=1e-3)
+
+
+def test_criterion_prefers_unbiased_targets_when_n_is_large() -> None:
+    from bench.accuracy import criterion
+    from shared.mechanisms.histogram import Prior
+
+    prior = Prior.from_samples(
+        np.random.default_rng(7).uniform(0.0, 5.0, 5000), lo=0.0, hi=5.0, bins=16
+    )
+    small = criterion.choose(prior, epsilon=1.0, n=50, k=8)
+    large = criterion.choose(prior, epsilon=1.0, n=10**7, k=8)
+    assert large.transform == "debiased" and large.bias2 < 1e-3
+    assert small.criterion < large.bias2 + 8 / 50 * large.variance  # large-n pick is worse here
+    assert small.bias2 > 0.1  # at small n it trades bias for variance
