@@ -14,6 +14,7 @@ them. ``--quick`` (1 trial, 3 epsilons, a small subsample, short MLP) writes not
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import shlex
 import sys
@@ -106,16 +107,26 @@ def _key(r: runner.Record) -> tuple:
     return (r.model, r.n_train, r.variant, r.transform, r.epsilon, r.trial)
 
 
-def _save_records(dataset: str, new: Sequence[runner.Record]) -> list[runner.Record]:
-    merged = {_key(r): r for r in _load_records(dataset)}
-    merged.update({_key(r): r for r in new})
-    records = list(merged.values())
+def _save_records(
+    dataset: str, new: Sequence[runner.Record], command: str
+) -> tuple[list[runner.Record], list[str]]:
+    """Merge ``new`` into the stored records (a rerun of a cell replaces it), under a lock."""
     RECORDS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RECORDS_DIR / f"{dataset}.jsonl"
-    path.write_text(
-        "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records), encoding="utf-8"
-    )
-    return records
+    with open(RECORDS_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two runs of one data set may finish together
+        merged = {_key(r): r for r in _load_records(dataset)}
+        merged.update({_key(r): r for r in new})
+        records = list(merged.values())
+        path = RECORDS_DIR / f"{dataset}.jsonl"
+        path.write_text(
+            "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records),
+            encoding="utf-8",
+        )
+        commands = [*_commands(dataset), command]
+        (RECORDS_DIR / f"{dataset}.commands.txt").write_text(
+            "\n".join(commands) + "\n", encoding="utf-8"
+        )
+    return records, commands
 
 
 def _commands(dataset: str) -> list[str]:
@@ -158,13 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         records, commands = new, [command]
     else:
-        records = _save_records(args.dataset, new) if new else _load_records(args.dataset)
-        commands = _commands(args.dataset)
         if new:
-            commands.append(command)
-            (RECORDS_DIR / f"{args.dataset}.commands.txt").write_text(
-                "\n".join(commands) + "\n", encoding="utf-8"
-            )
+            records, commands = _save_records(args.dataset, new, command)
+        else:
+            records, commands = _load_records(args.dataset), _commands(args.dataset)
     if not records:
         log("no records: nothing to report")
         return 0
