@@ -40,8 +40,9 @@ class SystemRandom:
         n = 1 if size is None else int(size)
         if span > 2**63:
             return np.array([low + secrets.randbelow(span) for _ in range(n)], dtype=object)
-        # Words as narrow as the span allows: half the urandom bytes for spans below 2^32.
-        word_bits, dtype = (32, np.uint32) if span <= 2**32 else (64, np.uint64)
+        # Words as narrow as the span allows: half the urandom bytes for spans below 2^32
+        # (a span of exactly 2^32 takes 64-bit words: uint32 cannot hold it for the modulo).
+        word_bits, dtype = (32, np.uint32) if span < 2**32 else (64, np.uint64)
         limit = (2**word_bits // span) * span  # accept words below the largest multiple of span
         out = np.empty(n, dtype=np.int64)
         filled = 0
