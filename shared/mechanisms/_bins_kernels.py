@@ -275,18 +275,16 @@ def bin_index(labels: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def apply_switches(
-    index: np.ndarray, uniforms: np.ndarray, p_switch: float, others: np.ndarray
-) -> None:
-    """Algorithm 1's randomization, in place: where ``uniforms[i] < p_switch`` replace bin
-    ``index[i]`` by the next pre-drawn ``others`` entry (uniform on 0 .. d-2), skipping over
-    ``index[i]`` itself so that the d - 1 other bins stay equally likely.
+def apply_response(index: np.ndarray, draws: np.ndarray, keep: int, other: int) -> None:
+    """Algorithm 1's randomization, in place, from one draw v uniform on [0, D) per label.
+
+    ``v < keep`` keeps bin ``index[i]``; otherwise ``(v - keep) // other`` (uniform on
+    0 .. d-2, since D - keep = (d - 1) other) picks another bin, skipping ``index[i]`` itself.
     """
-    used = 0
     for i in range(index.size):
-        if uniforms[i] < p_switch:
-            other = others[used]
-            used += 1
-            if other >= index[i]:
-                other += 1
-            index[i] = other
+        v = draws[i]
+        if v >= keep:
+            chosen = (v - keep) // other
+            if chosen >= index[i]:
+                chosen += 1
+            index[i] = chosen

@@ -6,9 +6,12 @@ Theorem 5 (for squared, absolute and Poisson loss this is the optimal epsilon-DP
 the given prior, among ALL mechanisms).
 
 Privacy: ``Phi`` is a fixed public step function of the label (thresholds chosen from the public
-or already-private prior only, never from the labels). For any labels y, y' and output o,
-P(o | y) / P(o | y') is 1 or e^{+-epsilon}: the output equals Phi(y) with probability
-e^eps / (e^eps + d - 1) and each other output with probability 1 / (e^eps + d - 1).
+or already-private prior only, never from the labels). The sampler is exact, on integers: one
+uniform draw v in [0, D) per label keeps Phi(y) if v < K and otherwise picks another output from
+(v - K) // O, so every label gives its own output probability K / D and each other output O / D,
+with integers O <= K <= e^eps O (:func:`response_weights`). Hence for any labels y, y' and output
+o, P(o | y) / P(o | y') lies in [e^-eps, e^eps] exactly, for every epsilon > 0; the ideal
+probabilities e^eps / (e^eps + d - 1) and 1 / (e^eps + d - 1) are met to within 1 / D ~ d 2^-62.
 
 Finding the bins. The paper's dynamic program ``A[i][j]`` (first i values, j bins) costs
 O(k^2 d) for up to d bins, and the optimum can need many bins at large epsilon (squared loss,
@@ -44,7 +47,6 @@ LOSSES: dict[str, int] = {
     "poisson": kernels.POISSON,
 }
 MECHANISM_NAME = "rr_on_bins"
-_SMALLEST_POSITIVE = float(np.nextafter(0.0, 1.0))
 
 
 def check_loss(loss: str) -> str:
@@ -113,19 +115,44 @@ def pointwise_loss(loss: str, outputs: np.ndarray, labels: np.ndarray) -> np.nda
     return np.where(positive, value, np.where(y == 0.0, o, np.inf))
 
 
-def switch_probability(d: int, epsilon: float) -> float:
-    """P(output != Phi(y)) = (d - 1) / (e^eps + d - 1), never rounded to 0 when d > 1.
+# One draw per label from [0, D), D = d * floor(2^62 / d) < 2^63: exact with numpy's
+# ``Generator.integers`` and with ``SystemRandom.integers`` (64-bit words).
+RESPONSE_BITS = 62
+# Relative float error bound of the computed ideal weight (a few ulps); rounding O* up by this
+# much more keeps K / O <= e^eps whatever the rounding of exp and the arithmetic.
+_SAFETY = 1e-13
 
-    The sampler switches iff ``u < switch_probability`` with ``u`` uniform on the 2^-53 grid,
-    which happens with probability ceil(p 2^53) / 2^53 >= p: rounding can only move mass from
-    the kept output to the others, which lowers the realised likelihood ratio (1 - P)(d - 1) / P,
-    so the realised sampler is at least as private as the exact one, for every finite epsilon.
+
+def response_weights(d: int, epsilon: float) -> tuple[int, int, int]:
+    """Exact integer weights ``(K, O, D)`` of randomized response over ``d`` outputs.
+
+    The label's own output has probability K / D, each of the d - 1 others O / D, with
+    K + (d - 1) O = D = d M, M = floor(2^62 / d). K / O = D / O - (d - 1) decreases in O and
+    equals e^eps at O* = M d / (e^eps + d - 1) = M d e^-eps / (1 + (d - 1) e^-eps); O is O*
+    rounded UP (with a margin for float error), at least 1 and at most M. So
+    1 <= K / O <= e^eps exactly, for every epsilon > 0: at tiny epsilon O = M and the outputs
+    are uniform; at huge epsilon O = 1, every output stays reachable. ``d = 1`` gives (1, 0, 1).
     """
-    if d <= 1:
-        return 0.0
-    q = math.exp(-epsilon)
-    p = (d - 1) * q / (1.0 + (d - 1) * q)
-    return max(p, _SMALLEST_POSITIVE)
+    if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
+        raise InvalidParameterError(f"d ({d!r}) must be an integer >= 1")
+    d = int(d)
+    eps = check_epsilon(epsilon)
+    if d == 1:
+        return 1, 0, 1
+    m = (1 << RESPONSE_BITS) // d
+    if m < 1:
+        raise InvalidParameterError(f"d ({d}) is too large for {RESPONSE_BITS}-bit draws")
+    q = math.exp(-eps)
+    # O*, a few ulps off. Where e^-eps is subnormal (eps > 708) O* is below 1e-290, so O = 1.
+    ideal = float(m) * d * q / (1.0 + (d - 1) * q)
+    other = min(max(math.ceil(ideal * (1.0 + _SAFETY)), 1), m)
+    return d * m - (d - 1) * other, other, d * m
+
+
+def switch_probability(d: int, epsilon: float) -> float:
+    """P(output != Phi(y)) = (d - 1) O / D of the realised sampler (:func:`response_weights`)."""
+    keep, other, total = response_weights(d, epsilon)
+    return (d - 1) * other / total
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -186,16 +213,15 @@ class RROnBins:
 
     @property
     def keep_probability(self) -> float:
-        """P(output = output_values[Phi(y)]) = e^eps / (e^eps + d - 1)."""
-        return 1.0 / (1.0 + (self.d - 1) * math.exp(-self.epsilon))
+        """P(output = output_values[Phi(y)]) = K / D ~ e^eps / (e^eps + d - 1), as realised."""
+        keep, _, total = response_weights(self.d, self.epsilon)
+        return keep / total
 
     @property
     def other_probability(self) -> float:
         """P(output = o) for each of the d - 1 outputs o other than Phi(y) (0 when d = 1)."""
-        if self.d == 1:
-            return 0.0
-        q = math.exp(-self.epsilon)
-        return q / (1.0 + (self.d - 1) * q)
+        _, other, total = response_weights(self.d, self.epsilon)
+        return other / total
 
     def phi(self, labels: np.ndarray | float) -> np.ndarray:
         """Bin index of each label (the public map Phi); labels must be finite."""
@@ -208,9 +234,9 @@ class RROnBins:
     def randomize(self, labels: np.ndarray, rng: Rng) -> np.ndarray:
         """One epsilon-DP output per label (Algorithm 1), each among ``output_values``.
 
-        Keep-or-switch from one uniform per label (``u < switch_probability``, see there why
-        this rounding is safe), then an exactly uniform choice among the d - 1 other outputs
-        with ``rng.integers`` (never ``floor(u * (d - 1))``, whose rounding is biased).
+        One exactly uniform integer v in [0, D) per label (``rng.integers``): keep Phi(y) if
+        v < K, else take the ((v - K) // O)-th of the other d - 1 outputs (see
+        :func:`response_weights`). No float is compared, so no rounding can shift the odds.
         """
         if not isinstance(rng, np.random.Generator | SystemRandom):
             raise InvalidParameterError(
@@ -218,13 +244,10 @@ class RROnBins:
             )
         y = check_labels(labels)
         index = self.phi(y)
-        d = self.d
-        if d > 1:
-            p_switch = switch_probability(d, self.epsilon)
-            uniforms = np.ascontiguousarray(rng.random(y.size), dtype=np.float64)
-            n_switch = int(np.count_nonzero(uniforms < p_switch))
-            others = np.ascontiguousarray(rng.integers(0, d - 1, size=n_switch), dtype=np.int64)
-            kernels.apply_switches(index, uniforms, p_switch, others)
+        if self.d > 1:
+            keep, other, total = response_weights(self.d, self.epsilon)
+            draws = np.ascontiguousarray(rng.integers(0, total, size=y.size), dtype=np.int64)
+            kernels.apply_response(index, draws, keep, other)
         return self.output_values[index]
 
     def output_probabilities(self, y: np.ndarray | float) -> np.ndarray:
@@ -382,10 +405,13 @@ def _capped(s: _Support, max_bins: int) -> np.ndarray:
 def _outputs(s: _Support, starts: np.ndarray, values: np.ndarray) -> np.ndarray:
     ends = np.append(starts[1:], s.k) - 1
     outputs = np.empty(starts.size)
+    # A weighted mean lies between the extreme support values; rounding must not push it out.
+    lowest, highest = values[s.index[0]], values[s.index[-1]]
     for j, (a, b) in enumerate(zip(starts, ends, strict=True)):
         _, center, median = kernels.bin_cost(int(a), int(b), *s.args())
         # An absolute-loss output is a prior value: return it exactly, not mapped back.
-        outputs[j] = values[s.index[median]] if median >= 0 else s.to_label(center)
+        mean = min(max(s.to_label(center), lowest), highest)
+        outputs[j] = values[s.index[median]] if median >= 0 else mean
     return outputs
 
 

@@ -20,6 +20,7 @@ from shared.mechanisms.rr_on_bins import (
     optimal_bins,
     optimal_bins_for_prior,
     pointwise_loss,
+    response_weights,
     switch_probability,
 )
 from shared.rng import SystemRandom
@@ -68,25 +69,26 @@ def test_likelihood_ratio_is_at_most_e_epsilon_for_every_label_pair(
         assert np.allclose(matrix.sum(axis=1), 1.0, rtol=0, atol=1e-12)
         log_ratio = np.log(matrix.max(axis=0)) - np.log(matrix.min(axis=0))
         assert np.all(log_ratio <= epsilon + 1e-9)  # ratio <= e^eps (1 + 1e-9)
-    if mechanism.d > 1:  # the bound is tight: some pair of labels reaches e^eps
-        assert log_ratio.max() == pytest.approx(epsilon, rel=1e-9, abs=1e-12)
+    if mechanism.d > 1:  # the bound is tight: some pair of labels reaches the realised K / O
+        keep, other, _ = response_weights(mechanism.d, epsilon)
+        assert log_ratio.max() == pytest.approx(math.log(keep / other), rel=1e-9)
+        if epsilon <= 12:  # ... which is e^eps (beyond, the 2^-62 grid caps it near e^43)
+            assert log_ratio.max() == pytest.approx(epsilon, rel=1e-9, abs=1e-12)
 
 
-@pytest.mark.parametrize("epsilon", [0.5, 5.0, 20.0, 36.0, 40.0, 100.0, 700.0, 800.0])
+@pytest.mark.parametrize("epsilon", [1e-300, 1e-15, 0.5, 5.0, 20.0, 36.0, 40.0, 100.0, 800.0])
 @pytest.mark.parametrize("d", [2, 3, 50, 10_000])
-def test_realised_sampler_probabilities_keep_the_ratio_below_e_epsilon(
-    epsilon: float, d: int
-) -> None:
-    """The sampler switches iff u < p with u on the 2^-53 grid: P(switch) = ceil(p 2^53) / 2^53."""
-    p = switch_probability(d, epsilon)
-    realised = Fraction(math.ceil(p * 2**53), 2**53)
-    assert 0 < realised < 1  # never deterministic, even when e^-eps underflows
-    ratio = (1 - realised) * (d - 1) / realised  # P(kept output) / P(one other output)
-    assert math.log(ratio) <= epsilon + 1e-12 * epsilon
+def test_realised_sampler_weights_keep_the_ratio_within_e_epsilon(epsilon: float, d: int) -> None:
+    """The sampler keeps iff v < K for v uniform on [0, D): exact integer weights."""
+    keep, other, total = response_weights(d, epsilon)
+    assert keep + (d - 1) * other == total and 0 < other <= keep
+    assert math.log(keep) - math.log(other) <= epsilon * (1 + 1e-15)
+    assert switch_probability(d, epsilon) == (d - 1) * other / total
     if epsilon < 700:
         exact = Fraction(d - 1) / (Fraction(math.exp(epsilon)) + d - 1)
+        realised = Fraction((d - 1) * other, total)
         assert realised >= exact * (1 - Fraction(1, 10**15))  # rounding only adds switching
-        if exact > Fraction(10**9, 2**53):  # far above the grid step: the rounding is negligible
+        if exact > Fraction(10**9 * d, 2**62):  # far above the grid step: negligible rounding
             assert (realised - exact) / exact < 1e-9
 
 
@@ -178,17 +180,18 @@ def test_bin_index_kernel_matches_numpy_searchsorted() -> None:
         assert np.array_equal(kernels.bin_index(labels, thresholds), want)
 
 
-def test_apply_switches_kernel_matches_a_numpy_reference() -> None:
+def test_apply_response_kernel_matches_a_numpy_reference() -> None:
     rng = np.random.default_rng(22)
-    d, n, p_switch = 6, 10_000, 0.4
+    d, n = 6, 10_000
+    keep, other, total = response_weights(d, 0.4)
     index = rng.integers(0, d, n)
-    uniforms = rng.random(n)
-    switch = uniforms < p_switch
-    others = rng.integers(0, d - 1, int(switch.sum()))
+    draws = rng.integers(0, total, n)
+    switch = draws >= keep
+    chosen = (draws[switch] - keep) // other
     want = index.copy()
-    want[switch] = others + (others >= index[switch])
+    want[switch] = chosen + (chosen >= index[switch])
     got = index.copy()
-    kernels.apply_switches(got, uniforms, p_switch, others)
+    kernels.apply_response(got, draws, keep, other)
     assert np.array_equal(got, want)
     assert np.all(got[switch] != index[switch]) and np.array_equal(got[~switch], index[~switch])
 
@@ -242,7 +245,8 @@ def test_large_epsilon_approaches_the_identity() -> None:
     mechanism = optimal_bins(values, probs, epsilon=60.0)
     assert mechanism.d == 4
     assert np.allclose(mechanism.output_values, values, atol=1e-12)
-    assert mechanism.expected_loss(values, probs) < 1e-20
+    # Each other output keeps probability >= 2^-62 (the sampler's grid), not e^-60.
+    assert mechanism.expected_loss(values, probs) < 1e-15
 
 
 def test_optimal_bins_for_prior_cuts_at_cell_edges() -> None:
