@@ -51,6 +51,10 @@ class LabelDomain:
             raise InvalidParameterError(f"label bounds must be finite, got [{self.lo}, {self.hi}]")
         if lo >= hi:
             raise InvalidParameterError(f"lo ({self.lo}) must be < hi ({self.hi})")
+        if not math.isfinite(hi - lo):
+            raise InvalidParameterError(
+                f"label bounds [{self.lo}, {self.hi}] are too far apart: hi - lo overflows"
+            )
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
 

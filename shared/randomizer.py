@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -99,15 +100,38 @@ def default_split(epsilon: float, *, n: int, bins: int) -> tuple[float, float]:
 
     epsilon1 = max(min(sqrt(bins / n), 0.25 eps), min(0.05, 0.9 eps)): the RR-on-Bins paper's
     sqrt(k / n) (Ghazi et al. 2022, Sec. 3.2) capped at a quarter of the total, with a floor of
-    0.05 (or 90% of a total below that); see the constants above for why.
+    0.05 (or 90% of a total below that); see the constants above for why. epsilon1 is rounded
+    up to a multiple of ulp(epsilon), so that epsilon1 + epsilon2 == epsilon exactly.
     """
     total = check_epsilon(epsilon)
     if n < 1:
         raise InvalidParameterError(f"n ({n}) must be >= 1")
     paper = min(math.sqrt(check_bins(bins) / n), MAX_HISTOGRAM_SHARE * total)
     floor = min(MIN_HISTOGRAM_EPSILON, MAX_SMALL_BUDGET_SHARE * total)
-    epsilon1 = max(paper, floor)
-    return epsilon1, total - epsilon1
+    # A multiple of ulp(total) makes total - epsilon1 exact: the parts add up to the total.
+    step = math.ulp(total)
+    return split_epsilon(total, math.ceil(max(paper, floor) / step) * step)
+
+
+def split_epsilon(epsilon: float, epsilon1: float) -> tuple[float, float]:
+    """(epsilon1, epsilon2) with epsilon2 > 0 and epsilon1 + epsilon2 <= epsilon EXACTLY.
+
+    ``epsilon - epsilon1`` is rounded to the nearest float, so half the time the two parts
+    would add up to half an ulp more than the total asked for (and charged); epsilon2 is
+    therefore stepped down to the float below whenever the exact sum exceeds ``epsilon``.
+    """
+    total = check_epsilon(epsilon)
+    first = check_epsilon(epsilon1, name="epsilon1")
+    if not first < total:
+        raise InvalidParameterError(f"epsilon1 ({epsilon1!r}) must be < epsilon ({epsilon!r})")
+    second = total - first
+    if Fraction(first) + Fraction(second) > Fraction(total):
+        second = math.nextafter(second, 0.0)
+    if not second > 0.0:
+        raise InvalidParameterError(
+            f"epsilon - epsilon1 ({epsilon!r} - {epsilon1!r}) is not a positive float"
+        )
+    return first, second
 
 
 def build_mechanism(

@@ -33,6 +33,7 @@ from shared.rng import Rng
 
 Consistency = Literal["project", "clamp"]
 CONSISTENCY_RULES: tuple[str, ...] = ("project", "clamp")
+_SATURATE = 2**1000
 
 
 def project_to_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
@@ -44,13 +45,17 @@ def project_to_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
     values = np.asarray(counts, dtype=np.float64)
     if total <= 0:
         return np.zeros_like(values)
-    ordered = np.sort(values)[::-1]
+    # Shifting every count by the same amount does not move the projection; shifting by the
+    # largest keeps the sums of order `total` even when the noise dwarfs it (tiny epsilon), so
+    # rank 1 stays feasible in floating point as it is exactly (its test reads total > 0).
+    shifted = values - values.max()
+    ordered = np.sort(shifted)[::-1]
     cumulative = np.cumsum(ordered)
     ranks = np.arange(1, values.size + 1)
     feasible = ordered - (cumulative - total) / ranks > 0
     rho = int(ranks[feasible][-1])
     tau = (cumulative[rho - 1] - total) / rho
-    return np.maximum(values - tau, 0.0)
+    return np.maximum(shifted - tau, 0.0)
 
 
 def check_bins(bins: int) -> int:
@@ -61,9 +66,20 @@ def check_bins(bins: int) -> int:
 
 
 def bin_edges(*, lo: float, hi: float, bins: int) -> np.ndarray:
-    """The public grid: ``bins`` equal-width cells on ``[lo, hi]`` (k + 1 edges)."""
+    """The public grid: ``bins`` equal-width cells on ``[lo, hi]`` (k + 1 edges).
+
+    Refused (clear error) if float64 cannot represent it: cells narrower than the spacing of
+    floats near the bounds, or a cell count per unit of label that overflows.
+    """
     domain = LabelDomain(lo=lo, hi=hi)
-    return np.linspace(domain.lo, domain.hi, check_bins(bins) + 1)
+    k = check_bins(bins)
+    edges = np.linspace(domain.lo, domain.hi, k + 1)
+    if not (math.isfinite(k / domain.width) and np.all(np.diff(edges) > 0)):
+        raise InvalidParameterError(
+            f"bins ({k}) equal cells of [{domain.lo!r}, {domain.hi!r}] are not representable "
+            "in float64: use fewer bins or wider label bounds"
+        )
+    return edges
 
 
 def bin_index(labels: np.ndarray, *, lo: float, hi: float, bins: int) -> np.ndarray:
@@ -191,8 +207,14 @@ def private_histogram(
     if math.isinf(eps):
         return Prior.from_counts(counts, edges=edges)
     scale = Fraction(2) / Fraction(eps)  # the float epsilon, taken exactly
-    noise = np.array([sample_discrete_laplace(rng, scale) for _ in range(counts.size)])
-    noisy = counts + noise.astype(np.int64)
+    # Exact integer sums (at tiny epsilon the noise outgrows int64 and even float64), then a
+    # fixed saturation at +-2^1000 and the float conversion: functions of count + noise alone.
+    noisy = np.array(
+        [
+            float(min(max(int(count) + sample_discrete_laplace(rng, scale), -_SATURATE), _SATURATE))
+            for count in counts
+        ]
+    )
     if consistency == "project":
         return Prior.from_counts(project_to_simplex(noisy, total=values.size), edges=edges)
     return Prior.from_counts(noisy, edges=edges)

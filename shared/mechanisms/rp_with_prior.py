@@ -197,7 +197,8 @@ class RPWithPrior:
         width = span / cells
         if not width > 0.0:
             raise InvalidParameterError(f"output cells of [{low}, {high}] / {cells} are empty")
-        window = min(max(round(2.0 * zeta * cells / span), 1), cells)
+        # 2 zeta / span <= 1 (up to rounding) before scaling by N: no overflow for huge zeta.
+        window = min(max(round(2.0 * zeta / span * cells), 1), cells)
         delta = math.exp(-eps)
         threshold = _ONE
         if window < cells:
