@@ -11,6 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import Connection, insert, select
@@ -47,8 +48,26 @@ def budget_left(*, budget: float, spent: float) -> float:
 
 
 def fits_budget(*, budget: float, spent: float, requested: float) -> bool:
-    """Whether spending ``requested`` more keeps the total within the budget (see BUDGET_RTOL)."""
-    return spent + requested <= budget * (1.0 + BUDGET_RTOL)
+    """Whether spending ``requested`` more keeps the total within the budget (see BUDGET_RTOL).
+
+    Compared exactly (rationals): a float sum would absorb a spend below half an ulp of
+    ``spent`` and overflow to inf near the float maximum, letting either slip past the limit.
+    """
+    limit = Fraction(budget) * (1 + Fraction(BUDGET_RTOL))
+    return Fraction(spent) + Fraction(requested) <= limit
+
+
+def add_spend(spent: float, *amounts: float) -> float:
+    """The recorded total after spending ``amounts``: the exact sum, rounded UP to a float.
+
+    So the recorded ``epsilon_spent`` is never below what the ledger entries add up to, however
+    small each spend (a float sum would round tiny spends away and let them repeat for free).
+    """
+    exact = Fraction(spent) + sum((Fraction(a) for a in amounts), Fraction(0))
+    total = float(exact)
+    if Fraction(total) < exact:
+        total = math.nextafter(total, math.inf)
+    return total
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +111,10 @@ class DatasetSpec:
         if not errors:
             if self.label_min >= self.label_max:
                 errors.append(FieldError(field="label_max", message="must be > label_min"))
+            elif not math.isfinite(self.label_max - self.label_min):
+                errors.append(
+                    FieldError(field="label_max", message="label_max - label_min must be finite")
+                )
             elif not self.label_min <= self.default_label <= self.label_max:
                 errors.append(
                     FieldError(field="default_label", message="must lie in [label_min, label_max]")

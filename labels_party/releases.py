@@ -46,7 +46,13 @@ from labels_party.errors import ConflictError, FieldError, NotFoundError
 from labels_party.parsing import gc_paused
 from shared.errors import BudgetExceededError
 from shared.message import MessageHeader, NoisyHistogram, body_sha256, encode_binary
-from shared.randomizer import DEFAULT_BINS, Release, default_split, label_randomizer
+from shared.randomizer import (
+    DEFAULT_BINS,
+    Release,
+    default_split,
+    label_randomizer,
+    split_epsilon,
+)
 from shared.rng import Rng, SystemRandom
 
 Randomizer = Callable[..., Release]
@@ -170,10 +176,12 @@ class ReleaseService:
     ) -> dict[str, Any]:
         row = snap.row
         n = snap.labels.size
+        # Either way epsilon1 + epsilon2 <= request.epsilon exactly, so checking the budget for
+        # request.epsilon covers what the ledger charges.
         if request.epsilon_histogram is None:
             eps1, eps2 = default_split(request.epsilon, n=n, bins=request.bins)
         else:
-            eps1, eps2 = request.epsilon_histogram, request.epsilon - request.epsilon_histogram
+            eps1, eps2 = split_epsilon(request.epsilon, request.epsilon_histogram)
         with self._slots:
             release = self._randomizer(
                 snap.labels,
@@ -189,6 +197,8 @@ class ReleaseService:
         noisy = np.ascontiguousarray(release.noisy_labels, dtype=np.float64)
         if noisy.shape != (n,) or not np.isfinite(noisy).all():
             raise RuntimeError("the randomizer returned a malformed array")
+        if (release.epsilon1, release.epsilon2) != (eps1, eps2):  # the budget covers these only
+            raise RuntimeError("the randomizer reports other epsilons than it was given")
         release_id = new_release_id()
         created = datetime.now(UTC)
         created_text = created.isoformat(timespec="microseconds").replace("+00:00", "Z")
@@ -234,7 +244,7 @@ class ReleaseService:
             current = ds.load(conn, row.name, for_update=True)
             if current.data_version != row.data_version:
                 raise _StaleSnapshot
-            _check_budget(current, epsilon)
+            _check_budget(current, request.epsilon)
             conn.execute(
                 insert(releases).values(
                     id=release_id,
@@ -292,7 +302,12 @@ class ReleaseService:
             conn.execute(
                 update(datasets)
                 .where(datasets.c.id == row.id)
-                .values(epsilon_spent=current.epsilon_spent + epsilon, state=ds.RELEASED)
+                .values(
+                    epsilon_spent=ds.add_spend(
+                        current.epsilon_spent, release.epsilon1, release.epsilon2
+                    ),
+                    state=ds.RELEASED,
+                )
             )
             if self._commit_delay:
                 time.sleep(self._commit_delay)

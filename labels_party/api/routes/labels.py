@@ -59,8 +59,9 @@ async def ingest_labels(
         commit_delay=services.settings.debug_commit_delay,
     )
     services.metrics.labels_ingested(result.accepted)
-    # Counts only, and not how many ids are newly labelled (that is the advertiser's to know).
-    log.info("labels batch stored: dataset=%s rows=%d", name, result.accepted)
+    # No count at all: how many labels a dataset gets is label information (with default_label
+    # meaning "no conversion" it is the number of conversions), the advertiser's to know only.
+    log.info("labels batch stored: dataset=%s", name)
     return {
         "accepted": result.accepted,
         "new": result.new,
