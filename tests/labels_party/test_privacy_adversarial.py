@@ -79,3 +79,46 @@ def test_label_bounds_whose_width_overflows_are_refused_at_creation(client):
     response = client.post("/v1/datasets", json=body, headers=OPS)
     assert response.status_code == 422
     assert "label_max" in {e["field"] for e in response.json()["errors"]}
+
+
+def test_a_production_release_draws_only_from_the_os_csprng(make_client, monkeypatch):
+    """With every numpy PRNG entry point booby-trapped, a release still works (and reads
+    os.urandom / secrets): no code path silently falls back to a seeded or default Generator."""
+    import os
+    import secrets
+
+    client = make_client(seed=None, warmup=False)  # what `labeldp serve labels` builds
+    create_dataset(client, "csprng")
+    ids = [f"c{i}" for i in range(500)]
+    register(client, "csprng", ids)
+    assert put_labels(client, "csprng", [(i, 7.0) for i in ids[:200]]).status_code == 200
+
+    def trap(*_args, **_kwargs):
+        raise AssertionError("a numpy PRNG was used in production")
+
+    class Trap:  # a class (isinstance checks keep working) that cannot be instantiated
+        __new__ = trap
+
+    for name in ("Generator", "RandomState", "PCG64", "MT19937", "Philox", "SFC64"):
+        monkeypatch.setattr(np.random, name, Trap)
+    for name in ("default_rng", "SeedSequence", "random", "rand", "randint", "uniform", "seed"):
+        monkeypatch.setattr(np.random, name, trap)
+    drawn = {"urandom": 0, "randbelow": 0}
+    real_urandom, real_randbelow = os.urandom, secrets.randbelow
+
+    def urandom(n: int) -> bytes:
+        drawn["urandom"] += n
+        return real_urandom(n)
+
+    def randbelow(n: int) -> int:
+        drawn["randbelow"] += 1
+        return real_randbelow(n)
+
+    monkeypatch.setattr(os, "urandom", urandom)
+    monkeypatch.setattr(secrets, "randbelow", randbelow)
+    for mechanism in ("rr_on_bins", "rpwithprior"):
+        drawn.update(urandom=0, randbelow=0)
+        response = release(client, "csprng", mechanism=mechanism, epsilon=1.0)
+        assert response.status_code == 201, response.text
+        assert drawn["urandom"] >= 4 * len(ids)  # at least one 32-bit word per label
+        assert drawn["randbelow"] >= 64  # the discrete Laplace noise of the 64 cells
