@@ -172,7 +172,17 @@ def build_mechanism(
         return "rpwithprior", rp()
     if mechanism == "rr_on_bins":
         return "rr_on_bins", rr()
-    candidates = {"rpwithprior": rp(), "rr_on_bins": rr()}
+    candidates: dict[str, LabelMechanism] = {}
+    refusals: list[str] = []
+    for name, build in (("rpwithprior", rp), ("rr_on_bins", rr)):
+        try:
+            candidates[name] = build()
+        except InvalidParameterError as exc:
+            # A candidate that cannot be realised exactly at this epsilon (e.g. RPWithPrior at
+            # epsilon2 ~ 1e-13) is skipped; the refusal depends on the noisy prior only.
+            refusals.append(f"{name}: {exc}")
+    if not candidates:
+        raise InvalidParameterError("no mechanism can be built: " + "; ".join(refusals))
     name = min(candidates, key=lambda key: candidates[key].expected_squared_error(prior))
     return name, candidates[name]
 

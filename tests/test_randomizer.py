@@ -192,3 +192,12 @@ def test_parameter_choice_never_sees_labels(
     assert isinstance(args[0], Prior)
     assert not any(isinstance(value, np.ndarray) for value in (*args, *kwargs.values()))
     assert "labels" not in inspect.signature(real).parameters
+
+
+def test_auto_falls_back_when_one_candidate_cannot_be_realised(labels: np.ndarray) -> None:
+    prior = Prior.from_samples(labels, lo=0, hi=40, bins=16)
+    with pytest.raises(InvalidParameterError):
+        build_mechanism(prior, epsilon=1e-13, mechanism="rpwithprior")
+    name, mechanism = build_mechanism(prior, epsilon=1e-13, mechanism="auto")
+    assert name == "rr_on_bins"
+    assert mechanism.public_params()["epsilon"] == 1e-13
