@@ -20,9 +20,18 @@ from labels_party import ledger
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets, releases
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
+from shared.errors import InvalidParameterError
+from shared.mechanisms.histogram import bin_edges
 
-NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
+# Starts with a letter or digit: "." and ".." would be dot segments that HTTP clients collapse
+# out of a URL, so such a dataset could be created but never addressed.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)
+# Looking a dataset up accepts the older, laxer rule (datasets created before it still load).
+LOOKUP_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
+NAME_RULE = "must be 1-64 characters of letters, digits, '_.-', starting with a letter or digit"
+# Histogram cells a release may ask for; the bounds must allow that many distinct float cells.
+MAX_BINS = 4096
 OPEN, RELEASED = "open", "released"
 # Budget comparisons allow this relative slack so that, e.g., ten spends of 0.1 fit a budget
 # of 1.0 despite binary rounding (1e-9 of the budget: far below any meaningful epsilon).
@@ -38,7 +47,7 @@ def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise BadInputError(
             "invalid dataset name",
-            [FieldError(field="name", message="must be 1-64 characters of letters, digits, '_.-'")],
+            [FieldError(field="name", message=NAME_RULE)],
         )
     return name
 
@@ -115,6 +124,14 @@ class DatasetSpec:
                 errors.append(
                     FieldError(field="label_max", message="label_max - label_min must be finite")
                 )
+            elif not _grid_representable(self.label_min, self.label_max):
+                errors.append(
+                    FieldError(
+                        field="label_max",
+                        message=f"[label_min, label_max] too narrow for its magnitude: "
+                        f"{MAX_BINS} equal histogram cells must be distinct floats",
+                    )
+                )
             elif not self.label_min <= self.default_label <= self.label_max:
                 errors.append(
                     FieldError(field="default_label", message="must lie in [label_min, label_max]")
@@ -123,6 +140,15 @@ class DatasetSpec:
                 errors.append(FieldError(field="epsilon_budget", message="must be > 0"))
         if errors:
             raise BadInputError("invalid dataset", errors)
+
+
+def _grid_representable(lo: float, hi: float) -> bool:
+    """Whether every release's histogram grid (up to MAX_BINS cells) exists in float64."""
+    try:
+        bin_edges(lo=lo, hi=hi, bins=MAX_BINS)
+    except InvalidParameterError:
+        return False
+    return True
 
 
 def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> DatasetRow:

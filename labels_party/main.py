@@ -128,6 +128,7 @@ def create_app(
         max_json_bytes=settings.max_json_bytes,
     )
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    app.add_middleware(errors.CatchAllMiddleware)  # outermost: nothing escapes the app
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 
@@ -160,6 +161,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             responses["4XX"] = {"description": "error (see API.md)", **error_ref}
+            responses["5XX"] = {"description": "server error or busy database", **error_ref}
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
     app.openapi_schema = schema

@@ -9,6 +9,7 @@ line by line to say exactly which line and field is wrong. Error messages never 
 
 from __future__ import annotations
 
+import csv
 import gc
 import json
 import math
@@ -117,6 +118,15 @@ def _check_label_object(obj: Any, where: str, errors: list[FieldError]) -> tuple
     return (example_id, value) if ok else None  # type: ignore[return-value]
 
 
+def _json_problem(exc: Exception) -> str:
+    """Why ``json.loads`` refused a document, without quoting it."""
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return "a number has too many digits"  # ValueError: int() digit limit (CVE-2020-10735)
+
+
 def _loads(body: bytes) -> Any:
     try:
         return json.loads(body)
@@ -128,6 +138,12 @@ def _loads(body: bytes) -> Any:
         raise BadInputError(
             f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
             [FieldError(field="body", message=f"malformed JSON: {exc.msg}")],
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        reason = _json_problem(exc)
+        raise BadInputError(
+            f"malformed JSON: {reason}",
+            [FieldError(field="body", message=f"malformed JSON: {reason}")],
         ) from None
 
 
@@ -200,7 +216,10 @@ def parse_examples_json(body: bytes) -> list[str]:
 
 
 class _LineStream:
-    """Split an incoming byte stream into complete UTF-8 lines, numbering them from 1."""
+    """Split an incoming byte stream into complete UTF-8 lines, numbering them from 1.
+
+    A UTF-8 byte order mark at the very start (spreadsheet exports) is dropped.
+    """
 
     def __init__(self) -> None:
         self._carry = b""
@@ -228,6 +247,8 @@ class _LineStream:
                 "the body is not valid UTF-8",
                 [FieldError(field=f"line[{line}]", message="is not valid UTF-8")],
             ) from None
+        if self.line_no == 0 and text.startswith("\ufeff"):
+            text = text[1:]
         if "\r" in text:
             text = text.replace("\r\n", "\n")
         lines = text.split("\n")
@@ -274,6 +295,8 @@ class LabelStreamParser:
             return
         if not self._header_seen:
             header = lines[0].strip()
+            if '"' in header:
+                header = ",".join(_csv_fields(header) or ["?"])
             if header != CSV_HEADER:
                 self._errors.append(
                     FieldError(
@@ -300,10 +323,13 @@ class LabelStreamParser:
         self._slow(numbered if numbered is not None else list(enumerate(lines, first)))
 
     def _fast_csv(self, body: list[str]) -> bool:
+        text = "\n".join(body)
+        if '"' in text:  # quoted fields: the line-by-line path parses them
+            return False
         commas = list(map(str.count, body, repeat(",", len(body))))
         if commas.count(1) != len(commas):
             return False
-        parts = "\n".join(body).replace(",", "\n").split("\n")
+        parts = text.replace(",", "\n").split("\n")
         ids = parts[0::2]
         if not all(map(ID_RE.fullmatch, ids)):
             return False
@@ -327,7 +353,7 @@ class LabelStreamParser:
             if not all(map(ID_RE.fullmatch, ids)) or not set(map(type, raw)) <= {float, int}:
                 return False
             values = np.array(raw, dtype=np.float64)
-        except (ValueError, TypeError, KeyError, OverflowError):
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError):
             return False
         if not np.isfinite(values).all():
             return False
@@ -341,7 +367,12 @@ class LabelStreamParser:
                 continue
             where = f"line[{line_no}]"
             if self.fmt == "csv":
-                fields = line.split(",")
+                fields = _csv_fields(line) if '"' in line else line.split(",")
+                if fields is None:
+                    self._errors.append(
+                        FieldError(field=where, message='malformed quoting (RFC 4180: "a","1")')
+                    )
+                    continue
                 if len(fields) != 2:
                     self._errors.append(
                         FieldError(
@@ -367,8 +398,8 @@ class LabelStreamParser:
             else:
                 try:
                     obj = json.loads(line)
-                except ValueError as exc:
-                    reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "bad number"
+                except (ValueError, RecursionError) as exc:
+                    reason = _json_problem(exc)
                     self._errors.append(
                         FieldError(field=where, message=f"malformed JSON: {reason}")
                     )
@@ -377,6 +408,15 @@ class LabelStreamParser:
                 if checked is not None:
                     self._ids.append(checked[0])
                     self._values.append(checked[1])
+
+
+def _csv_fields(line: str) -> list[str] | None:
+    """One CSV line with RFC 4180 quoting (``"a","1.5"``), or None if the quoting is broken."""
+    try:
+        rows = list(csv.reader([line], strict=True))
+    except csv.Error:
+        return None
+    return rows[0] if len(rows) == 1 else None
 
 
 class ExampleStreamParser:

@@ -6,14 +6,22 @@ and unknown keys are refused, so a typo never silently changes a privacy paramet
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from labels_party.datasets import NAME_PATTERN
+from labels_party.datasets import MAX_BINS, NAME_PATTERN
+from shared.message import EXAMPLE_ID_PATTERN
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
-MAX_BINS = 4096
+# Public label bounds stay where float64 arithmetic on labels (squares, sums over millions of
+# examples) cannot overflow, and below 2^53 where every integer amount is exact.
+MAX_LABEL_MAGNITUDE = 1e15
+# RPWithPrior's zeta relative to the label range (label_max - label_min): far beyond any useful
+# noise radius on both sides, and inside what float64 computes (denormal zetas divide by 0).
+ZETA_MIN_RATIO, ZETA_MAX_RATIO = 1e-9, 1e9
+_Bound = Annotated[float, Field(ge=-MAX_LABEL_MAGNITUDE, le=MAX_LABEL_MAGNITUDE)]
+ExampleId = Annotated[str, Field(pattern=EXAMPLE_ID_PATTERN, min_length=1, max_length=128)]
 
 
 class DatasetCreate(BaseModel):
@@ -21,10 +29,10 @@ class DatasetCreate(BaseModel):
 
     model_config = _STRICT
 
-    name: str = Field(pattern=NAME_PATTERN, description="1-64 of [A-Za-z0-9_.-]")
-    label_min: float
-    label_max: float
-    default_label: float = Field(description="label of registered examples never labelled")
+    name: str = Field(pattern=NAME_PATTERN, description="1-64 of [A-Za-z0-9_.-], first alnum")
+    label_min: _Bound
+    label_max: _Bound
+    default_label: _Bound = Field(description="label of registered examples never labelled")
     epsilon_budget: float = Field(gt=0, description="total epsilon all releases may spend")
 
 
@@ -63,22 +71,28 @@ class ReleaseCreate(BaseModel):
     )
     params: ReleaseOptions = Field(default_factory=ReleaseOptions)
 
-    @model_validator(mode="after")
-    def _split(self) -> ReleaseCreate:
-        if self.epsilon_histogram is not None and not self.epsilon_histogram < self.epsilon:
+    @field_validator("epsilon_histogram")
+    @classmethod
+    def _split(cls, value: float | None, info: ValidationInfo) -> float | None:
+        epsilon = info.data.get("epsilon")  # absent if epsilon itself was invalid
+        if value is not None and epsilon is not None and not value < epsilon:
             raise ValueError("epsilon_histogram must be < epsilon")
-        return self
+        return value
 
 
 class LabelRow(BaseModel):
-    """One label (documentation of the JSON ingest format)."""
+    """One label (documentation of the JSON ingest format, as strict as its parser)."""
 
-    example_id: str = Field(pattern=r"^[A-Za-z0-9_.:\-]{1,128}$")
-    value: float
+    model_config = _STRICT
+
+    example_id: ExampleId
+    value: float = Field(description="a finite JSON number; clipped into the bounds")
 
 
 class LabelsBatch(BaseModel):
     """``POST /v1/datasets/{name}/labels`` as JSON (bulk: text/csv or application/x-ndjson)."""
+
+    model_config = _STRICT
 
     labels: list[LabelRow] = Field(min_length=1)
 
@@ -86,7 +100,9 @@ class LabelsBatch(BaseModel):
 class ExamplesBatch(BaseModel):
     """``POST /v1/datasets/{name}/examples`` as JSON (bulk: text/plain, one id per line)."""
 
-    example_ids: list[str] = Field(min_length=1)
+    model_config = _STRICT
+
+    example_ids: list[ExampleId] = Field(min_length=1)
 
 
 class DatasetPublic(BaseModel):

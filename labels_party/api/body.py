@@ -7,7 +7,12 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from labels_party.errors import BadInputError, PayloadTooLargeError, UnsupportedMediaTypeError
+from labels_party.errors import (
+    BadInputError,
+    FieldError,
+    PayloadTooLargeError,
+    UnsupportedMediaTypeError,
+)
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -19,7 +24,9 @@ def media_type(content_type: str | None) -> str:
 class BodyLimitMiddleware:
     """Refuse bodies over the limit: up front by Content-Length, else while streaming.
 
-    JSON bodies are parsed whole, so they get the smaller ``max_json_bytes``.
+    JSON bodies are parsed whole, so they get the smaller ``max_json_bytes``. A body with a
+    ``Content-Encoding`` (gzip, br, ...) is refused with 415 (RFC 7694): read as plain text it
+    would be garbage or, worse, be misread.
     """
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_json_bytes: int) -> None:
@@ -32,11 +39,21 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
+        coding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
+        if coding not in ("", "identity"):
+            await _send_error(
+                send,
+                415,
+                f"Content-Encoding {coding!r} is not supported: send the body uncompressed",
+                "Content-Encoding",
+                "only identity (uncompressed) bodies are accepted",
+            )
+            return
         kind = media_type(headers.get(b"content-type", b"").decode("latin-1"))
         limit = self.max_json_bytes if kind in ("application/json", "") else self.max_body_bytes
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _send_413(send, limit)
+            await _send_error(send, 413, _too_large(limit), "body", "too large")
             return
         received = 0
 
@@ -56,16 +73,15 @@ def _too_large(limit: int) -> str:
     return f"request body exceeds the limit of {limit} bytes"
 
 
-async def _send_413(send: Send, limit: int) -> None:
+async def _send_error(send: Send, status: int, detail: str, field: str, message: str) -> None:
+    """An error answered by a middleware, in the one error shape (connection closed)."""
     import json
 
-    body = json.dumps(
-        {"detail": _too_large(limit), "errors": [{"field": "body", "message": "too large"}]}
-    ).encode()
+    body = json.dumps({"detail": detail, "errors": [{"field": field, "message": message}]}).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
@@ -80,10 +96,17 @@ def require_media(content_type: str | None, allowed: dict[str, Any]) -> str:
     """The request's media type if it is one of ``allowed`` (415 otherwise)."""
     kind = media_type(content_type)
     if kind not in allowed:
+        accepted = ", ".join(k for k in allowed if k) or "application/json"
         raise UnsupportedMediaTypeError(
-            f"Content-Type {kind or '(none)'!r} not accepted; use one of {', '.join(allowed)}"
+            f"Content-Type {kind or '(none)'!r} not accepted; use one of {accepted}",
+            [FieldError(field="Content-Type", message=f"must be one of {accepted}")],
         )
     return kind
+
+
+def require_json(content_type: str | None) -> None:
+    """For endpoints whose only format is JSON: a body without Content-Type is read as JSON."""
+    require_media(content_type, {"application/json": 1, "": 1})
 
 
 def parse_model(model: type[ModelT], body: bytes) -> ModelT:
@@ -91,7 +114,10 @@ def parse_model(model: type[ModelT], body: bytes) -> ModelT:
     from labels_party.api.errors import field_errors
 
     if not body.strip():
-        raise BadInputError("empty body: a JSON object is required")
+        raise BadInputError(
+            "empty body: a JSON object is required",
+            [FieldError(field="body", message="is empty")],
+        )
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:

@@ -7,7 +7,9 @@ type and location only (their messages could quote data).
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import sqlite3
 import traceback
 from typing import Any
@@ -18,6 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labels_party.api.deps import AuthError
 from labels_party.errors import (
@@ -46,8 +49,39 @@ STATUS: dict[type[ServiceError], int] = {
 }
 
 
+# The field an error names when its raiser gave none (every error names at least one).
+DEFAULT_FIELD: dict[type[ServiceError], str] = {
+    PayloadTooLargeError: "body",
+    UnsupportedMediaTypeError: "Content-Type",
+    NotAcceptableError: "Accept",
+    ServiceUnavailableError: "database",
+    BadInputError: "body",
+}
+# Engine parameter names (``shared``) -> the request field that carries them.
+_ENGINE_FIELDS = {
+    "epsilon": "epsilon",
+    "epsilon1": "epsilon_histogram",
+    "epsilon2": "epsilon",
+    "zeta": "params.zeta",
+    "bins": "params.bins",
+    "max_bins": "params.max_bins",
+    "loss": "params.loss",
+    "select": "params.select",
+    "outside": "params.outside",
+}
+_LEADING_NAME = re.compile(r"^([a-z_][a-z0-9_]*)\b")
+
+
 def error_body(detail: str, errors: list[FieldError] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"detail": detail, "errors": [e.as_dict() for e in errors or []], **extra}
+    """The one error shape; an empty ``errors`` becomes a generic ``request`` entry."""
+    listed = errors or [FieldError(field="request", message=detail)]
+    return {"detail": detail, "errors": [e.as_dict() for e in listed], **extra}
+
+
+def engine_field(message: str) -> str:
+    """The request field an engine ``InvalidParameterError`` is about (``params`` if unclear)."""
+    match = _LEADING_NAME.match(message)
+    return _ENGINE_FIELDS.get(match.group(1), "params") if match else "params"
 
 
 def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -89,7 +123,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_request: Request, exc: ServiceError) -> JSONResponse:
         status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 400)
-        return JSONResponse(error_body(exc.detail, exc.errors), status_code=status)
+        errors = exc.errors
+        if not errors:
+            field = next((f for cls, f in DEFAULT_FIELD.items() if isinstance(exc, cls)), "request")
+            errors = [FieldError(field=field, message=exc.detail)]
+        return JSONResponse(error_body(exc.detail, errors), status_code=status)
 
     @app.exception_handler(AuthError)
     async def _auth(_request: Request, exc: AuthError) -> JSONResponse:
@@ -117,8 +155,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(InvalidParameterError)
     async def _invalid(_request: Request, exc: InvalidParameterError) -> JSONResponse:
+        field = engine_field(str(exc))
         return JSONResponse(
-            error_body(str(exc), [FieldError(field="params", message=str(exc))]), status_code=422
+            error_body(str(exc), [FieldError(field=field, message=str(exc))]), status_code=422
         )
 
     @app.exception_handler(RequestValidationError)
@@ -127,21 +166,84 @@ def install(app: FastAPI) -> None:
         return JSONResponse(error_body("invalid request", errors), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Raised by the router itself: no route (404) or not this method (405).
+        if exc.status_code == 404:
+            error = FieldError(field="path", message="no such endpoint (see /docs)")
+        elif exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            error = FieldError(
+                field="method", message=f"{request.method} not allowed; use {allowed}"
+            )
+        else:
+            error = FieldError(field="request", message=str(exc.detail))
         return JSONResponse(
-            error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+            error_body(str(exc.detail), [error]), status_code=exc.status_code, headers=exc.headers
         )
 
     @app.exception_handler(OperationalError)
     async def _db(_request: Request, exc: OperationalError) -> JSONResponse:
         locked = isinstance(exc.orig, sqlite3.OperationalError) and "locked" in str(exc.orig)
         if locked:
-            return JSONResponse(error_body("the database is busy; retry later"), status_code=503)
+            busy = FieldError(field="database", message="busy; retry later")
+            return JSONResponse(
+                error_body("the database is busy; retry later", [busy]), status_code=503
+            )
         log.error("database error %s at %s", type(exc.orig).__name__, _where(exc))
-        return JSONResponse(error_body("internal error"), status_code=500)
+        return JSONResponse(internal_error_body(), status_code=500)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        # The message is not logged: it could quote data (a label in a numpy error, say).
+        # Only reached if CatchAllMiddleware is bypassed; Starlette re-raises after this.
         log.error("internal error %s at %s", type(exc).__name__, _where(exc))
-        return JSONResponse(error_body("internal error"), status_code=500)
+        return JSONResponse(internal_error_body(), status_code=500)
+
+
+def internal_error_body() -> dict[str, Any]:
+    return error_body(
+        "internal error; the request was not applied",
+        [FieldError(field="server", message="unexpected error (logged by type and place only)")],
+    )
+
+
+class CatchAllMiddleware:
+    """Turn any unhandled exception into the JSON 500 and keep it inside the app.
+
+    Starlette's own catch-all re-raises after answering, and the server (uvicorn) then logs the
+    exception WITH its message, which could quote data (a label in a numpy error, say). Here it
+    is logged by type and place only. Must be the outermost middleware.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except Exception as exc:  # noqa: BLE001 - the boundary of the application
+            log.error("internal error %s at %s", type(exc).__name__, _where(exc))
+            if started:  # mid-stream: the server closes the connection (truncated body)
+                return
+            body = json.dumps(internal_error_body()).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})

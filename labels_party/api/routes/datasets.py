@@ -8,13 +8,13 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import datasets as ds
-from labels_party.api.body import parse_model
+from labels_party.api.body import parse_model, require_json
 from labels_party.api.deps import AnyRole, Operator, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.schemas import DatasetCreate, DatasetPublic
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
-NamePath = Path(pattern=ds.NAME_PATTERN, description="dataset name")
+NamePath = Path(pattern=ds.LOOKUP_PATTERN, description="dataset name")
 
 
 @router.post(
@@ -26,6 +26,7 @@ NamePath = Path(pattern=ds.NAME_PATTERN, description="dataset name")
 )
 async def create_dataset(request: Request, role: Operator, services: ServicesDep) -> Any:
     """Create a dataset with public label bounds, a default label and a privacy budget."""
+    require_json(request.headers.get("content-type"))
     body = parse_model(DatasetCreate, await request.body())
     spec = ds.DatasetSpec(
         name=body.name,

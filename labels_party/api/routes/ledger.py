@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from labels_party import ledger
 from labels_party.api.deps import Operator, ServicesDep
+from labels_party.datasets import LOOKUP_PATTERN
 from labels_party.schemas import LedgerPage
 
 router = APIRouter(prefix="/v1", tags=["ledger"])
@@ -17,8 +18,8 @@ router = APIRouter(prefix="/v1", tags=["ledger"])
 def get_ledger(
     role: Operator,
     services: ServicesDep,
-    dataset: str | None = Query(default=None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$"),
-    after: int = Query(default=0, ge=0, description="entries with seq > after"),
+    dataset: str | None = Query(default=None, pattern=LOOKUP_PATTERN),
+    after: int = Query(default=0, ge=0, le=2**63 - 1, description="entries with seq > after"),
     limit: int = Query(default=1000, ge=1, le=10000),
 ) -> Any:
     """Ledger entries in chain order, with the chain's head hash."""

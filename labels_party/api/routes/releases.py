@@ -8,13 +8,14 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+from labels_party import datasets as ds
 from labels_party import releases as rel
-from labels_party.api.body import parse_model
+from labels_party.api.body import parse_model, require_json
 from labels_party.api.deps import Advertiser, AnyRole, MessageReader, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
-from labels_party.errors import NotAcceptableError
-from labels_party.schemas import ReleaseCreate, ReleasePublic
+from labels_party.errors import BadInputError, FieldError, NotAcceptableError
+from labels_party.schemas import ZETA_MAX_RATIO, ZETA_MIN_RATIO, ReleaseCreate, ReleasePublic
 from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE
 
 router = APIRouter(tags=["releases"])
@@ -31,7 +32,11 @@ async def create_release(
     request: Request, role: Advertiser, services: ServicesDep, name: str = NamePath
 ) -> Any:
     """Randomize every registered example's label and store the one message, spending epsilon."""
+    require_json(request.headers.get("content-type"))
     body = parse_model(ReleaseCreate, await request.body())
+    if body.params.zeta is not None:
+        row, _ = await run_in_threadpool(ds.get_dataset, services.db, name)
+        _check_zeta(body.params.zeta, width=row.label_max - row.label_min)
     request_ = rel.ReleaseRequest(
         mechanism=body.mechanism,
         epsilon=body.epsilon,
@@ -44,6 +49,21 @@ async def create_release(
     )
     services.metrics.release(meta["mechanism"])
     return meta
+
+
+def _check_zeta(zeta: float, *, width: float) -> None:
+    """RPWithPrior's noise radius, in label units, within a sane ratio of the label range."""
+    if not ZETA_MIN_RATIO * width <= zeta <= ZETA_MAX_RATIO * width:
+        raise BadInputError(
+            "params.zeta is out of range for this dataset's label bounds",
+            [
+                FieldError(
+                    field="params.zeta",
+                    message=f"must lie in [{ZETA_MIN_RATIO:g}, {ZETA_MAX_RATIO:g}] x "
+                    "(label_max - label_min)",
+                )
+            ],
+        )
 
 
 @router.get("/v1/releases/{release_id}", response_model=ReleasePublic)
@@ -79,7 +99,8 @@ def negotiate(accept: str | None) -> str:
     q_json, q_binary = q_of(JSON_MEDIA_TYPE), q_of(BINARY_MEDIA_TYPE)
     if q_json <= 0 and q_binary <= 0:
         raise NotAcceptableError(
-            f"cannot produce any of {accept!r}; use {JSON_MEDIA_TYPE} or {BINARY_MEDIA_TYPE}"
+            f"cannot produce any of {accept!r}; use {JSON_MEDIA_TYPE} or {BINARY_MEDIA_TYPE}",
+            [FieldError(field="Accept", message=f"use {JSON_MEDIA_TYPE} or {BINARY_MEDIA_TYPE}")],
         )
     return BINARY_MEDIA_TYPE if q_binary > q_json else JSON_MEDIA_TYPE
 
