@@ -49,7 +49,7 @@ SHORT = {
     "auto_crit": "auto-C",
 }
 ORDER = ["constant", *mech.VARIANTS]
-TRANSFORM_TAG = {"raw": "", "debiased": " deb", "auto": " (auto t.)"}
+TRANSFORM_TAG = {"raw": "", "debiased": " deb", "auto": " (auto t.)", "rec": " rec"}
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,9 @@ def aggregate(records: Sequence[Record]) -> dict[tuple, Cell]:
     groups: dict[tuple, list[Record]] = defaultdict(list)
     for r in records:
         groups[(r.model, r.n_train, r.variant, r.transform, r.epsilon)].append(r)
+        # auto-C recommends its transform: also file the recommended one under "rec".
+        if r.extra.get("mech_transform") == r.transform and r.variant == "auto_crit":
+            groups[(r.model, r.n_train, r.variant, "rec", r.epsilon)].append(r)
     out = {}
     for key, rs in groups.items():
         mse = np.array([r.test_mse for r in rs])
@@ -136,7 +139,7 @@ def _columns(cells: dict[tuple, Cell], model: str, n_train: int) -> list[tuple[s
     present = {(v, t) for (m, n, v, t, _e) in cells if m == model and n == n_train}
     present.discard(("nonprivate", "raw"))
     order = {name: i for i, name in enumerate(ORDER)}
-    tr_order = {"raw": 0, "debiased": 1, "auto": 2}
+    tr_order = {"raw": 0, "debiased": 1, "auto": 2, "rec": 3}
     return sorted(present, key=lambda vt: (order.get(vt[0], 99), tr_order.get(vt[1], 9)))
 
 
@@ -150,7 +153,12 @@ def best_cell(
     candidates = [
         ((v, t), c)
         for (m, n, v, t, e), c in cells.items()
-        if m == model and n == n_train and e == eps and v not in exclude and v != "nonprivate"
+        if m == model
+        and n == n_train
+        and e == eps
+        and v not in exclude
+        and v != "nonprivate"
+        and t != "rec"  # a copy of the raw or debiased cell
     ]
     if not candidates:
         return None
@@ -358,7 +366,7 @@ def criterion_analysis(cells: dict[tuple, Cell], model: str, d: int) -> tuple[st
     """Which of label MSE, bias^2, variance/n (or a mix) predicts the model's test MSE."""
     rows = []
     for (m, n, v, t, e), c in cells.items():
-        if m != model or math.isinf(e) or v in ("constant", "nonprivate") or t == "auto":
+        if m != model or math.isinf(e) or v in ("constant", "nonprivate") or t in ("auto", "rec"):
             continue
         if not (math.isfinite(c.bias2) and math.isfinite(c.variance)):
             continue
@@ -441,7 +449,7 @@ def debias_vs_n(cells: dict[tuple, Cell], model: str) -> str:
                     continue
                 mark = "**deb**" if deb.mean < raw.mean else "raw"
                 texts.append(f"{_fmt(raw.mean)} / {_fmt(deb.mean)} ({mark})")
-            if any(texts):
+            if sum(bool(text) for text in texts) >= 2:  # only cells measured at several n
                 lines.append(f"| {SHORT.get(v, v)} | {_eps(e)} | " + " | ".join(texts) + " |")
     return "\n".join(lines)
 
@@ -526,7 +534,8 @@ def write_report(
         'Unb = Unbiased; auto = the labels party\'s `mechanism="auto"`; auto-k = the same '
         "with a histogram of `adaptive_bins(n, epsilon1)` cells instead of 64 (a proposal, "
         "see `bench/accuracy/mechanisms.py`); auto-C = auto-k choosing mechanism, parameters "
-        "and transform by bias^2 + d Var / n (a proposal, `bench/accuracy/criterion.py`); "
+        "and transform by bias^2 + d Var / n (a proposal, `bench/accuracy/criterion.py`), "
+        "`auto-C rec` = with the transform it recommends; "
         "`deb` = debiased targets (noisy - b) / a; "
         "`(auto t.)` = transform chosen by the features party.",
     ]
