@@ -29,6 +29,9 @@ Kind = Literal["numeric", "categorical"]
 Cell = float | str | None
 
 DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+# A new dataset's name starts with a letter or digit: "." and ".." are URL dot segments (the
+# dataset could be created through %2E%2E but never addressed); same rule as the labels party.
+NEW_DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 COLUMN_NAME_RE = re.compile(r"^[A-Za-z0-9_.\- ]{1,64}$")
 ID_COLUMN = "example_id"
 MAX_COLUMNS = 1000
@@ -67,12 +70,14 @@ class RawBatch:
     source: Literal["csv", "json"]
 
 
-def check_dataset_name(name: str) -> str:
-    if not DATASET_NAME_RE.match(name):
-        raise FeatureInputError(
-            f"dataset name {name!r} must be 1-64 characters of letters, digits, '_.-'",
-            [("dataset", "invalid name")],
-        )
+def check_dataset_name(name: str, *, new: bool = False) -> str:
+    """A valid dataset name (``new``: the stricter rule for creating one); never echoed back."""
+    pattern = NEW_DATASET_NAME_RE if new else DATASET_NAME_RE
+    if not pattern.fullmatch(name):
+        rule = "1-64 characters of letters, digits, '_.-'"
+        if new:
+            rule += ", starting with a letter or digit"
+        raise FeatureInputError(f"invalid dataset name: {rule}", [("dataset", "invalid name")])
     return name
 
 
@@ -177,7 +182,26 @@ def parse_json_rows(rows: Sequence[Mapping[str, Any]]) -> RawBatch:
     ids = [str(row["example_id"]) for row in rows]
     _check_ids(ids, [f"rows[{i}].example_id" for i in range(len(ids))])
     cells = [[row["features"][name] for name in columns] for row in rows]
+    # A JSON number must be a finite float: NaN / Infinity / 1e309 / a 400-digit integer would
+    # otherwise turn a numeric column categorical or become a silent missing value.
+    for i, row in enumerate(cells):
+        for name, cell in zip(columns, row, strict=True):
+            if isinstance(cell, int | float) and not isinstance(cell, bool) and not _finite(cell):
+                errors.append(
+                    (f"rows[{i}].features.{name}", "must be a finite number (null if missing)")
+                )
+                if len(errors) >= MAX_REPORTED:
+                    break
+    if errors:
+        raise FeatureInputError("invalid feature values", errors[:MAX_REPORTED])
     return RawBatch(columns=columns, example_ids=ids, cells=cells, source="json")
+
+
+def _finite(number: float) -> bool:
+    try:
+        return math.isfinite(float(number))
+    except OverflowError:  # an int beyond float range
+        return False
 
 
 def _as_number(cell: Any) -> float | None:
@@ -187,7 +211,10 @@ def _as_number(cell: Any) -> float | None:
     if isinstance(cell, bool):
         raise ValueError("a boolean is not a number")
     if isinstance(cell, int | float):
-        value = float(cell)
+        try:
+            value = float(cell)
+        except OverflowError:
+            raise ValueError("too large for a float") from None
     elif isinstance(cell, str):
         text = cell.strip()
         if not text:
@@ -228,12 +255,14 @@ def infer_kinds(batch: RawBatch, *, categorical: Iterable[str] = ()) -> dict[str
             [("categorical", f"unknown column {name!r}") for name in sorted(unknown)],
         )
     kinds: dict[str, Kind] = {}
+    errors: list[tuple[str, str]] = []
     for j, name in enumerate(batch.columns):
         if name in forced:
             kinds[name] = "categorical"
             continue
         numeric = True
-        for row in batch.cells:
+        non_finite: list[int] = []  # rows whose cell reads as a number but not a finite one
+        for i, row in enumerate(batch.cells):
             cell = row[j]
             if batch.source == "json" and isinstance(cell, str | bool):
                 numeric = False
@@ -241,10 +270,43 @@ def infer_kinds(batch: RawBatch, *, categorical: Iterable[str] = ()) -> dict[str
             try:
                 _as_number(cell)
             except ValueError:
+                if _reads_as_number(cell):
+                    non_finite.append(i)
+                    continue
                 numeric = False
                 break
+        if numeric and non_finite:
+            # A numeric column with nan / inf / 1e309 cells: refused as documented, instead of
+            # silently becoming categorical (where "nan" would be a category).
+            where = "line {}" if batch.source == "csv" else "rows[{}]"
+            offset = 2 if batch.source == "csv" else 0
+            for i in non_finite[:MAX_REPORTED]:
+                errors.append(
+                    (
+                        f"{where.format(i + offset)}.{name}",
+                        "numeric column: must be a finite number (leave the cell empty if "
+                        "missing, or send ?categorical= for a category)",
+                    )
+                )
         kinds[name] = "numeric" if numeric else "categorical"
+    if errors:
+        raise FeatureInputError("invalid feature values", errors[:MAX_REPORTED])
     return kinds
+
+
+def _reads_as_number(cell: Any) -> bool:
+    """A cell that parses as a float but is not finite (nan, inf, 1e309, 400 digits)."""
+    if isinstance(cell, bool):
+        return False
+    if isinstance(cell, int | float):
+        return True
+    if isinstance(cell, str):
+        try:
+            float(cell.strip())
+        except ValueError:
+            return False
+        return True
+    return False
 
 
 def type_rows(batch: RawBatch, schema: Sequence[tuple[str, Kind]]) -> list[list[Cell]]:
@@ -311,6 +373,7 @@ def store_batch(
     check_dataset_name(name)
     dataset = session.get(FeatureDataset, name)
     if dataset is None:
+        check_dataset_name(name, new=True)
         kinds = infer_kinds(batch, categorical=categorical)
         schema: list[tuple[str, Kind]] = [(column, kinds[column]) for column in batch.columns]
         dataset = FeatureDataset(name=name, columns_json=json.dumps(schema))

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 CellIn = float | int | str | bool | None
 
 MAX_PREDICT_ROWS = 100_000
+# Dataset names as the labels party looks them up (creation is stricter: features.py).
+DATASET_LOOKUP_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
+# A release id is put into the labels party's URL path: one segment, never "." or "..".
+RELEASE_ID_PATTERN = r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,127}$"
+MODEL_ID_PATTERN = r"^[0-9a-f]{32}$"
 
 
 class _Strict(BaseModel):
@@ -37,12 +42,19 @@ class FeatureUploadOut(BaseModel):
     columns: dict[str, str]
 
 
+def _utc(value: datetime | None) -> datetime | None:
+    """SQLite hands timestamps back without their zone; they are stored in UTC."""
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
 class DatasetOut(BaseModel):
     name: str
     rows: int
     columns: dict[str, str]
     created: datetime
     synced_rows: int
+
+    _zone = field_validator("created")(_utc)
 
 
 class DatasetList(BaseModel):
@@ -57,11 +69,11 @@ class SyncOut(BaseModel):
 
 
 class ModelCreate(_Strict):
-    dataset: str = Field(min_length=1, max_length=64)
-    release_id: str = Field(min_length=1, max_length=128)
+    dataset: str = Field(pattern=DATASET_LOOKUP_PATTERN)
+    release_id: str = Field(pattern=RELEASE_ID_PATTERN, description="rel_... of the labels party")
     model: Literal["auto", "gbm", "ridge", "mlp"] = "gbm"
     label_transform: Literal["auto", "raw", "debiased"] = "auto"
-    seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    seed: StrictInt | None = Field(default=None, ge=0, le=2**31 - 1)
 
 
 class ModelOut(BaseModel):
@@ -78,6 +90,8 @@ class ModelOut(BaseModel):
     created: datetime
     finished: datetime | None
     result: dict[str, Any] | None
+
+    _zone = field_validator("created", "finished")(_utc)
 
 
 class ModelList(BaseModel):

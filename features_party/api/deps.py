@@ -6,10 +6,13 @@ import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
 from sqlalchemy.orm import Session
 
+from features_party.api.errors import FieldHTTPError
 from features_party.config import Settings
+from features_party.features import FeatureInputError
 from features_party.jobs import JobRunner
 
 
@@ -27,21 +30,61 @@ def get_runner(request: Request) -> JobRunner:
 
 
 def require_token(request: Request) -> None:
-    """With ``LABELDP_FEATURES_TOKEN`` set, require it as a bearer token (constant time)."""
+    """With ``LABELDP_FEATURES_TOKEN`` set, require it as a bearer token (constant time).
+
+    Then checks the query string (after the token, so a caller without it learns nothing).
+    """
     expected: str | None = request.app.state.settings.features_token
-    if expected is None:
-        return  # loopback-only deployment, see config.Settings
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise HTTPException(
-            status_code=401,
-            detail="missing bearer token",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    if not hmac.compare_digest(token.strip().encode(), expected.encode()):
-        raise HTTPException(
-            status_code=401, detail="invalid token", headers={"WWW-Authenticate": "Bearer"}
+    if expected is not None:  # else: loopback-only deployment, see config.Settings
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise FieldHTTPError(
+                401,
+                "missing bearer token",
+                field="Authorization",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if not hmac.compare_digest(token.strip().encode(), expected.encode()):
+            raise FieldHTTPError(
+                401, "invalid token", field="Authorization", headers={"WWW-Authenticate": "Bearer"}
+            )
+    check_query(request)
+
+
+def _declared_query(dependant: Dependant) -> set[str]:
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _declared_query(sub)
+    return names
+
+
+def check_query(request: Request) -> None:
+    """Refuse undeclared and repeated query parameters (FastAPI ignores the first, keeps the
+    last of the second), so a typo such as ``?overwite=true`` is never silently dropped."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is None:
+        return
+    declared = _declared_query(dependant)
+    errors = []
+    for name in dict.fromkeys(request.query_params.keys()):
+        if name not in declared:
+            errors.append((f"query.{name}", "unknown query parameter"))
+        elif len(request.query_params.getlist(name)) > 1:
+            errors.append((f"query.{name}", "given more than once"))
+    if errors:
+        raise FeatureInputError("invalid query string", errors[:10])
+
+
+def require_json(request: Request) -> None:
+    """A JSON-only endpoint: ``application/json`` (or no Content-Type at all), else 415."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media not in ("", "application/json"):
+        raise FieldHTTPError(
+            415,
+            f"Content-Type {media} not supported: send application/json",
+            field="Content-Type",
+            message="must be application/json",
         )
 
 

@@ -1,23 +1,77 @@
-"""One place maps domain errors to HTTP: ``{"detail": ..., "errors": [{"field", "message"}]}``."""
+"""One place maps domain errors to HTTP: ``{"detail": ..., "errors": [{"field", "message"}]}``.
+
+Every error names at least one field (``dataset``, ``rows[2].features``, ``Content-Type``,
+``path``, ``method``, ``server``, ...). Unexpected exceptions become a JSON 500 inside the app
+(``CatchAllMiddleware``) and are logged by type and place, not with their message.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import traceback
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from features_party.features import FeatureConflictError, FeatureInputError
 from shared.client import ServiceError
 from shared.errors import IntegrityError, InvalidParameterError
 
+log = logging.getLogger("features_party")
+
+
+class FieldHTTPError(HTTPException):
+    """An HTTP error about one named field (header, path or body part)."""
+
+    def __init__(
+        self,
+        status_code: int,
+        detail: str,
+        *,
+        field: str,
+        message: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(status_code=status_code, detail=detail, headers=headers)
+        self.field = field
+        self.message = message or detail
+
 
 def error_body(detail: str, errors: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """The one error shape; an empty ``errors`` becomes a generic ``request`` entry."""
+    listed = errors or [("request", detail)]
     return {
         "detail": detail,
-        "errors": [{"field": field, "message": message} for field, message in errors or []],
+        "errors": [{"field": field or "body", "message": message} for field, message in listed],
     }
+
+
+def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
+    """``("body", "rows", 2, "features")`` -> ``rows[2].features``; query/path keep a prefix."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part != "body":
+            out += ("." if out else "") + str(part)
+    return out or "body"
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
+
+
+def internal_error_body() -> dict[str, Any]:
+    return error_body(
+        "internal error; the request was not applied",
+        [("server", "unexpected error (logged by type and place only)")],
+    )
 
 
 def install(app: FastAPI) -> None:
@@ -27,15 +81,31 @@ def install(app: FastAPI) -> None:
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = []
         for error in exc.errors():
-            loc = [str(part) for part in error.get("loc", ()) if part != "body"]
-            errors.append((".".join(loc) or "body", str(error.get("msg", "invalid"))))
-        return JSONResponse(status_code=422, content=error_body("invalid request", errors))
+            if error.get("type") == "json_invalid":  # loc is ("body", <offset>)
+                errors.append(("body", f"malformed JSON: {error.get('ctx', {}).get('error', '')}"))
+                continue
+            message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+            errors.append((_loc(tuple(error.get("loc", ()))), message))
+        return JSONResponse(status_code=422, content=error_body("invalid request", errors[:10]))
 
-    @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        status = exc.status_code
+        if isinstance(exc, FieldHTTPError):
+            error = (exc.field, exc.message)
+        elif status == 400:  # FastAPI could not parse the body (bad UTF-8, nested too deeply)
+            status, detail = 422, "malformed JSON body"
+            error = ("body", "malformed JSON (invalid UTF-8, nested too deeply, or too large)")
+        elif status == 404:  # the router: no such endpoint
+            error = ("path", "no such endpoint (see /docs)")
+        elif status == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            error = ("method", f"{request.method} not allowed; use {allowed}")
+        else:
+            error = ("request", detail)
         return JSONResponse(
-            status_code=exc.status_code, content=error_body(detail), headers=exc.headers
+            status_code=status, content=error_body(detail, [error]), headers=exc.headers
         )
 
     @app.exception_handler(FeatureInputError)
@@ -48,20 +118,91 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(InvalidParameterError)
     async def _invalid(_: Request, exc: InvalidParameterError) -> JSONResponse:
-        return JSONResponse(status_code=422, content=error_body(str(exc)))
+        return JSONResponse(status_code=422, content=error_body(str(exc), [("body", str(exc))]))
 
     @app.exception_handler(ServiceError)
     async def _upstream(_: Request, exc: ServiceError) -> JSONResponse:
         # The labels party refused or is unreachable: a gateway error, with its reason.
         status = 504 if exc.status is None else 502
+        upstream = [(str(e.get("field", "")), str(e.get("message", ""))) for e in exc.errors]
         return JSONResponse(
             status_code=status,
             content=error_body(
-                f"labels party: {exc}",
-                [(str(e.get("field", "")), str(e.get("message", ""))) for e in exc.errors],
+                f"labels party: {exc}", upstream or [("labels_party", "unreachable or refused")]
             ),
         )
 
     @app.exception_handler(IntegrityError)
     async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:
-        return JSONResponse(status_code=502, content=error_body(f"message integrity: {exc}"))
+        return JSONResponse(
+            status_code=502,
+            content=error_body(f"message integrity: {exc}", [("message", "failed verification")]),
+        )
+
+
+class BodyGuardMiddleware:
+    """Refuse a compressed body (any ``Content-Encoding`` but identity) with 415 (RFC 7694).
+
+    Read as plain text it would be a confusing error or, worse, be misread.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            coding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
+            if coding not in ("", "identity"):
+                body = error_body(
+                    f"Content-Encoding {coding!r} is not supported: send the body uncompressed",
+                    [("Content-Encoding", "only identity (uncompressed) bodies are accepted")],
+                )
+                await _send_json(send, 415, body)
+                return
+        await self.app(scope, receive, send)
+
+
+class CatchAllMiddleware:
+    """Any unhandled exception becomes the JSON 500 and stays inside the app (outermost).
+
+    Starlette's own catch-all re-raises after answering, so the server logged the traceback
+    with its message, and answered with plain text when no JSON handler ran.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except Exception as exc:  # noqa: BLE001 - the boundary of the application
+            log.error("internal error %s at %s", type(exc).__name__, _where(exc))
+            if not started:
+                await _send_json(send, 500, internal_error_body())
+
+
+async def _send_json(send: Send, status: int, content: dict[str, Any]) -> None:
+    body = json.dumps(content).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from features_party.api.deps import SessionDep, SettingsDep
+from features_party.api.errors import FieldHTTPError
 from features_party.db.models import FeatureDataset
 from features_party.features import (
     FeatureInputError,
@@ -25,6 +26,7 @@ from features_party.features import (
 )
 from features_party.pull import labels_client
 from features_party.schemas import (
+    DATASET_LOOKUP_PATTERN,
     DatasetList,
     DatasetOut,
     FeatureUploadIn,
@@ -33,6 +35,27 @@ from features_party.schemas import (
 )
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+# Documented here, checked by check_dataset_name (a 422 naming "dataset", the name not echoed).
+NamePath = Path(json_schema_extra={"pattern": DATASET_LOOKUP_PATTERN}, description="dataset")
+_UPLOAD_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "text/csv": {"schema": {"type": "string", "description": "header row, example_id"}},
+            "application/json": {"schema": {"$ref": "#/components/schemas/FeatureUploadIn"}},
+        },
+    }
+}
+
+
+def _too_large(limit: int) -> FieldHTTPError:
+    return FieldHTTPError(413, f"body larger than {limit} bytes", field="body", message="too large")
+
+
+def _no_features(name: str) -> FieldHTTPError:
+    return FieldHTTPError(
+        404, f"dataset {name!r} has no features", field="dataset", message="no features uploaded"
+    )
 
 
 async def read_body(request: Request) -> bytes:
@@ -40,13 +63,13 @@ async def read_body(request: Request) -> bytes:
     limit: int = request.app.state.settings.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(status_code=413, detail=f"body larger than {limit} bytes")
+        raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise HTTPException(status_code=413, detail=f"body larger than {limit} bytes")
+            raise _too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -64,14 +87,24 @@ def _parse(body: bytes, content_type: str, id_column: str) -> RawBatch:
             upload = FeatureUploadIn.model_validate_json(body)
         except ValidationError as exc:
             errors = [
-                (".".join(str(p) for p in e["loc"]) or "body", e["msg"]) for e in exc.errors()
+                ("body" if e["type"] == "json_invalid" else _loc(e["loc"]), e["msg"])
+                for e in exc.errors(include_input=False)
             ]
             raise FeatureInputError("invalid JSON upload", errors[:10]) from None
         return parse_json_rows([row.model_dump() for row in upload.rows])
-    raise HTTPException(
-        status_code=415,
-        detail=f"Content-Type {media or '(none)'} not supported: send text/csv or application/json",
+    raise FieldHTTPError(
+        415,
+        f"Content-Type {media or '(none)'} not supported: send text/csv or application/json",
+        field="Content-Type",
+        message="must be text/csv or application/json",
     )
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out or "body"
 
 
 def _dataset_out(session: Session, dataset: FeatureDataset) -> DatasetOut:
@@ -84,10 +117,10 @@ def _dataset_out(session: Session, dataset: FeatureDataset) -> DatasetOut:
     )
 
 
-@router.post("/{name}/features", response_model=FeatureUploadOut)
+@router.post("/{name}/features", response_model=FeatureUploadOut, openapi_extra=_UPLOAD_DOC)
 async def upload_features(
-    name: str,
     request: Request,
+    name: str = NamePath,
     overwrite: bool = False,
     categorical: Annotated[str, Query(max_length=10_000)] = "",
     id_column: Annotated[str, Query(min_length=1, max_length=64)] = "example_id",
@@ -117,20 +150,22 @@ def list_datasets(session: SessionDep) -> DatasetList:
 
 
 @router.get("/{name}", response_model=DatasetOut)
-def get_dataset(name: str, session: SessionDep) -> DatasetOut:
+def get_dataset(session: SessionDep, name: str = NamePath) -> DatasetOut:
     """Row count and column kinds of one dataset."""
+    check_dataset_name(name)
     dataset = session.get(FeatureDataset, name)
     if dataset is None:
-        raise HTTPException(status_code=404, detail=f"dataset {name!r} has no features")
+        raise _no_features(name)
     return _dataset_out(session, dataset)
 
 
 @router.post("/{name}/examples/sync", response_model=SyncOut)
-def sync_examples(name: str, session: SessionDep, settings: SettingsDep) -> SyncOut:
+def sync_examples(session: SessionDep, settings: SettingsDep, name: str = NamePath) -> SyncOut:
     """Register every example id of this dataset with the labels party (the public universe)."""
+    check_dataset_name(name)
     dataset = session.get(FeatureDataset, name)
     if dataset is None:
-        raise HTTPException(status_code=404, detail=f"dataset {name!r} has no features")
+        raise _no_features(name)
     ids = iter_example_ids(session, name)
     last: dict[str, object] = {}
     batches = 0

@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import uuid
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 
-from features_party.api.deps import RunnerDep, SessionDep
+from features_party.api.deps import RunnerDep, SessionDep, require_json
+from features_party.api.errors import FieldHTTPError
 from features_party.db.models import FeatureDataset, FeatureRow, TrainedModel
 from features_party.features import FeatureInputError, RawBatch, type_rows
-from features_party.schemas import ModelCreate, ModelList, ModelOut, PredictIn, PredictOut
+from features_party.schemas import (
+    MODEL_ID_PATTERN,
+    ModelCreate,
+    ModelList,
+    ModelOut,
+    PredictIn,
+    PredictOut,
+)
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
+# Documented, and checked by _unknown_model (404 without echoing an arbitrary string).
+ModelIdPath = Path(json_schema_extra={"pattern": MODEL_ID_PATTERN}, description="model id")
+_MODEL_ID_RE = re.compile(MODEL_ID_PATTERN)
+
+
+def _unknown_model(model_id: str) -> FieldHTTPError:
+    shown = f"model {model_id!r}" if _MODEL_ID_RE.match(model_id) else "model"
+    return FieldHTTPError(404, f"{shown} not found", field="model_id", message="unknown model")
 
 
 def model_out(job: TrainedModel) -> ModelOut:
@@ -36,12 +53,15 @@ def model_out(job: TrainedModel) -> ModelOut:
     )
 
 
-@router.post("", response_model=ModelOut, status_code=202)
+@router.post("", response_model=ModelOut, status_code=202, dependencies=[Depends(require_json)])
 def create_model(body: ModelCreate, session: SessionDep, runner: RunnerDep) -> ModelOut:
     """Queue a training job: pull the release's message once, join, select, fit."""
     if session.get(FeatureDataset, body.dataset) is None:
-        raise HTTPException(
-            status_code=404, detail=f"dataset {body.dataset!r} has no features uploaded"
+        raise FieldHTTPError(
+            404,
+            f"dataset {body.dataset!r} has no features uploaded",
+            field="dataset",
+            message="no features uploaded",
         )
     job = TrainedModel(
         id=uuid.uuid4().hex,
@@ -68,16 +88,16 @@ def list_models(session: SessionDep) -> ModelList:
 
 
 @router.get("/{model_id}", response_model=ModelOut)
-def get_model(model_id: str, session: SessionDep) -> ModelOut:
+def get_model(session: SessionDep, model_id: str = ModelIdPath) -> ModelOut:
     """Status, stage, progress (0..1) and, once done, the validation report."""
     job = session.get(TrainedModel, model_id)
     if job is None:
-        raise HTTPException(status_code=404, detail=f"model {model_id!r} not found")
+        raise _unknown_model(model_id)
     return model_out(job)
 
 
-@router.post("/{model_id}/predict", response_model=PredictOut)
-async def predict(model_id: str, body: PredictIn, request: Request) -> PredictOut:
+@router.post("/{model_id}/predict", response_model=PredictOut, dependencies=[Depends(require_json)])
+async def predict(body: PredictIn, request: Request, model_id: str = ModelIdPath) -> PredictOut:
     """Predictions for feature rows given inline, or for stored example ids."""
 
     def run() -> PredictOut:
@@ -85,10 +105,13 @@ async def predict(model_id: str, body: PredictIn, request: Request) -> PredictOu
         with request.app.state.sessions() as session:
             job = session.get(TrainedModel, model_id)
             if job is None:
-                raise HTTPException(status_code=404, detail=f"model {model_id!r} not found")
+                raise _unknown_model(model_id)
             if job.status != "succeeded":
-                raise HTTPException(
-                    status_code=409, detail=f"model {model_id!r} is {job.status}, not trained"
+                raise FieldHTTPError(
+                    409,
+                    f"model {model_id!r} is {job.status}, not trained",
+                    field="model_id",
+                    message=f"is {job.status}, not trained",
                 )
             fitted = runner.fitted(session, model_id)
             columns = list(fitted.encoder.columns)
@@ -103,11 +126,11 @@ async def predict(model_id: str, body: PredictIn, request: Request) -> PredictOu
                         )
                     )
                     found.update({eid: json.loads(values) for eid, values in rows})
-                missing = [eid for eid in ids if eid not in found]
+                missing = [i for i, eid in enumerate(ids) if eid not in found]
                 if missing:
                     raise FeatureInputError(
                         f"{len(missing)} example id(s) have no features in {job.dataset!r}",
-                        [(eid, "no feature row") for eid in missing[:10]],
+                        [(f"example_ids[{i}]", "no feature row") for i in missing[:10]],
                     )
                 typed = [found[eid] for eid in ids]
             else:
