@@ -23,10 +23,18 @@ from shared.domain import LabelDomain, check_epsilon, check_labels
 from shared.errors import InvalidParameterError
 from shared.mechanisms.histogram import Prior, check_bins, private_histogram
 from shared.rng import Rng
+from shared.selection import (
+    DEFAULT_MODEL_DIM,
+    adaptive_bins,
+    check_model_dim,
+    choose,
+    recommended_transform,
+)
 
 MechanismChoice = Literal["rpwithprior", "rr_on_bins", "auto"]
 MECHANISMS: tuple[str, ...] = ("rpwithprior", "rr_on_bins", "auto")
 
+# The histogram size the default epsilon split assumes, and the cap of ``adaptive_bins``.
 DEFAULT_BINS = 64
 # The histogram never gets more than this share of the total budget once epsilon is large
 # (RR-on-Bins paper, Sec. 3.2 suggests epsilon1 = sqrt(k / n), which is tiny for large n).
@@ -84,6 +92,9 @@ class Release:
     lo: float
     hi: float
     expected_label_mse: float = field(default=math.nan)
+    # "raw" or "debiased": the training target with the lower C = bias^2 + (d/n) Var under the
+    # noisy prior (``shared.selection``); public, a function of the prior, n and model_dim.
+    recommended_transform: str = "raw"
 
     @property
     def epsilon(self) -> float:
@@ -135,9 +146,24 @@ def split_epsilon(epsilon: float, epsilon1: float) -> tuple[float, float]:
 
 
 def build_mechanism(
-    prior: Prior, *, epsilon: float, mechanism: str, **params: Any
+    prior: Prior,
+    *,
+    epsilon: float,
+    mechanism: str,
+    n: int | None = None,
+    model_dim: int | None = None,
+    **params: Any,
 ) -> tuple[str, LabelMechanism]:
-    """Choose the epsilon-DP randomizer and its parameters from the (noisy) prior alone."""
+    """Choose the epsilon-DP randomizer and its parameters from the (noisy) prior alone.
+
+    ``"rpwithprior"`` / ``"rr_on_bins"``: that mechanism, parameters by least label MSE
+    (``select="mse"``) / optimal bins. ``"auto"`` with ``n`` (the public number of labels):
+    the RPWithPrior or RR-on-Bins candidate (``shared.selection.candidate_mechanisms``) whose
+    raw or debiased targets minimise C = bias^2 + (model_dim / n) Var under the prior, a proxy
+    for the test MSE of a model fitted on them (model_dim defaults to ``DEFAULT_MODEL_DIM``);
+    without ``n``, the lower expected label MSE of the two (Theorem 5 makes that RR-on-Bins
+    almost always). Everything read here is public: the choice is post-processing.
+    """
     from shared.mechanisms import rp_with_prior, rr_on_bins
 
     eps = check_epsilon(epsilon, name="epsilon2")
@@ -148,6 +174,9 @@ def build_mechanism(
     unknown = set(params) - {"select", "zeta", "outside", "loss", "max_bins"}
     if unknown:
         raise InvalidParameterError(f"unknown mechanism parameter(s): {', '.join(sorted(unknown))}")
+    dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1):
+        raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
 
     def rp() -> LabelMechanism:
         return rp_with_prior.choose_parameters(
@@ -172,6 +201,21 @@ def build_mechanism(
         return "rpwithprior", rp()
     if mechanism == "rr_on_bins":
         return "rr_on_bins", rr()
+    if n is not None:
+        best = choose(
+            prior,
+            epsilon=eps,
+            n=int(n),
+            model_dim=dim,
+            zeta=params.get("zeta"),
+            select=params.get("select"),
+            outside=params.get("outside", "project"),
+            loss=params.get("loss", "squared"),
+            max_bins=params.get("max_bins"),
+        )
+        if best.name == "rr_on_bins":
+            return best.name, _RROnBinsUnderHistogram(best.mechanism)
+        return best.name, best.mechanism
     candidates: dict[str, LabelMechanism] = {}
     refusals: list[str] = []
     for name, build in (("rpwithprior", rp), ("rr_on_bins", rr)):
@@ -196,21 +240,30 @@ def label_randomizer(
     epsilon2: float,
     mechanism: str,
     rng: Rng,
-    bins: int = DEFAULT_BINS,
+    bins: int | None = None,
+    model_dim: int | None = None,
     **params: Any,
 ) -> Release:
     """Release (epsilon1 + epsilon2)-label-DP noisy labels with the chosen two-step mechanism.
 
     Implements RPWithPrior Algorithm 4 / RR-on-Bins Algorithm 3 (see module docstring).
-    ``epsilon1 = inf`` uses the exact histogram (a known prior, for benchmarks);
-    ``epsilon2 = inf`` releases the clipped labels unchanged (the non-private baseline).
+    ``bins=None`` sizes the histogram by ``adaptive_bins(n, epsilon1)`` (public); ``model_dim``
+    is the receiver's model dimension for ``mechanism="auto"`` and the recommended transform
+    (default ``shared.selection.DEFAULT_MODEL_DIM``). ``epsilon1 = inf`` uses the exact
+    histogram (a known prior, for benchmarks); ``epsilon2 = inf`` releases the clipped labels
+    unchanged (the non-private baseline).
     """
     domain = LabelDomain(lo=lo, hi=hi)
     eps1 = check_epsilon(epsilon1, name="epsilon1", allow_inf=True)
     eps2 = check_epsilon(epsilon2, name="epsilon2", allow_inf=True)
     clipped = domain.clip(check_labels(labels))
+    n = int(clipped.size)  # public: the receiver gets one noisy label per example
+    dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
+    cells = adaptive_bins(n, eps1, max_bins=DEFAULT_BINS) if bins is None else check_bins(bins)
 
-    prior = private_histogram(clipped, lo=domain.lo, hi=domain.hi, bins=bins, epsilon=eps1, rng=rng)
+    prior = private_histogram(
+        clipped, lo=domain.lo, hi=domain.hi, bins=cells, epsilon=eps1, rng=rng
+    )
     if math.isinf(eps2):
         return Release(
             noisy_labels=clipped,
@@ -223,7 +276,9 @@ def label_randomizer(
             hi=domain.hi,
             expected_label_mse=0.0,
         )
-    name, randomizer = build_mechanism(prior, epsilon=eps2, mechanism=mechanism, **params)
+    name, randomizer = build_mechanism(
+        prior, epsilon=eps2, mechanism=mechanism, n=n, model_dim=dim, **params
+    )
     noisy = randomizer.randomize(clipped, rng)
     return Release(
         noisy_labels=noisy,
@@ -235,4 +290,5 @@ def label_randomizer(
         lo=domain.lo,
         hi=domain.hi,
         expected_label_mse=float(randomizer.expected_squared_error(prior)),
+        recommended_transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
     )

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from shared import randomizer
+from shared import randomizer, selection
 from shared.errors import InvalidParameterError
 from shared.mechanisms.histogram import Prior
 from shared.mechanisms.rp_with_prior import RPWithPrior
@@ -201,3 +201,93 @@ def test_auto_falls_back_when_one_candidate_cannot_be_realised(labels: np.ndarra
     name, mechanism = build_mechanism(prior, epsilon=1e-13, mechanism="auto")
     assert name == "rr_on_bins"
     assert mechanism.public_params()["epsilon"] == 1e-13
+
+
+def test_default_bins_are_adaptive_and_explicit_bins_still_win(rng: np.random.Generator) -> None:
+    small = rng.uniform(0, 1, 1595)
+    common = {"lo": 0.0, "hi": 1.0, "epsilon2": 1.0, "mechanism": "auto"}
+    release = label_randomizer(small, epsilon1=0.05, rng=np.random.default_rng(1), **common)
+    assert release.prior.k == selection.adaptive_bins(1595, 0.05) == 16
+    explicit = label_randomizer(
+        small, epsilon1=0.05, bins=64, rng=np.random.default_rng(1), **common
+    )
+    assert explicit.prior.k == 64
+    exact = label_randomizer(small, epsilon1=math.inf, rng=np.random.default_rng(1), **common)
+    assert exact.prior.k == randomizer.DEFAULT_BINS
+
+
+def test_pipeline_auto_minimises_c_with_the_public_n(
+    labels: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[dict[str, object]] = []
+    real = randomizer.build_mechanism
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(randomizer, "build_mechanism", spy)
+    release = label_randomizer(
+        labels,
+        lo=0,
+        hi=40,
+        epsilon1=0.5,
+        epsilon2=1.0,
+        mechanism="auto",
+        rng=np.random.default_rng(0),
+        model_dim=3,
+    )
+    assert seen[0]["n"] == labels.size and seen[0]["model_dim"] == 3
+    best = selection.choose(release.prior, epsilon=1.0, n=labels.size, model_dim=3)
+    assert release.mechanism == best.name
+    assert release.recommended_transform == best.transform
+    assert release.params == best.mechanism.public_params()
+
+
+@pytest.mark.parametrize("mechanism", ["rpwithprior", "rr_on_bins"])
+def test_explicit_mechanisms_keep_the_least_label_mse_choice(
+    labels: np.ndarray, mechanism: str
+) -> None:
+    prior = Prior.from_samples(labels, lo=0, hi=40, bins=64)
+    with_n = build_mechanism(prior, epsilon=1.0, mechanism=mechanism, n=labels.size, model_dim=5)
+    without = build_mechanism(prior, epsilon=1.0, mechanism=mechanism)
+    assert with_n[1].public_params() == without[1].public_params()
+
+
+def test_release_recommends_a_transform_for_every_mechanism(labels: np.ndarray) -> None:
+    for mechanism in ("rpwithprior", "rr_on_bins", "auto"):
+        release = label_randomizer(
+            labels,
+            lo=0,
+            hi=40,
+            epsilon1=0.5,
+            epsilon2=4.0,
+            mechanism=mechanism,
+            rng=np.random.default_rng(0),
+        )
+        assert release.recommended_transform in ("raw", "debiased")
+    none = label_randomizer(
+        labels,
+        lo=0,
+        hi=40,
+        epsilon1=0.5,
+        epsilon2=math.inf,
+        mechanism="auto",
+        rng=np.random.default_rng(0),
+    )
+    assert none.recommended_transform == "raw"
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, True, "8"])
+def test_invalid_model_dim_is_refused(bad: object) -> None:
+    with pytest.raises(InvalidParameterError, match="model_dim"):
+        label_randomizer(
+            np.array([1.0, 2.0]),
+            lo=0.0,
+            hi=4.0,
+            epsilon1=0.5,
+            epsilon2=1.0,
+            mechanism="auto",
+            rng=np.random.default_rng(0),
+            model_dim=bad,
+        )

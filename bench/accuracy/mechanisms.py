@@ -24,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from shared import selection
 from shared.mechanisms.discrete_laplace import sample_discrete_laplace
 from shared.mechanisms.histogram import Prior, private_histogram
 from shared.randomizer import DEFAULT_BINS, build_mechanism, default_split
+from shared.selection import adaptive_bins, recommended_transform
 
 GAUSSIAN_DELTA = 1e-5
 # Resolution of the DP mean's integer sum: labels are rounded to 2^-16 of the bounds' width.
@@ -262,18 +264,6 @@ def _rp_paper(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generat
     )
 
 
-def adaptive_bins(n: int, epsilon1: float, *, max_bins: int = DEFAULT_BINS) -> int:
-    """PROPOSED histogram size from public n and epsilon1: a power of two near n epsilon1 / 4.
-
-    Each noisy count has standard deviation 2 sqrt(2) / epsilon1; with k cells of about n / k
-    labels each, the noise is small against the counts only while k << n epsilon1 / 2.8. At
-    64 cells and epsilon1 = 0.0125 on Crime's 1,595 labels the noise dominates, the clamped
-    prior drifts to uniform, and both randomizers centre on the wrong mean.
-    """
-    target = max(n * epsilon1 / 4.0, 1.0)
-    return int(min(max_bins, max(2, 2 ** round(math.log2(target)))))
-
-
 def _engine_adaptive(mechanism: str) -> Callable[..., Built]:
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
         eps1, eps2 = ctx.shared_split
@@ -292,6 +282,35 @@ def _engine_adaptive(mechanism: str) -> Callable[..., Built]:
         )
 
     return build
+
+
+def _labels_party_auto(
+    ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator
+) -> Built:
+    """The labels party's ``mechanism="auto"`` as ``label_randomizer`` runs it by default:
+    ``adaptive_bins(n, epsilon1)`` cells, then the least C = bias^2 + (d/n) Var with the
+    engine's default model_dim (the labels party does not know the features party's d)."""
+    eps1, eps2 = ctx.shared_split
+    n = int(ctx.y.size)
+    bins = adaptive_bins(n, eps1, max_bins=ctx.bins)
+    if bins == ctx.bins:
+        prior = shared_prior(ctx, priors, rng)
+    else:
+        prior = private_histogram(ctx.y, lo=ctx.lo, hi=ctx.hi, bins=bins, epsilon=eps1, rng=rng)
+    name, randomizer = build_mechanism(prior, epsilon=eps2, mechanism="auto", n=n)
+    dim = selection.DEFAULT_MODEL_DIM
+    return Built(
+        randomizer=randomizer,
+        epsilon1=eps1,
+        epsilon2=eps2,
+        affine=_affine(randomizer),
+        params={
+            "chosen": name,
+            "transform": recommended_transform(randomizer, prior, n=n, model_dim=dim),
+            "bins": bins,
+            **_params(randomizer),
+        },
+    )
 
 
 def _auto_criterion(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
@@ -426,8 +445,8 @@ VARIANTS: dict[str, Variant] = {
             key="auto",
             label="auto (labels party)",
             paper_column=None,
-            build=_engine("auto"),
-            note="lower expected label MSE of RPWithPrior / RR-on-Bins",
+            build=_labels_party_auto,
+            note="engine default: adaptive bins, least bias^2 + 10 Var / n (model_dim default)",
         ),
         Variant(
             key="auto_k",

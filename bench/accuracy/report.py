@@ -79,8 +79,8 @@ def aggregate(records: Sequence[Record]) -> dict[tuple, Cell]:
     groups: dict[tuple, list[Record]] = defaultdict(list)
     for r in records:
         groups[(r.model, r.n_train, r.variant, r.transform, r.epsilon)].append(r)
-        # auto-C recommends its transform: also file the recommended one under "rec".
-        if r.extra.get("mech_transform") == r.transform and r.variant == "auto_crit":
+        # auto and auto-C recommend a transform: also file the recommended one under "rec".
+        if r.extra.get("mech_transform") == r.transform and r.variant in ("auto", "auto_crit"):
             groups[(r.model, r.n_train, r.variant, "rec", r.epsilon)].append(r)
     out = {}
     for key, rs in groups.items():
@@ -531,11 +531,14 @@ def write_report(
         "(discrete); Exp = exponential; RRoB = RR-on-Bins; RP-T5 = RPWithPrior with the "
         "paper's Table 5 split and zeta (Algorithm 1 interval); RP-auto = RPWithPrior with our "
         "split and (A1, A2, zeta) minimising the expected label MSE; RRwP = RRWithPrior; "
-        'Unb = Unbiased; auto = the labels party\'s `mechanism="auto"`; auto-k = the same '
-        "with a histogram of `adaptive_bins(n, epsilon1)` cells instead of 64 (a proposal, "
-        "see `bench/accuracy/mechanisms.py`); auto-C = auto-k choosing mechanism, parameters "
-        "and transform by bias^2 + d Var / n (a proposal, `bench/accuracy/criterion.py`), "
-        "`auto-C rec` = with the transform it recommends; "
+        'Unb = Unbiased; auto = the labels party\'s `mechanism="auto"` (records from commits '
+        "before the engine's selection change: least label MSE on 64 cells; after it: "
+        "`adaptive_bins(n, epsilon1)` cells and the least bias^2 + 10 Var / n, "
+        "`shared.selection`); auto-k = least label MSE "
+        "with a histogram of `adaptive_bins(n, epsilon1)` cells instead of 64; auto-C = "
+        "auto-k choosing mechanism, parameters and transform by bias^2 + d Var / n, d the "
+        "number of features (`bench/accuracy/criterion.py`); "
+        "`auto rec` / `auto-C rec` = with the transform it recommends; "
         "`deb` = debiased targets (noisy - b) / a; "
         "`(auto t.)` = transform chosen by the features party.",
     ]
