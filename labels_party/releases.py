@@ -72,7 +72,7 @@ class ReleaseRequest:
     mechanism: str
     epsilon: float
     epsilon_histogram: float | None = None
-    bins: int = DEFAULT_BINS
+    bins: int | None = None  # None: shared.selection.adaptive_bins(n, epsilon1)
     params: dict[str, Any] | None = None
 
 
@@ -179,7 +179,9 @@ class ReleaseService:
         # Either way epsilon1 + epsilon2 <= request.epsilon exactly, so checking the budget for
         # request.epsilon covers what the ledger charges.
         if request.epsilon_histogram is None:
-            eps1, eps2 = default_split(request.epsilon, n=n, bins=request.bins)
+            # The split assumes the requested size, or DEFAULT_BINS when the size is adaptive
+            # (the adaptive size depends on epsilon1, so it cannot feed the split).
+            eps1, eps2 = default_split(request.epsilon, n=n, bins=request.bins or DEFAULT_BINS)
         else:
             eps1, eps2 = split_epsilon(request.epsilon, request.epsilon_histogram)
         with self._slots:
@@ -229,7 +231,7 @@ class ReleaseService:
             "mechanism": release.mechanism,
             "requested_mechanism": request.mechanism,
             "params": params,
-            "bins": request.bins,
+            "bins": release.prior.k,
             "epsilon1": release.epsilon1,
             "epsilon2": release.epsilon2,
             "epsilon": epsilon,
@@ -279,7 +281,7 @@ class ReleaseService:
                 mechanism="private_histogram",
                 epsilon=release.epsilon1,
                 parameters={
-                    "bins": request.bins,
+                    "bins": release.prior.k,
                     "noise": "discrete_laplace",
                     "sensitivity": 2,
                     "split": "given" if request.epsilon_histogram is not None else "default",
@@ -296,6 +298,7 @@ class ReleaseService:
                     "options": request.params or {},
                     "params": params,
                     "n": n,
+                    "recommended_transform": release.recommended_transform,
                 },
                 **common,
             )

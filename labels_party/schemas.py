@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from labels_party.datasets import MAX_BINS, NAME_PATTERN
 from shared.message import EXAMPLE_ID_PATTERN
+from shared.selection import MAX_MODEL_DIM
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
 # Public label bounds stay where float64 arithmetic on labels (squares, sums over millions of
@@ -41,7 +42,12 @@ class ReleaseOptions(BaseModel):
 
     model_config = _STRICT
 
-    bins: int = Field(default=64, ge=1, le=MAX_BINS, description="histogram cells")
+    bins: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_BINS,
+        description="histogram cells; default: shared.selection.adaptive_bins(n, epsilon1)",
+    )
     select: Literal["mse", "paper"] | None = Field(default=None, description="RPWithPrior")
     zeta: float | None = Field(default=None, gt=0, description="RPWithPrior noise radius")
     outside: Literal["project", "uniform"] | None = Field(default=None, description="RPWithPrior")
@@ -49,6 +55,12 @@ class ReleaseOptions(BaseModel):
         default=None, description="RR-on-Bins"
     )
     max_bins: int | None = Field(default=None, ge=1, le=MAX_BINS, description="RR-on-Bins cap")
+    model_dim: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_MODEL_DIM,
+        description="the receiver's model dimension (features) for auto; default 10",
+    )
 
     def mechanism_params(self) -> dict[str, object]:
         """The options passed through to the randomizer (``bins`` apart)."""

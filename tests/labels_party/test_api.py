@@ -169,6 +169,28 @@ def test_release_message_is_stored_once_and_both_encodings_agree(client):
     assert unacceptable.status_code == 406
 
 
+def test_release_default_bins_are_adaptive_and_model_dim_is_accepted(client):
+    from shared.selection import adaptive_bins
+
+    create_dataset(client, epsilon_budget=2.0)
+    ids = [f"x{i:04d}" for i in range(1600)]
+    register(client, "ds", ids)
+    put_labels(client, "ds", [(i, float(k % 10)) for k, i in enumerate(ids)])
+    created = release(client, "ds", epsilon=1.0, epsilon_histogram=0.05, params={"model_dim": 8})
+    assert created.status_code == 201, created.text
+    meta = created.json()
+    assert adaptive_bins(1600, 0.05) == 16
+    message = client.get(f"/v1/releases/{meta['id']}/message", headers=PUB)
+    header, _ids, _labels = from_json_message(message.content)
+    assert len(header.histogram.probs) == 16
+    entries = client.get("/v1/ledger", headers=OPS).json()
+    randomizer = [e for e in entries["entries"] if e["kind"] == "randomizer"][-1]
+    assert randomizer["parameters"]["options"] == {"model_dim": 8}
+    assert randomizer["parameters"]["recommended_transform"] in ("raw", "debiased")
+    histogram = [e for e in entries["entries"] if e["kind"] == "histogram"][-1]
+    assert histogram["parameters"]["bins"] == 16
+
+
 def test_release_freezes_the_dataset_and_spends_budget(client):
     create_dataset(client, epsilon_budget=2.0)
     register(client, "ds", ["a", "b"])
