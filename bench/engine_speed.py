@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *bench_bins(args.quick),
         "",
-        "## Full two-step release (`label_randomizer` defaults: adaptive bins, default split), epsilon 1",
+        "## Full two-step release (`label_randomizer` defaults: adaptive bins, default split), "
+        "epsilon 1",
         "",
         "OS CSPRNG for every draw, automatic parameter choice included. "
         "Target: 10^6 labels < 0.3 s on one core.",
