@@ -12,10 +12,12 @@ from labels_party import datasets as ds
 from labels_party import releases as rel
 from labels_party.api.body import parse_model, require_json
 from labels_party.api.deps import Advertiser, AnyRole, MessageReader, ServicesDep
+from labels_party.api.errors import engine_field
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
 from labels_party.errors import BadInputError, FieldError, NotAcceptableError
 from labels_party.schemas import ZETA_MAX_RATIO, ZETA_MIN_RATIO, ReleaseCreate, ReleasePublic
+from shared.errors import InvalidParameterError
 from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE
 
 router = APIRouter(tags=["releases"])
@@ -44,9 +46,15 @@ async def create_release(
         bins=body.params.bins,
         params=body.params.mechanism_params(),
     )
-    meta = await run_in_threadpool(
-        services.releases.create, dataset=name, request=request_, actor_role=role
-    )
+    try:
+        meta = await run_in_threadpool(
+            services.releases.create, dataset=name, request=request_, actor_role=role
+        )
+    except InvalidParameterError as exc:  # the engine refused a parameter: name the field
+        field = engine_field(str(exc))
+        if field == "epsilon_histogram" and body.epsilon_histogram is None:
+            field = "epsilon"  # the default split of epsilon made the histogram's share
+        raise BadInputError(str(exc), [FieldError(field=field, message=str(exc))]) from None
     services.metrics.release(meta["mechanism"])
     return meta
 
