@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shared.message import EXAMPLE_ID_PATTERN
 
 CellIn = float | int | str | bool | None
 
@@ -21,9 +23,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Documentation of what features.check_columns enforces (it stays the source of truth).
+COLUMN_NAME_PATTERN = r"^[A-Za-z0-9_.\-]([A-Za-z0-9_.\- ]{0,62}[A-Za-z0-9_.\-])?$"
+
+
 class FeatureRowIn(_Strict):
-    example_id: str = Field(min_length=1, max_length=128)
-    features: dict[str, CellIn]
+    example_id: str = Field(
+        min_length=1, max_length=128, json_schema_extra={"pattern": EXAMPLE_ID_PATTERN}
+    )
+    features: dict[str, CellIn] = Field(
+        json_schema_extra={"propertyNames": {"pattern": COLUMN_NAME_PATTERN}, "minProperties": 1}
+    )
 
 
 class FeatureUploadIn(_Strict):
@@ -73,7 +83,16 @@ class ModelCreate(_Strict):
     release_id: str = Field(pattern=RELEASE_ID_PATTERN, description="rel_... of the labels party")
     model: Literal["auto", "gbm", "ridge", "mlp"] = "gbm"
     label_transform: Literal["auto", "raw", "debiased"] = "auto"
-    seed: StrictInt | None = Field(default=None, ge=0, le=2**31 - 1)
+    seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
+
+    @field_validator("seed", mode="before")
+    @classmethod
+    def _json_integer(cls, value: object) -> object:
+        # A JSON integer (428.0 is one, as in JSON Schema); pydantic's lax mode would also take
+        # false as 0 and "3" as 3.
+        if isinstance(value, bool | str):
+            raise ValueError("must be a JSON integer")
+        return value
 
 
 class ModelOut(BaseModel):

@@ -16,6 +16,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from features_party.features import FeatureConflictError, FeatureInputError
@@ -67,6 +68,19 @@ def _where(exc: BaseException) -> str:
     return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
 
 
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves on this path (Starlette names only the first route's)."""
+    allowed = []
+    for method in _METHODS:
+        probe = {**request.scope, "method": method}
+        if any(route.matches(probe)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
+
+
 def internal_error_body() -> dict[str, Any]:
     return error_body(
         "internal error; the request was not applied",
@@ -100,8 +114,12 @@ def install(app: FastAPI) -> None:
         elif status == 404:  # the router: no such endpoint
             error = ("path", "no such endpoint (see /docs)")
         elif status == 405:
-            allowed = (exc.headers or {}).get("Allow", "")
+            allowed = _allowed_methods(request) or (exc.headers or {}).get("Allow", "")
+            headers = {**(exc.headers or {}), "Allow": allowed}
             error = ("method", f"{request.method} not allowed; use {allowed}")
+            return JSONResponse(
+                status_code=405, content=error_body(detail, [error]), headers=headers
+            )
         else:
             error = ("request", detail)
         return JSONResponse(

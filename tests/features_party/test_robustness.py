@@ -112,6 +112,14 @@ def test_every_error_has_the_documented_shape(features, method, url, headers, bo
     assert field in _fields(response), response.text
 
 
+def test_405_lists_every_method_of_the_path(features):
+    """Found by schemathesis: Starlette's Allow named only the first route's methods."""
+    for method in ("OPTIONS", "DELETE"):
+        response = features.request(method, "/v1/models")
+        assert response.status_code == 405 and "method" in _fields(response)
+        assert set(response.headers["allow"].split(", ")) >= {"GET", "POST"}
+
+
 def test_413_names_the_body(make_features):
     client = make_features(max_body_bytes=2048)
     big = "example_id,x\n" + "".join(f"id{i},{i}\n" for i in range(400))
@@ -150,11 +158,11 @@ def test_an_unexpected_exception_is_a_json_500_that_never_escapes(make_features,
         (b'{"dataset": "ds", "release_id": "rel_' + b"0" * 24 + b'", "seed": ' + b"9" * 5000 + b"}",
          "body"),
         (b'{"dataset": "ds", "release_id": "rel_' + b"0" * 24 + b'", "seed": false}', "seed"),
-        (b'{"dataset": "ds", "release_id": "rel_' + b"0" * 24 + b'", "seed": 3.0}', "seed"),
+        (b'{"dataset": "ds", "release_id": "rel_' + b"0" * 24 + b'", "seed": "3"}', "seed"),
         (b'{"dataset": "ds", "release_id": "../../v1/ledger?"}', "release_id"),
         (b'{"dataset": "../x", "release_id": "rel_' + b"0" * 24 + b'"}', "dataset"),
     ],
-    ids=["bad utf-8", "nul", "deep", "huge seed", "seed bool", "seed float", "release id path",
+    ids=["bad utf-8", "nul", "deep", "huge seed", "seed bool", "seed string", "release id path",
          "dataset path"],
 )  # fmt: skip
 def test_bad_model_requests_are_422_naming_the_field(features, body, field):
@@ -162,6 +170,13 @@ def test_bad_model_requests_are_422_naming_the_field(features, body, field):
     assert response.status_code == 422, response.text
     assert field in _fields(response), response.text
     assert features.get("/v1/models").json()["models"] == []  # no job was queued
+
+
+def test_an_integral_float_seed_is_an_integer_as_json_schema_says(features):
+    """Found by schemathesis: 428.0 is a valid JSON Schema integer; false is not."""
+    body = {"dataset": "ds", "release_id": "rel_" + "0" * 24, "seed": 428.0}
+    response = features.post("/v1/models", json=body)
+    assert response.status_code == 202 and response.json()["seed"] == 428
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/xml", "text/csv"])
@@ -310,3 +325,5 @@ def test_openapi_documents_the_error_shape_and_the_token(features):
     name = next(p for p in schema["paths"]["/v1/datasets/{name}"]["get"]["parameters"])
     assert name["schema"]["pattern"]
     assert parts["ModelCreate"]["properties"]["release_id"]["pattern"]
+    row = parts["FeatureRowIn"]["properties"]
+    assert row["example_id"]["pattern"] and row["features"]["propertyNames"]["pattern"]
