@@ -29,7 +29,7 @@ from features_party.features import load_rows, load_schema
 from features_party.pull import pull_message
 from features_party.training import FittedModel, fit_encoder_rows, fit_model, noise_variance
 from shared.client import ServiceError
-from shared.debias import affine_coefficients, mechanism_from_header
+from shared.debias import affine_coefficients, mechanism_from_header, recommended_transform
 from shared.errors import IntegrityError, LabelDPError
 
 log = logging.getLogger("features_party.jobs")
@@ -185,6 +185,13 @@ class JobRunner:
         def progress(stage: str, fraction: float) -> None:
             self._update(model_id, stage=stage, progress=round(0.15 + 0.8 * fraction, 4))
 
+        requested_transform = transform
+        if transform == "auto":
+            # Noisy validation compares model families well but picks the label transform
+            # poorly when the debiased targets are very noisy (tiny epsilon): the transform is
+            # chosen by the exact training criterion under the message's public parameters.
+            transform = recommended_transform(header, model_dim=X.shape[1])
+
         fitted = fit_model(
             X,
             labels,
@@ -210,6 +217,7 @@ class JobRunner:
             )
         result = {
             "join": join_stats,
+            "label_transform_requested": requested_transform,
             "release": {
                 "id": header.release_id,
                 "dataset": header.dataset,

@@ -61,3 +61,24 @@ def affine_debias(header: MessageHeader, noisy: np.ndarray) -> np.ndarray:
     a, b = affine_coefficients(header)
     values = np.asarray(noisy, dtype=np.float64)
     return (values - b) / a
+
+
+def recommended_transform(header: MessageHeader, *, model_dim: int) -> str:
+    """ "raw" or "debiased": the target with the lower training criterion for this message.
+
+    Uses only the header (mechanism parameters, the noisy histogram and n): the criterion
+    C = bias^2 + (model_dim / n) Var of ``shared.selection`` under the noisy prior. A model fitted
+    on n targets averages their variance away but keeps their bias, so debiased targets win for
+    large n and raw ones when n is small or epsilon tiny (bench/results/accuracy_*.md).
+    """
+    from shared.mechanisms.histogram import Prior
+    from shared.selection import recommended_transform as choose
+
+    if header.mechanism == "none":
+        return "raw"
+    prior = Prior(
+        edges=np.asarray(header.histogram.edges), probs=np.asarray(header.histogram.probs)
+    )
+    return choose(
+        mechanism_from_header(header), prior, n=max(header.n, 1), model_dim=max(model_dim, 1)
+    )

@@ -8,7 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shared.debias import affine_coefficients, affine_debias, mechanism_from_header
+from shared.debias import (
+    affine_coefficients,
+    affine_debias,
+    mechanism_from_header,
+    recommended_transform,
+)
 from shared.errors import InvalidParameterError
 from shared.mechanisms.rp_with_prior import RPWithPrior
 from shared.mechanisms.rr_on_bins import RROnBins
@@ -105,3 +110,18 @@ def test_single_bin_release_debiases_to_its_value():
 def test_bad_parameters_are_refused():
     with pytest.raises(InvalidParameterError):
         affine_debias(header_for("rpwithprior", {"a1": 1.0}), np.zeros(2))
+
+
+def test_recommended_transform_follows_bias_against_variance_over_n() -> None:
+    """Many examples: unbiased targets win; few: the low-variance raw ones (exact criterion)."""
+    wide = RPWithPrior(a1=0.0, a2=100.0, zeta=20.0, epsilon=1.0).public_params()
+    many = header_for("rpwithprior", wide).model_copy(update={"n": 1_000_000})
+    few = header_for("rpwithprior", wide).model_copy(update={"n": 20})
+    assert recommended_transform(many, model_dim=10) == "debiased"
+    assert recommended_transform(few, model_dim=10) == "raw"
+    tiny = RPWithPrior(a1=0.0, a2=100.0, zeta=20.0, epsilon=0.01).public_params()
+    assert recommended_transform(header_for("rpwithprior", tiny), model_dim=10) == "raw"
+
+
+def test_recommended_transform_of_an_unrandomized_message_is_raw() -> None:
+    assert recommended_transform(header_for("none", {}), model_dim=3) == "raw"
