@@ -299,6 +299,36 @@ def test_predict_names_missing_ids_by_position(features, monkeypatch):
     assert ok.status_code == 200 and ok.json()["n"] == 3
 
 
+def test_a_prediction_that_overflows_is_a_422_not_a_500(features, monkeypatch):
+    """Hand probe: x = 1.7e308 through a model fitted on x of scale 1e-6 overflows to inf,
+    which JSON cannot carry (the answer was a 500)."""
+    from features_party.db.models import TrainedModel
+
+    with features.app.state.sessions() as session:
+        session.add(TrainedModel(id="e" * 32, dataset="ds", release_id="rel_" + "2" * 24,
+                                 model="ridge", label_transform="raw", seed=1,
+                                 status="succeeded", stage="done", progress=1.0))  # fmt: skip
+        session.commit()
+
+    class _Fitted:
+        class encoder:  # noqa: N801 - a stand-in with the attribute the route reads
+            columns = (("x", "numeric"), ("c", "categorical"))
+
+        @staticmethod
+        def predict_rows(rows: list[list[Any]]) -> Any:
+            import numpy as np
+
+            return np.array([1.0, np.inf, np.nan])[: len(rows)]
+
+    monkeypatch.setattr(type(features.app.state.runner), "fitted", lambda *_a: _Fitted())
+    rows = [{"features": {"x": x, "c": "u"}} for x in (1.0, 1.7e308, -1.7e308)]
+    response = features.post(f"/v1/models/{'e' * 32}/predict", json={"rows": rows})
+    assert response.status_code == 422, response.text
+    assert _fields(response) == ["rows[1].features", "rows[2].features"]
+    by_id = features.post(f"/v1/models/{'e' * 32}/predict", json={"example_ids": ["a", "b"]})
+    assert by_id.status_code == 422 and _fields(by_id) == ["example_ids[1]"]
+
+
 # ---- responses match their schema ------------------------------------------------------------
 
 
@@ -327,3 +357,48 @@ def test_openapi_documents_the_error_shape_and_the_token(features):
     assert parts["ModelCreate"]["properties"]["release_id"]["pattern"]
     row = parts["FeatureRowIn"]["properties"]
     assert row["example_id"]["pattern"] and row["features"]["propertyNames"]["pattern"]
+
+
+# ---- training and prediction edge cases against a real labels party -----------------------
+
+
+def test_no_overlap_fails_the_job_clearly_and_predict_tolerates_unknowns(
+    labels_party, features_factory
+):
+    """Hand probe: a message with no feature overlap fails its job with a clear error (nothing
+    stored as a model); a trained model predicts for unknown categories and missing values."""
+    features = features_factory()
+    ids = [f"k{i:03d}" for i in range(60)]
+    operator = labels_party.client("operator")
+    for name in ("disjoint", "overlap"):
+        operator.create_dataset(name, label_min=0.0, label_max=100.0, default_label=0.0,
+                                epsilon_budget=5.0)  # fmt: skip
+        labels_party.client("publisher").register_examples(name, ids)
+        labels_party.client("advertiser").post_labels(name, ids, [float(i) for i in range(60)])
+    csv = "example_id,x,c\n" + "".join(f"{i},{k},{'abc'[k % 3]}\n" for k, i in enumerate(ids))
+    other = csv.replace("k0", "z0")  # every id differs from the released ones
+    assert features.post("/v1/datasets/disjoint/features", content=other, headers=CSV).is_success
+    assert features.post("/v1/datasets/overlap/features", content=csv, headers=CSV).is_success
+
+    from tests.features_party.conftest import wait_job
+
+    for name in ("disjoint", "overlap"):
+        release = labels_party.client("advertiser").create_release(name, epsilon=2.0)
+        job = features.post("/v1/models", json={"dataset": name, "release_id": release.id,
+                                                "model": "ridge", "seed": 1})  # fmt: skip
+        done = wait_job(features, job.json()["id"])
+        if name == "disjoint":
+            assert done["status"] == "failed" and "no example of release" in done["error"]
+            refused = features.post(f"/v1/models/{done['id']}/predict",
+                                    json={"example_ids": ["z000"]})  # fmt: skip
+            assert refused.status_code == 409 and "model_id" in _fields(refused)
+            continue
+        assert done["status"] == "succeeded", done
+        rows = [{"features": {"x": 1.0, "c": "never-seen"}}, {"features": {"x": None, "c": None}},
+                {"features": {"x": 1e6, "c": "a"}}]  # fmt: skip
+        predicted = features.post(f"/v1/models/{done['id']}/predict", json={"rows": rows})
+        assert predicted.status_code == 200, predicted.text
+        assert all(isinstance(p, float) for p in predicted.json()["predictions"])
+        extra_row = {"rows": [{"features": {"x": 1, "c": "a", "y": 2}}]}
+        extra = features.post(f"/v1/models/{done['id']}/predict", json=extra_row)
+        assert extra.status_code == 422 and "rows[0].features" in _fields(extra)

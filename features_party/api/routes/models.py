@@ -7,6 +7,7 @@ import re
 import secrets
 import uuid
 
+import numpy as np
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
@@ -155,7 +156,17 @@ async def predict(body: PredictIn, request: Request, model_id: str = ModelIdPath
                     source="json",
                 )
                 typed = type_rows(batch, columns)
-        predictions = fitted.predict_rows(typed)
+        predictions = np.asarray(fitted.predict_rows(typed), dtype=np.float64)
+        overflow = np.flatnonzero(~np.isfinite(predictions))
+        if overflow.size:
+            # JSON has no inf / NaN (they would go out as null): feature values far outside
+            # what the model was fitted on (x = 1e308 for a feature of scale 1e-6, say).
+            where = "example_ids[{}]" if body.example_ids is not None else "rows[{}].features"
+            raise FeatureInputError(
+                f"{overflow.size} prediction(s) overflow float64: feature values far outside "
+                "the range the model was fitted on",
+                [(where.format(i), "prediction is not a finite number") for i in overflow[:10]],
+            )
         return PredictOut(model_id=model_id, n=len(typed), predictions=predictions.tolist())
 
     return await run_in_threadpool(run)
