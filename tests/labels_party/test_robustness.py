@@ -434,3 +434,25 @@ def test_ingest_racing_a_release_loses_nothing_acknowledged(client, db_path):
     for response in releases:
         if response.status_code == 201:
             assert response.json()["n"] == len(registered)  # frozen at the first release
+
+
+def test_concurrent_batches_giving_one_id_different_values_store_exactly_the_acked_one(client):
+    create_dataset(client)
+    ids = [f"c{i}" for i in range(20)]
+    answers: dict[float, int] = {}
+
+    def post(value: float) -> None:
+        body = "example_id,value\n" + "".join(f"{i},{value}\n" for i in ids)
+        answers[value] = client.post(LABELS, content=body, headers={**ADV, **CSV}).status_code
+
+    threads = [threading.Thread(target=post, args=(v,)) for v in (1.0, 2.0, 3.0)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [value for value, status in answers.items() if status == 200]
+    assert len(winners) == 1 and sorted(answers.values()) == [200, 409, 409], answers
+    again = client.post(
+        LABELS, content=f"example_id,value\nc7,{winners[0]}\n", headers={**ADV, **CSV}
+    )
+    assert again.status_code == 200 and again.json()["unchanged"] == 1  # the acked value is kept
