@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -39,6 +40,11 @@ from shared.message import (
 # --------------------------------------------------------------------------------------------
 # Errors and retry policy
 # --------------------------------------------------------------------------------------------
+
+
+def _segment(value: str) -> str:
+    """One URL path segment, percent-encoded (``/``, ``..`` and friends cannot change the path)."""
+    return quote(str(value), safe="")
 
 
 class ServiceError(LabelDPError):
@@ -335,13 +341,13 @@ class LabelsPartyClient(_ServiceClient):
     def dataset(self, name: str) -> DatasetInfo:
         """``GET /v1/datasets/{name}``: bounds, counts, state, budget spent and left."""
         return DatasetInfo.model_validate(
-            self._json("GET", f"/v1/datasets/{name}", idempotent=True)
+            self._json("GET", f"/v1/datasets/{_segment(name)}", idempotent=True)
         )
 
     def release(self, release_id: str) -> ReleaseInfo:
         """``GET /v1/releases/{id}``: release metadata."""
         return ReleaseInfo.model_validate(
-            self._json("GET", f"/v1/releases/{release_id}", idempotent=True)
+            self._json("GET", f"/v1/releases/{_segment(release_id)}", idempotent=True)
         )
 
     # -- publisher -------------------------------------------------------------------------
@@ -350,7 +356,7 @@ class LabelsPartyClient(_ServiceClient):
         text = "\n".join(example_ids) + "\n"
         return self._json(
             "POST",
-            f"/v1/datasets/{name}/examples",
+            f"/v1/datasets/{_segment(name)}/examples",
             idempotent=True,
             content=text.encode("utf-8"),
             headers={"Content-Type": "text/plain"},
@@ -361,7 +367,7 @@ class LabelsPartyClient(_ServiceClient):
         accept = BINARY_MEDIA_TYPE if binary else JSON_MEDIA_TYPE
         response = self.request(
             "GET",
-            f"/v1/releases/{release_id}/message",
+            f"/v1/releases/{_segment(release_id)}/message",
             idempotent=True,
             headers={"Accept": accept},
         )
@@ -406,7 +412,7 @@ class LabelsPartyClient(_ServiceClient):
             answers.append(
                 self._json(
                     "POST",
-                    f"/v1/datasets/{name}/labels",
+                    f"/v1/datasets/{_segment(name)}/labels",
                     idempotent=True,
                     content=csv.encode("utf-8"),
                     headers={"Content-Type": "text/csv"},
@@ -431,7 +437,9 @@ class LabelsPartyClient(_ServiceClient):
         if params:
             body["params"] = dict(params)
         return ReleaseInfo.model_validate(
-            self._json("POST", f"/v1/datasets/{name}/releases", idempotent=False, json_body=body)
+            self._json(
+                "POST", f"/v1/datasets/{_segment(name)}/releases", idempotent=False, json_body=body
+            )
         )
 
 
@@ -527,7 +535,7 @@ class FeaturesPartyClient(_ServiceClient):
                 FeatureUploadResult.model_validate(
                     self._json(
                         "POST",
-                        f"/v1/datasets/{name}/features",
+                        f"/v1/datasets/{_segment(name)}/features",
                         idempotent=True,
                         content=csv.encode("utf-8"),
                         headers={"Content-Type": "text/csv"},
@@ -545,7 +553,7 @@ class FeaturesPartyClient(_ServiceClient):
         return FeatureUploadResult.model_validate(
             self._json(
                 "POST",
-                f"/v1/datasets/{name}/features",
+                f"/v1/datasets/{_segment(name)}/features",
                 idempotent=True,
                 json_body={"rows": list(rows)},
                 params=params,
@@ -554,11 +562,11 @@ class FeaturesPartyClient(_ServiceClient):
 
     def dataset(self, name: str) -> dict[str, Any]:
         """``GET /v1/datasets/{name}``: row count and column kinds."""
-        return self._json("GET", f"/v1/datasets/{name}", idempotent=True)
+        return self._json("GET", f"/v1/datasets/{_segment(name)}", idempotent=True)
 
     def sync_examples(self, name: str) -> dict[str, Any]:
         """``POST /v1/datasets/{name}/examples/sync``: register every example id upstream."""
-        return self._json("POST", f"/v1/datasets/{name}/examples/sync", idempotent=True)
+        return self._json("POST", f"/v1/datasets/{_segment(name)}/examples/sync", idempotent=True)
 
     def create_model(
         self,
@@ -585,7 +593,7 @@ class FeaturesPartyClient(_ServiceClient):
     def model(self, model_id: str) -> ModelInfo:
         """``GET /v1/models/{id}``: status, stage, progress, result."""
         return ModelInfo.model_validate(
-            self._json("GET", f"/v1/models/{model_id}", idempotent=True)
+            self._json("GET", f"/v1/models/{_segment(model_id)}", idempotent=True)
         )
 
     def models(self) -> list[ModelInfo]:
@@ -637,7 +645,7 @@ class FeaturesPartyClient(_ServiceClient):
             raise InvalidParameterError("give exactly one of rows or example_ids")
         body = {"rows": list(rows)} if rows is not None else {"example_ids": list(example_ids)}
         answer = self._json(
-            "POST", f"/v1/models/{model_id}/predict", idempotent=True, json_body=body
+            "POST", f"/v1/models/{_segment(model_id)}/predict", idempotent=True, json_body=body
         )
         return np.asarray(answer["predictions"], dtype=np.float64)
 

@@ -256,3 +256,17 @@ def test_columns_to_csv_checks_lengths():
 def test_retry_policy_rejects_bad_values(kwargs):
     with pytest.raises(InvalidParameterError):
         RetryPolicy(**kwargs)
+
+
+def test_path_segments_are_percent_encoded() -> None:
+    """A hostile id cannot walk the URL path (``..``, ``/``) of the other party's API."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.raw_path.decode())
+        return httpx.Response(404, json={"detail": "no", "errors": []})
+
+    client = make_client(LabelsPartyClient, handler, attempts=1)
+    with pytest.raises(ServiceError):
+        client.release("../../ledger")
+    assert seen == ["/v1/releases/..%2F..%2Fledger"]
