@@ -7,9 +7,7 @@ Every error names at least one field (``dataset``, ``rows[2].features``, ``Conte
 
 from __future__ import annotations
 
-import json
 import logging
-import traceback
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -17,9 +15,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from features_party.features import FeatureConflictError, FeatureInputError
+from shared import http_errors
 from shared.client import ServiceError
 from shared.errors import IntegrityError, InvalidParameterError
 
@@ -45,11 +44,7 @@ class FieldHTTPError(HTTPException):
 
 def error_body(detail: str, errors: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """The one error shape; an empty ``errors`` becomes a generic ``request`` entry."""
-    listed = errors or [("request", detail)]
-    return {
-        "detail": detail,
-        "errors": [{"field": field or "body", "message": message} for field, message in listed],
-    }
+    return http_errors.error_shape(detail, [(field or "body", msg) for field, msg in errors or []])
 
 
 def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -63,11 +58,6 @@ def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
     return out or "body"
 
 
-def _where(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
-
-
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
@@ -79,13 +69,6 @@ def _allowed_methods(request: Request) -> str:
         if any(route.matches(probe)[0] == Match.FULL for route in request.app.router.routes):
             allowed.append(method)
     return ", ".join(allowed)
-
-
-def internal_error_body() -> dict[str, Any]:
-    return error_body(
-        "internal error; the request was not applied",
-        [("server", "unexpected error (logged by type and place only)")],
-    )
 
 
 def install(app: FastAPI) -> None:
@@ -169,58 +152,18 @@ class BodyGuardMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            headers = dict(scope.get("headers") or [])
-            coding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
-            if coding not in ("", "identity"):
-                body = error_body(
-                    f"Content-Encoding {coding!r} is not supported: send the body uncompressed",
-                    [("Content-Encoding", "only identity (uncompressed) bodies are accepted")],
-                )
-                await _send_json(send, 415, body)
+            refused = http_errors.encoding_error(dict(scope.get("headers") or []))
+            if refused is not None:
+                await http_errors.send_json(send, 415, refused)
                 return
         await self.app(scope, receive, send)
 
 
-class CatchAllMiddleware:
+class CatchAllMiddleware(http_errors.CatchAllMiddleware):
     """Any unhandled exception becomes the JSON 500 and stays inside the app (outermost).
 
     Starlette's own catch-all re-raises after answering, so the server logged the traceback
     with its message, and answered with plain text when no JSON handler ran.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        except Exception as exc:  # noqa: BLE001 - the boundary of the application
-            log.error("internal error %s at %s", type(exc).__name__, _where(exc))
-            if not started:
-                await _send_json(send, 500, internal_error_body())
-
-
-async def _send_json(send: Send, status: int, content: dict[str, Any]) -> None:
-    body = json.dumps(content).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    logger = log

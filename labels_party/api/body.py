@@ -13,6 +13,7 @@ from labels_party.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
+from shared import http_errors
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -39,21 +40,16 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        coding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
-        if coding not in ("", "identity"):
-            await _send_error(
-                send,
-                415,
-                f"Content-Encoding {coding!r} is not supported: send the body uncompressed",
-                "Content-Encoding",
-                "only identity (uncompressed) bodies are accepted",
-            )
+        refused = http_errors.encoding_error(headers)
+        if refused is not None:
+            await http_errors.send_json(send, 415, refused, close=True)
             return
         kind = media_type(headers.get(b"content-type", b"").decode("latin-1"))
         limit = self.max_json_bytes if kind in ("application/json", "") else self.max_body_bytes
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _send_error(send, 413, _too_large(limit), "body", "too large")
+            too_large = http_errors.error_shape(_too_large(limit), [("body", "too large")])
+            await http_errors.send_json(send, 413, too_large, close=True)
             return
         received = 0
 
@@ -71,25 +67,6 @@ class BodyLimitMiddleware:
 
 def _too_large(limit: int) -> str:
     return f"request body exceeds the limit of {limit} bytes"
-
-
-async def _send_error(send: Send, status: int, detail: str, field: str, message: str) -> None:
-    """An error answered by a middleware, in the one error shape (connection closed)."""
-    import json
-
-    body = json.dumps({"detail": detail, "errors": [{"field": field, "message": message}]}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 def require_media(content_type: str | None, allowed: dict[str, Any]) -> str:

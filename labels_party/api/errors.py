@@ -7,11 +7,9 @@ type and location only (their messages could quote data).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sqlite3
-import traceback
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,7 +18,6 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labels_party.api.deps import AuthError
 from labels_party.errors import (
@@ -34,7 +31,9 @@ from labels_party.errors import (
     ServiceUnavailableError,
     UnsupportedMediaTypeError,
 )
+from shared import http_errors
 from shared.errors import BudgetExceededError, InvalidParameterError
+from shared.http_errors import internal_error_body
 
 log = logging.getLogger("labels_party")
 
@@ -74,8 +73,7 @@ _LEADING_NAME = re.compile(r"^([a-z_][a-z0-9_]*)\b")
 
 def error_body(detail: str, errors: list[FieldError] | None = None, **extra: Any) -> dict[str, Any]:
     """The one error shape; an empty ``errors`` becomes a generic ``request`` entry."""
-    listed = errors or [FieldError(field="request", message=detail)]
-    return {"detail": detail, "errors": [e.as_dict() for e in listed], **extra}
+    return http_errors.error_shape(detail, [(e.field, e.message) for e in errors or []], **extra)
 
 
 def engine_field(message: str) -> str:
@@ -107,14 +105,6 @@ def field_errors(
             message = message.removeprefix("Value error, ")
         out.append(FieldError(field=_loc(loc), message=message))
     return out
-
-
-def _where(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return "?"
-    last = frames[-1]
-    return f"{last.filename}:{last.lineno} in {last.name}"
 
 
 def install(app: FastAPI) -> None:
@@ -189,61 +179,17 @@ def install(app: FastAPI) -> None:
             return JSONResponse(
                 error_body("the database is busy; retry later", [busy]), status_code=503
             )
-        log.error("database error %s at %s", type(exc.orig).__name__, _where(exc))
+        log.error("database error %s at %s", type(exc.orig).__name__, http_errors.where(exc))
         return JSONResponse(internal_error_body(), status_code=500)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
         # Only reached if CatchAllMiddleware is bypassed; Starlette re-raises after this.
-        log.error("internal error %s at %s", type(exc).__name__, _where(exc))
+        log.error("internal error %s at %s", type(exc).__name__, http_errors.where(exc))
         return JSONResponse(internal_error_body(), status_code=500)
 
 
-def internal_error_body() -> dict[str, Any]:
-    return error_body(
-        "internal error; the request was not applied",
-        [FieldError(field="server", message="unexpected error (logged by type and place only)")],
-    )
+class CatchAllMiddleware(http_errors.CatchAllMiddleware):
+    """Any unhandled exception becomes the JSON 500, logged by type and place only (outermost)."""
 
-
-class CatchAllMiddleware:
-    """Turn any unhandled exception into the JSON 500 and keep it inside the app.
-
-    Starlette's own catch-all re-raises after answering, and the server (uvicorn) then logs the
-    exception WITH its message, which could quote data (a label in a numpy error, say). Here it
-    is logged by type and place only. Must be the outermost middleware.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        except Exception as exc:  # noqa: BLE001 - the boundary of the application
-            log.error("internal error %s at %s", type(exc).__name__, _where(exc))
-            if started:  # mid-stream: the server closes the connection (truncated body)
-                return
-            body = json.dumps(internal_error_body()).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+    logger = log

@@ -1,0 +1,102 @@
+"""The HTTP error pieces both services share: the error shape and the catch-all 500.
+
+The shape is ``{"detail": str, "errors": [{"field": str, "message": str}], ...}``; each service
+maps its own domain errors onto it (``labels_party.api.errors``, ``features_party.api.errors``).
+Unexpected exceptions are logged by type and place only: their messages could quote data.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+def error_shape(detail: str, errors: Iterable[tuple[str, str]], **extra: Any) -> dict[str, Any]:
+    """The one error body; no ``(field, message)`` pairs becomes a generic ``request`` entry."""
+    listed = list(errors) or [("request", detail)]
+    return {
+        "detail": detail,
+        "errors": [{"field": field, "message": message} for field, message in listed],
+        **extra,
+    }
+
+
+def internal_error_body() -> dict[str, Any]:
+    """The body of every unexpected-error 500 (the same in both services)."""
+    return error_shape(
+        "internal error; the request was not applied",
+        [("server", "unexpected error (logged by type and place only)")],
+    )
+
+
+def encoding_error(headers: dict[bytes, bytes]) -> dict[str, Any] | None:
+    """The 415 body for a compressed request body (RFC 7694); ``None`` if it is uncompressed.
+
+    Read as plain text a gzip or br body would be a confusing error or, worse, be misread.
+    """
+    coding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
+    if coding in ("", "identity"):
+        return None
+    return error_shape(
+        f"Content-Encoding {coding!r} is not supported: send the body uncompressed",
+        [("Content-Encoding", "only identity (uncompressed) bodies are accepted")],
+    )
+
+
+def where(exc: BaseException) -> str:
+    """``file:line in function`` of the innermost frame: where to look, without the message."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
+
+
+async def send_json(
+    send: Send, status: int, content: dict[str, Any], *, close: bool = False
+) -> None:
+    """Answer from a middleware with a JSON body (``close``: ask the client to hang up)."""
+    body = json.dumps(content).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class CatchAllMiddleware:
+    """Turn any unhandled exception into the JSON 500 and keep it inside the app (outermost).
+
+    Starlette's own catch-all re-raises after answering, and the server (uvicorn) then logs the
+    exception WITH its message, which could quote data (a label in a numpy error, say), and
+    answers with plain text when no JSON handler ran. Subclasses set ``logger`` to the service's.
+    """
+
+    logger: ClassVar[logging.Logger]
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except Exception as exc:  # noqa: BLE001 - the boundary of the application
+            self.logger.error("internal error %s at %s", type(exc).__name__, where(exc))
+            if not started:  # mid-stream: the server closes the connection (truncated body)
+                await send_json(send, 500, internal_error_body())
