@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -11,6 +12,8 @@ from shared.errors import InvalidParameterError
 from shared.rng import Rng
 
 __all__ = [
+    "additive_density",
+    "boundary_atoms",
     "check_bool",
     "check_eps",
     "check_domain",
@@ -93,3 +96,42 @@ def finite_float(value: object, *, name: str) -> float:
     if not math.isfinite(result):
         raise InvalidParameterError(f"{name} ({value!r}) must be finite")
     return result
+
+
+def additive_density(
+    noise_density: Callable[[np.ndarray], np.ndarray],
+    y_tilde: np.ndarray | float,
+    y: np.ndarray | float,
+    *,
+    lo: float,
+    hi: float,
+    clip_output: bool,
+) -> np.ndarray:
+    """Continuous density of y~ = clip(y) + noise (0 outside [lo, hi] if the output is clipped)."""
+    yt = np.asarray(y_tilde, dtype=np.float64)
+    yc = np.clip(np.asarray(y, dtype=np.float64), lo, hi)
+    dens = noise_density(yt - yc)
+    if clip_output:
+        dens = np.where((yt >= lo) & (yt <= hi), dens, 0.0)
+    return dens
+
+
+def boundary_atoms(
+    noise_tail: Callable[[np.ndarray], np.ndarray],
+    y: np.ndarray | float,
+    *,
+    lo: float,
+    hi: float,
+    clip_output: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(atom values, P(y~ = atom | y) with shape (n, atoms)): [lo, hi] if clipped, else none.
+
+    For symmetric noise with ``noise_tail(s) = P(X >= s)``, clipping clip(y) + X to [lo, hi]
+    puts P(X <= lo - y) = tail(y - lo) on lo and P(X >= hi - y) = tail(hi - y) on hi.
+    """
+    yc = np.clip(np.atleast_1d(np.asarray(y, dtype=np.float64)), lo, hi)
+    if not clip_output:
+        return np.empty(0), np.empty((yc.size, 0))
+    at_lo = noise_tail(yc - lo)
+    at_hi = noise_tail(hi - yc)
+    return np.array([lo, hi]), np.stack([at_lo, at_hi], axis=1)

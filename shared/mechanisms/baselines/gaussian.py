@@ -29,6 +29,8 @@ from scipy.special import log_ndtr, ndtr, ndtri
 
 from shared.errors import InvalidParameterError
 from shared.mechanisms.baselines._common import (
+    additive_density,
+    boundary_atoms,
     check_bool,
     check_choice,
     check_domain,
@@ -128,22 +130,22 @@ class Gaussian:
 
     def density(self, y_tilde: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
         """Density of the continuous part of the output law (0 outside [lo, hi] if clipped)."""
-        yt = np.asarray(y_tilde, dtype=np.float64)
-        yc = np.clip(np.asarray(y, dtype=np.float64), self.lo, self.hi)
         s = self.sigma
-        dens = np.exp(-0.5 * ((yt - yc) / s) ** 2) / (s * math.sqrt(2.0 * math.pi))
-        if self.clip_output:
-            dens = np.where((yt >= self.lo) & (yt <= self.hi), dens, 0.0)
-        return dens
+        return additive_density(
+            lambda x: np.exp(-0.5 * (x / s) ** 2) / (s * math.sqrt(2.0 * math.pi)),
+            y_tilde,
+            y,
+            lo=self.lo,
+            hi=self.hi,
+            clip_output=self.clip_output,
+        )
 
     def atoms(self, y: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
         """(atom values, P(y~ = atom | y) with shape (n, atoms)): [lo, hi] if clipped, else none."""
-        yc = np.clip(np.atleast_1d(np.asarray(y, dtype=np.float64)), self.lo, self.hi)
-        if not self.clip_output:
-            return np.empty(0), np.empty((yc.size, 0))
-        at_lo = ndtr((self.lo - yc) / self.sigma)
-        at_hi = ndtr((yc - self.hi) / self.sigma)
-        return np.array([self.lo, self.hi]), np.stack([at_lo, at_hi], axis=1)
+        s = self.sigma
+        return boundary_atoms(
+            lambda t: ndtr(-t / s), y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
+        )
 
     def affine_expectation(self) -> tuple[float, float] | None:
         """(1, 0) without output clipping (for labels inside the bounds); None when clipped."""

@@ -19,6 +19,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shared.mechanisms.baselines._common import (
+    additive_density,
+    boundary_atoms,
     check_bool,
     check_domain,
     check_eps,
@@ -69,23 +71,22 @@ class Laplace:
 
     def density(self, y_tilde: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
         """Density of the continuous part of the output law (0 outside [lo, hi] if clipped)."""
-        yt = np.asarray(y_tilde, dtype=np.float64)
-        yc = np.clip(np.asarray(y, dtype=np.float64), self.lo, self.hi)
         b = self.scale
-        dens = np.exp(-np.abs(yt - yc) / b) / (2.0 * b)
-        if self.clip_output:
-            dens = np.where((yt >= self.lo) & (yt <= self.hi), dens, 0.0)
-        return dens
+        return additive_density(
+            lambda x: np.exp(-np.abs(x) / b) / (2.0 * b),
+            y_tilde,
+            y,
+            lo=self.lo,
+            hi=self.hi,
+            clip_output=self.clip_output,
+        )
 
     def atoms(self, y: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
         """(atom values, P(y~ = atom | y) with shape (n, atoms)): [lo, hi] if clipped, else none."""
-        yc = np.clip(np.atleast_1d(np.asarray(y, dtype=np.float64)), self.lo, self.hi)
-        if not self.clip_output:
-            return np.empty(0), np.empty((yc.size, 0))
         b = self.scale
-        at_lo = 0.5 * np.exp(-(yc - self.lo) / b)
-        at_hi = 0.5 * np.exp(-(self.hi - yc) / b)
-        return np.array([self.lo, self.hi]), np.stack([at_lo, at_hi], axis=1)
+        return boundary_atoms(
+            lambda s: 0.5 * np.exp(-s / b), y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
+        )
 
     def affine_expectation(self) -> tuple[float, float] | None:
         """(1, 0) without output clipping (for labels inside the bounds); None when clipped."""

@@ -26,6 +26,8 @@ from scipy.optimize import minimize_scalar
 
 from shared.errors import InvalidParameterError
 from shared.mechanisms.baselines._common import (
+    additive_density,
+    boundary_atoms,
     check_bool,
     check_choice,
     check_domain,
@@ -209,21 +211,15 @@ class Staircase:
 
     def density(self, y_tilde: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
         """Density of the continuous part of the output law (0 outside [lo, hi] if clipped)."""
-        yt = np.asarray(y_tilde, dtype=np.float64)
-        yc = np.clip(np.asarray(y, dtype=np.float64), self.lo, self.hi)
-        dens = self.noise_density(yt - yc)
-        if self.clip_output:
-            dens = np.where((yt >= self.lo) & (yt <= self.hi), dens, 0.0)
-        return dens
+        return additive_density(
+            self.noise_density, y_tilde, y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
+        )
 
     def atoms(self, y: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
         """(atom values, P(y~ = atom | y) with shape (n, atoms)): [lo, hi] if clipped, else none."""
-        yc = np.clip(np.atleast_1d(np.asarray(y, dtype=np.float64)), self.lo, self.hi)
-        if not self.clip_output:
-            return np.empty(0), np.empty((yc.size, 0))
-        at_lo = self.noise_tail(yc - self.lo)
-        at_hi = self.noise_tail(self.hi - yc)
-        return np.array([self.lo, self.hi]), np.stack([at_lo, at_hi], axis=1)
+        return boundary_atoms(
+            self.noise_tail, y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
+        )
 
     def affine_expectation(self) -> tuple[float, float] | None:
         """(1, 0) without output clipping (symmetric noise); None when clipped."""
