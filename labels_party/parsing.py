@@ -147,28 +147,32 @@ def _loads(body: bytes) -> Any:
         ) from None
 
 
-def parse_labels_json(body: bytes) -> LabelRows:
-    """``{"labels": [{"example_id": str, "value": number}, ...]}`` (non-empty)."""
+def _batch(body: bytes, key: str) -> list[Any]:
+    """The non-empty list under ``key`` of a JSON object that has no other key."""
     doc = _loads(body)
     if not isinstance(doc, dict):
         raise BadInputError(
             "body must be a JSON object", [FieldError(field="body", message="must be an object")]
         )
-    extra = set(doc) - {"labels"}
+    extra = set(doc) - {key}
     if extra:
         raise BadInputError(
             "unexpected key(s) in body",
-            [FieldError(field=key, message="unexpected key") for key in sorted(extra)],
+            [FieldError(field=name, message="unexpected key") for name in sorted(extra)],
         )
-    items = doc.get("labels")
+    items = doc.get(key)
     if not isinstance(items, list):
         raise BadInputError(
-            "labels must be a list", [FieldError(field="labels", message="must be a list")]
+            f"{key} must be a list", [FieldError(field=key, message="must be a list")]
         )
     if not items:
-        raise BadInputError(
-            "empty batch", [FieldError(field="labels", message="must not be empty")]
-        )
+        raise BadInputError("empty batch", [FieldError(field=key, message="must not be empty")])
+    return items
+
+
+def parse_labels_json(body: bytes) -> LabelRows:
+    """``{"labels": [{"example_id": str, "value": number}, ...]}`` (non-empty)."""
+    items = _batch(body, "labels")
     errors: list[FieldError] = []
     ids: list[str] = []
     values = array("d")
@@ -184,27 +188,7 @@ def parse_labels_json(body: bytes) -> LabelRows:
 
 def parse_examples_json(body: bytes) -> list[str]:
     """``{"example_ids": [str, ...]}`` (non-empty)."""
-    doc = _loads(body)
-    if not isinstance(doc, dict):
-        raise BadInputError(
-            "body must be a JSON object", [FieldError(field="body", message="must be an object")]
-        )
-    extra = set(doc) - {"example_ids"}
-    if extra:
-        raise BadInputError(
-            "unexpected key(s) in body",
-            [FieldError(field=key, message="unexpected key") for key in sorted(extra)],
-        )
-    ids = doc.get("example_ids")
-    if not isinstance(ids, list):
-        raise BadInputError(
-            "example_ids must be a list",
-            [FieldError(field="example_ids", message="must be a list")],
-        )
-    if not ids:
-        raise BadInputError(
-            "empty batch", [FieldError(field="example_ids", message="must not be empty")]
-        )
+    ids = _batch(body, "example_ids")
     errors = [
         FieldError(field=f"example_ids[{i}]", message=_ID_RULE)
         for i, example_id in enumerate(ids)
