@@ -223,6 +223,17 @@ class _ServiceClient:
     def _json(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> Any:
         return self.request(method, path, idempotent=idempotent, **kwargs).json()
 
+    def _post_csv(self, path: str, csv: str, params: dict[str, str]) -> Any:
+        """POST one text/csv upload batch (idempotent: each batch is stored atomically)."""
+        return self._json(
+            "POST",
+            path,
+            idempotent=True,
+            content=csv.encode("utf-8"),
+            headers={"Content-Type": "text/csv"},
+            params=params,
+        )
+
     def healthz(self) -> dict[str, Any]:
         """``GET /healthz`` (no token needed)."""
         return self._json("GET", "/healthz", idempotent=True)
@@ -409,16 +420,7 @@ class LabelsPartyClient(_ServiceClient):
             chunk = array[start : start + batch_size]
             lines = [f"{eid},{float(v)!r}" for eid, v in zip(ids, chunk, strict=True)]
             csv = "example_id,value\n" + "\n".join(lines) + "\n"
-            answers.append(
-                self._json(
-                    "POST",
-                    f"/v1/datasets/{_segment(name)}/labels",
-                    idempotent=True,
-                    content=csv.encode("utf-8"),
-                    headers={"Content-Type": "text/csv"},
-                    params=params,
-                )
-            )
+            answers.append(self._post_csv(f"/v1/datasets/{_segment(name)}/labels", csv, params))
         return answers
 
     def create_release(
@@ -531,18 +533,8 @@ class FeaturesPartyClient(_ServiceClient):
             stop = start + batch_size
             chunk = {key: np.asarray(values)[start:stop] for key, values in columns.items()}
             csv = columns_to_csv(example_ids[start:stop], chunk)
-            answers.append(
-                FeatureUploadResult.model_validate(
-                    self._json(
-                        "POST",
-                        f"/v1/datasets/{_segment(name)}/features",
-                        idempotent=True,
-                        content=csv.encode("utf-8"),
-                        headers={"Content-Type": "text/csv"},
-                        params=params,
-                    )
-                )
-            )
+            answer = self._post_csv(f"/v1/datasets/{_segment(name)}/features", csv, params)
+            answers.append(FeatureUploadResult.model_validate(answer))
         return answers
 
     def upload_feature_rows(
