@@ -123,6 +123,17 @@ def _params(randomizer: Any) -> dict[str, Any]:
     return {k: v for k, v in params.items() if not isinstance(v, list) or len(v) <= 8}
 
 
+def _built(randomizer: Any, eps1: float, eps2: float, **extra: Any) -> Built:
+    """``Built`` with ``affine`` and ``params`` read off ``randomizer`` (``extra`` params first)."""
+    return Built(
+        randomizer=randomizer,
+        epsilon1=eps1,
+        epsilon2=eps2,
+        affine=_affine(randomizer),
+        params={**extra, **_params(randomizer)},
+    )
+
+
 def _baselines() -> Any:
     try:
         return importlib.import_module("shared.mechanisms.baselines")
@@ -172,13 +183,7 @@ def _one_step(name: str, **kwargs: Any) -> Callable[..., Built]:
             randomizer = module.build_baseline(
                 name, epsilon=ctx.epsilon, lo=ctx.lo, hi=ctx.hi, **kwargs
             )
-        return Built(
-            randomizer=randomizer,
-            epsilon1=0.0,
-            epsilon2=ctx.epsilon,
-            affine=_affine(randomizer),
-            params=_params(randomizer),
-        )
+        return _built(randomizer, 0.0, ctx.epsilon)
 
     return build
 
@@ -188,13 +193,7 @@ def _engine(mechanism: str, **params: Any) -> Callable[..., Built]:
         prior = shared_prior(ctx, priors, rng)
         eps1, eps2 = ctx.shared_split
         name, randomizer = build_mechanism(prior, epsilon=eps2, mechanism=mechanism, **params)
-        return Built(
-            randomizer=randomizer,
-            epsilon1=eps1,
-            epsilon2=eps2,
-            affine=_affine(randomizer),
-            params={"chosen": name, **_params(randomizer)},
-        )
+        return _built(randomizer, eps1, eps2, chosen=name)
 
     return build
 
@@ -255,33 +254,27 @@ def _rp_paper(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generat
     name, randomizer = build_mechanism(
         prior, epsilon=eps2, mechanism="rpwithprior", select="paper", zeta=zeta
     )
-    return Built(
-        randomizer=randomizer,
-        epsilon1=eps1,
-        epsilon2=eps2,
-        affine=_affine(randomizer),
-        params={"source": source, **_params(randomizer)},
-    )
+    return _built(randomizer, eps1, eps2, source=source)
 
 
 def _engine_adaptive(mechanism: str) -> Callable[..., Built]:
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
         eps1, eps2 = ctx.shared_split
-        bins = adaptive_bins(ctx.y.size, eps1, max_bins=ctx.bins)
-        if bins == ctx.bins:
-            prior = shared_prior(ctx, priors, rng)
-        else:
-            prior = private_histogram(ctx.y, lo=ctx.lo, hi=ctx.hi, bins=bins, epsilon=eps1, rng=rng)
+        bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
         name, randomizer = build_mechanism(prior, epsilon=eps2, mechanism=mechanism)
-        return Built(
-            randomizer=randomizer,
-            epsilon1=eps1,
-            epsilon2=eps2,
-            affine=_affine(randomizer),
-            params={"chosen": name, "bins": bins, **_params(randomizer)},
-        )
+        return _built(randomizer, eps1, eps2, chosen=name, bins=bins)
 
     return build
+
+
+def _adaptive_prior(
+    ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator, eps1: float
+) -> tuple[int, Prior]:
+    """(cells, prior) with ``adaptive_bins(n, eps1)`` cells (the shared prior when that is all)."""
+    bins = adaptive_bins(ctx.y.size, eps1, max_bins=ctx.bins)
+    if bins == ctx.bins:
+        return bins, shared_prior(ctx, priors, rng)
+    return bins, private_histogram(ctx.y, lo=ctx.lo, hi=ctx.hi, bins=bins, epsilon=eps1, rng=rng)
 
 
 def _labels_party_auto(
@@ -292,24 +285,16 @@ def _labels_party_auto(
     engine's default model_dim (the labels party does not know the features party's d)."""
     eps1, eps2 = ctx.shared_split
     n = int(ctx.y.size)
-    bins = adaptive_bins(n, eps1, max_bins=ctx.bins)
-    if bins == ctx.bins:
-        prior = shared_prior(ctx, priors, rng)
-    else:
-        prior = private_histogram(ctx.y, lo=ctx.lo, hi=ctx.hi, bins=bins, epsilon=eps1, rng=rng)
+    bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
     name, randomizer = build_mechanism(prior, epsilon=eps2, mechanism="auto", n=n)
     dim = selection.DEFAULT_MODEL_DIM
-    return Built(
-        randomizer=randomizer,
-        epsilon1=eps1,
-        epsilon2=eps2,
-        affine=_affine(randomizer),
-        params={
-            "chosen": name,
-            "transform": recommended_transform(randomizer, prior, n=n, model_dim=dim),
-            "bins": bins,
-            **_params(randomizer),
-        },
+    return _built(
+        randomizer,
+        eps1,
+        eps2,
+        chosen=name,
+        transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
+        bins=bins,
     )
 
 
@@ -319,23 +304,10 @@ def _auto_criterion(ctx: CellContext, priors: dict[str, Prior], rng: np.random.G
     from bench.accuracy import criterion
 
     eps1, eps2 = ctx.shared_split
-    bins = adaptive_bins(ctx.y.size, eps1, max_bins=ctx.bins)
-    if bins == ctx.bins:
-        prior = shared_prior(ctx, priors, rng)
-    else:
-        prior = private_histogram(ctx.y, lo=ctx.lo, hi=ctx.hi, bins=bins, epsilon=eps1, rng=rng)
+    bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
     choice = criterion.choose(prior, epsilon=eps2, n=ctx.y.size, k=float(ctx.d))
-    return Built(
-        randomizer=choice.randomizer,
-        epsilon1=eps1,
-        epsilon2=eps2,
-        affine=_affine(choice.randomizer),
-        params={
-            "chosen": choice.name,
-            "transform": choice.transform,
-            "bins": bins,
-            **_params(choice.randomizer),
-        },
+    return _built(
+        choice.randomizer, eps1, eps2, chosen=choice.name, transform=choice.transform, bins=bins
     )
 
 
@@ -355,13 +327,7 @@ def _prior_baseline(name: str) -> Callable[..., Built]:
         if name == "unbiased":
             prior = _merged(prior, UNBIASED_CELLS)
         randomizer = module.build_baseline(name, epsilon=eps2, lo=ctx.lo, hi=ctx.hi, prior=prior)
-        return Built(
-            randomizer=randomizer,
-            epsilon1=eps1,
-            epsilon2=eps2,
-            affine=_affine(randomizer),
-            params=_params(randomizer),
-        )
+        return _built(randomizer, eps1, eps2)
 
     return build
 
