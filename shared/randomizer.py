@@ -156,8 +156,14 @@ def build_mechanism(
 ) -> tuple[str, LabelMechanism]:
     """Choose the epsilon-DP randomizer and its parameters from the (noisy) prior alone.
 
-    ``"rpwithprior"`` / ``"rr_on_bins"``: that mechanism, parameters by least label MSE
-    (``select="mse"``) / optimal bins. ``"auto"`` with ``n`` (the public number of labels):
+    ``"rpwithprior"`` with ``n`` and no ``select``: the RPWithPrior candidate of
+    ``shared.selection.candidate_mechanisms`` (every zeta of the grid, or only ``zeta``; both
+    interval rules) whose raw or debiased targets minimise C = bias^2 + (model_dim / n) Var,
+    as ``"auto"`` does restricted to RPWithPrior (the least-label-MSE interval is often a
+    narrow one whose projection bias no amount of data removes: bench/results/
+    accuracy_housing.md). ``"rpwithprior"`` with ``select="mse"`` / ``"paper"``, or without
+    ``n``: ``rp_with_prior.choose_parameters`` with that rule (default "mse", least label MSE).
+    ``"rr_on_bins"``: the least-label-MSE optimal bins. ``"auto"`` with ``n``:
     the RPWithPrior or RR-on-Bins candidate (``shared.selection.candidate_mechanisms``) whose
     raw or debiased targets minimise C = bias^2 + (model_dim / n) Var under the prior, a proxy
     for the test MSE of a model fitted on them (model_dim defaults to ``DEFAULT_MODEL_DIM``);
@@ -182,7 +188,7 @@ def build_mechanism(
         return rp_with_prior.choose_parameters(
             prior,
             epsilon=eps,
-            select=params.get("select", "mse"),
+            select=params.get("select") or "mse",
             zeta=params.get("zeta"),
             outside=params.get("outside", "project"),
         )
@@ -198,7 +204,17 @@ def build_mechanism(
         )
 
     if mechanism == "rpwithprior":
-        return "rpwithprior", rp()
+        if n is None or params.get("select") is not None:
+            return "rpwithprior", rp()
+        return "rpwithprior", choose(
+            prior,
+            epsilon=eps,
+            n=int(n),
+            model_dim=dim,
+            zeta=params.get("zeta"),
+            outside=params.get("outside", "project"),
+            families=("rpwithprior",),
+        ).mechanism
     if mechanism == "rr_on_bins":
         return "rr_on_bins", rr()
     if n is not None:

@@ -51,6 +51,7 @@ MAX_MODEL_DIM = 10**9
 # RR-on-Bins candidates: optimal bins capped at these counts (None: uncapped optimum).
 RR_CAPS: tuple[int | None, ...] = (None, 1, 2, 4, 8, 16, 32)
 INTERVAL_RULES: tuple[str, ...] = ("paper", "mse")
+FAMILIES: tuple[str, ...] = ("rpwithprior", "rr_on_bins")
 # Histogram sizes of :func:`adaptive_bins`.
 MIN_ADAPTIVE_BINS = 2
 MAX_ADAPTIVE_BINS = 64
@@ -218,13 +219,16 @@ def candidate_mechanisms(
     outside: str = "project",
     loss: str = "squared",
     max_bins: int | None = None,
+    families: tuple[str, ...] = FAMILIES,
 ) -> list[tuple[str, Any]]:
     """The randomizers ``choose`` compares, built from the prior alone.
 
     RPWithPrior: for each zeta of ``rp_with_prior.zeta_grid`` (or only ``zeta``), Algorithm 1's
     interval ("paper") and the least-label-MSE interval ("mse") (or only ``select``).
     RR-on-Bins: the optimal bins for ``loss``, capped at each of ``RR_CAPS`` (or at most
-    ``max_bins``). A candidate that cannot be realised exactly at this epsilon is skipped.
+    ``max_bins``). ``families`` keeps only those mechanisms (the pipeline's explicit
+    ``mechanism="rpwithprior"`` passes ``("rpwithprior",)``). A candidate that cannot be
+    realised exactly at this epsilon is skipped.
     """
     eps = check_epsilon(epsilon)
     rr_on_bins.check_loss(loss)
@@ -232,11 +236,15 @@ def candidate_mechanisms(
         raise InvalidParameterError(f"outside ({outside!r}) must be one of project, uniform")
     if select is not None and select not in INTERVAL_RULES:
         raise InvalidParameterError(f"select ({select!r}) must be one of paper, mse")
+    if isinstance(families, str) or not families or any(f not in FAMILIES for f in families):
+        raise InvalidParameterError(
+            f"families ({families!r}) must be a non-empty subset of {FAMILIES}"
+        )
     zetas = rp_with_prior.zeta_grid(prior) if zeta is None else [rp_with_prior.check_zeta(zeta)]
     rules = INTERVAL_RULES if select is None else (select,)
     out: list[tuple[str, Any]] = []
     seen: set[tuple[float, float, float]] = set()
-    for z in zetas:
+    for z in zetas if "rpwithprior" in families else ():
         for rule in rules:
             try:
                 m = rp_with_prior.choose_parameters(
@@ -248,7 +256,8 @@ def candidate_mechanisms(
                 seen.add((m.a1, m.a2, m.zeta))
                 out.append(("rpwithprior", m))
     bins_seen: set[_RRKey] = set()
-    for cap in _rr_caps(rr_on_bins.check_max_bins(max_bins)):
+    caps = _rr_caps(rr_on_bins.check_max_bins(max_bins)) if "rr_on_bins" in families else ()
+    for cap in caps:
         try:
             m = rr_on_bins.optimal_bins_for_prior(prior, epsilon=eps, loss=loss, max_bins=cap)
         except InvalidParameterError:

@@ -10,6 +10,7 @@ import pytest
 
 from shared import randomizer, selection
 from shared.errors import InvalidParameterError
+from shared.mechanisms import rp_with_prior
 from shared.mechanisms.histogram import Prior
 from shared.mechanisms.rp_with_prior import RPWithPrior
 from shared.mechanisms.rr_on_bins import RROnBins
@@ -167,8 +168,9 @@ def test_default_split_refuses_an_empty_data_set() -> None:
         default_split(1.0, n=0, bins=64)
 
 
+@pytest.mark.parametrize("mechanism", ["auto", "rpwithprior"])
 def test_parameter_choice_never_sees_labels(
-    labels: np.ndarray, monkeypatch: pytest.MonkeyPatch
+    labels: np.ndarray, monkeypatch: pytest.MonkeyPatch, mechanism: str
 ) -> None:
     """Only the histogram and ``randomize`` receive raw labels; the choice gets the prior."""
     seen: list[tuple[tuple[object, ...], dict[str, object]]] = []
@@ -185,7 +187,7 @@ def test_parameter_choice_never_sees_labels(
         hi=40,
         epsilon1=0.5,
         epsilon2=1.0,
-        mechanism="auto",
+        mechanism=mechanism,
         rng=np.random.default_rng(0),
     )
     ((args, kwargs),) = seen
@@ -244,14 +246,54 @@ def test_pipeline_auto_minimises_c_with_the_public_n(
     assert release.params == best.mechanism.public_params()
 
 
-@pytest.mark.parametrize("mechanism", ["rpwithprior", "rr_on_bins"])
-def test_explicit_mechanisms_keep_the_least_label_mse_choice(
-    labels: np.ndarray, mechanism: str
+def test_rr_on_bins_keeps_the_least_label_mse_choice(labels: np.ndarray) -> None:
+    prior = Prior.from_samples(labels, lo=0, hi=40, bins=64)
+    with_n = build_mechanism(prior, epsilon=1.0, mechanism="rr_on_bins", n=labels.size, model_dim=5)
+    without = build_mechanism(prior, epsilon=1.0, mechanism="rr_on_bins")
+    assert with_n[1].public_params() == without[1].public_params()
+
+
+@pytest.mark.parametrize("select", ["mse", "paper"])
+def test_rpwithprior_with_an_explicit_select_keeps_that_rule(
+    labels: np.ndarray, select: str
 ) -> None:
     prior = Prior.from_samples(labels, lo=0, hi=40, bins=64)
-    with_n = build_mechanism(prior, epsilon=1.0, mechanism=mechanism, n=labels.size, model_dim=5)
-    without = build_mechanism(prior, epsilon=1.0, mechanism=mechanism)
-    assert with_n[1].public_params() == without[1].public_params()
+    _, chosen = build_mechanism(
+        prior, epsilon=1.0, mechanism="rpwithprior", n=labels.size, select=select, zeta=2.0
+    )
+    rule = rp_with_prior.choose_parameters(prior, epsilon=1.0, select=select, zeta=2.0)
+    assert chosen == rule
+    # Without n (nothing to weigh the variance by) the least-label-MSE rule stays the default.
+    _, without_n = build_mechanism(prior, epsilon=1.0, mechanism="rpwithprior")
+    assert without_n == rp_with_prior.choose_parameters(prior, epsilon=1.0, select="mse")
+
+
+def test_pipeline_rpwithprior_minimises_c_over_rpwithprior_only(labels: np.ndarray) -> None:
+    """With n known and no select, RPWithPrior's (interval, zeta) is the least-C candidate."""
+    release = label_randomizer(
+        labels,
+        lo=0,
+        hi=40,
+        epsilon1=0.5,
+        epsilon2=1.0,
+        mechanism="rpwithprior",
+        rng=np.random.default_rng(0),
+        model_dim=4,
+    )
+    best = selection.choose(
+        release.prior, epsilon=1.0, n=labels.size, model_dim=4, families=("rpwithprior",)
+    )
+    assert release.mechanism == "rpwithprior"
+    assert release.params == best.mechanism.public_params()
+    assert release.recommended_transform == best.transform
+    # ... which differs here from the least-label-MSE interval, and is better on C.
+    mse_rule = rp_with_prior.choose_parameters(release.prior, epsilon=1.0, select="mse")
+    assert mse_rule.public_params() != release.params
+    mse_c = min(
+        s.criterion
+        for s in selection.score(mse_rule, release.prior, n=labels.size, model_dim=4).values()
+    )
+    assert best.criterion < mse_c
 
 
 def test_release_recommends_a_transform_for_every_mechanism(labels: np.ndarray) -> None:

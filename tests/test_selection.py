@@ -110,6 +110,40 @@ def test_auto_picks_the_brute_force_minimiser_of_c(prior: Prior) -> None:
     assert best[0] <= old_c
 
 
+@pytest.mark.parametrize("zeta", [None, 0.07])
+def test_rpwithprior_picks_the_brute_force_minimiser_of_c_among_its_candidates(
+    prior: Prior, zeta: float | None
+) -> None:
+    n, dim = 3000, 5
+    found = selection.candidate_mechanisms(prior, epsilon=1.0, zeta=zeta)
+    rp = [m for name, m in found if name == "rpwithprior"]
+    assert len(rp) > (1 if zeta is None else 0)
+    assert all(zeta is None or m.zeta == zeta for m in rp)
+    scored = [
+        (s.criterion, m, s.transform)
+        for m in rp
+        for s in selection.score(m, prior, n=n, model_dim=dim).values()
+    ]
+    best = min(scored, key=lambda item: item[0])
+    name, mechanism = build_mechanism(
+        prior, epsilon=1.0, mechanism="rpwithprior", n=n, model_dim=dim, zeta=zeta
+    )
+    assert name == "rpwithprior" and mechanism == best[1]
+    assert selection.recommended_transform(mechanism, prior, n=n, model_dim=dim) == best[2]
+    # The restriction is the family: only RPWithPrior candidates, the same ones as "auto" sees.
+    assert selection.candidate_mechanisms(
+        prior, epsilon=1.0, zeta=zeta, families=("rpwithprior",)
+    ) == [("rpwithprior", m) for m in rp]
+
+
+def test_families_restrict_the_candidates_and_are_checked(prior: Prior) -> None:
+    only_rr = selection.candidate_mechanisms(prior, epsilon=1.0, families=("rr_on_bins",))
+    assert only_rr and {name for name, _ in only_rr} == {"rr_on_bins"}
+    for bad in ((), ("laplace",), "rpwithprior"):
+        with pytest.raises(InvalidParameterError, match="families"):
+            selection.candidate_mechanisms(prior, epsilon=1.0, families=bad)  # type: ignore[arg-type]
+
+
 def test_large_n_prefers_unbiased_targets_small_n_trades_bias_for_variance() -> None:
     prior = Prior.from_samples(
         np.random.default_rng(7).uniform(0.0, 5.0, 5000), lo=0.0, hi=5.0, bins=16
