@@ -27,9 +27,15 @@ from features_party.config import Settings
 from features_party.db.models import TrainedModel
 from features_party.features import load_rows, load_schema
 from features_party.pull import pull_message
-from features_party.training import FittedModel, fit_encoder_rows, fit_model, noise_variance
+from features_party.training import (
+    FittedModel,
+    fit_encoder_rows,
+    fit_model,
+    noise_variance,
+    resolve_label_transform,
+)
 from shared.client import ServiceError
-from shared.debias import affine_coefficients, mechanism_from_header, recommended_transform
+from shared.debias import affine_coefficients, mechanism_from_header
 from shared.errors import IntegrityError, LabelDPError
 
 log = logging.getLogger("features_party.jobs")
@@ -186,11 +192,17 @@ class JobRunner:
             self._update(model_id, stage=stage, progress=round(0.15 + 0.8 * fraction, 4))
 
         requested_transform = transform
-        if transform == "auto":
-            # Noisy validation compares model families well but picks the label transform
-            # poorly when the debiased targets are very noisy (tiny epsilon): the transform is
-            # chosen by the exact training criterion under the message's public parameters.
-            transform = recommended_transform(header, model_dim=X.shape[1])
+        # "auto" is resolved by the exact training criterion under the message's public
+        # parameters, not by noisy validation (see resolve_label_transform).
+        transform = resolve_label_transform(
+            transform,
+            mechanism=header.mechanism,
+            params=header.params,
+            prior_edges=header.histogram.edges,
+            prior_probs=header.histogram.probs,
+            n=header.n,
+            model_dim=X.shape[1],
+        )
 
         fitted = fit_model(
             X,

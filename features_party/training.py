@@ -416,6 +416,36 @@ def select_one_se(
     return best, ses
 
 
+def resolve_label_transform(
+    label_transform: str,
+    *,
+    mechanism: str,
+    params: Mapping[str, Any],
+    prior_edges: Sequence[float] | np.ndarray,
+    prior_probs: Sequence[float] | np.ndarray,
+    n: int,
+    model_dim: int,
+) -> str:
+    """``label_transform``, with "auto" replaced by the message's recommended transform.
+
+    Noisy validation compares model families well but picks the label transform poorly when the
+    debiased targets are very noisy (tiny epsilon), so "auto" is resolved BEFORE fitting by the
+    exact training criterion C = bias^2 + (model_dim / n) Var (``shared.selection``) under the
+    message's public parameters: its mechanism and params, its epsilon1-DP histogram and its n
+    (``shared.debias.recommended_transform_for``). Used by the service's training jobs and by the
+    accuracy benchmark, so both resolve it identically. Public inputs only: no privacy cost.
+    """
+    if label_transform != "auto":
+        return label_transform
+    if mechanism == "none":
+        return "raw"
+    from shared.debias import recommended_transform_for
+    from shared.mechanisms.histogram import Prior
+
+    prior = Prior(edges=np.asarray(prior_edges), probs=np.asarray(prior_probs))
+    return recommended_transform_for(mechanism, params, prior, n=n, model_dim=model_dim)
+
+
 def fit_model(
     X: np.ndarray,
     noisy: np.ndarray,

@@ -16,25 +16,32 @@ label independently: it is post-processing and costs no privacy.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from shared.errors import InvalidParameterError
+from shared.mechanisms.histogram import Prior
 from shared.message import MessageHeader
+
+
+def mechanism_from_params(mechanism: str, params: Mapping[str, Any]) -> Any:
+    """Rebuild the epsilon2 randomizer named ``mechanism`` from its public parameters."""
+    if mechanism == "rpwithprior":
+        from shared.mechanisms.rp_with_prior import RPWithPrior
+
+        return RPWithPrior.from_params(dict(params))
+    if mechanism == "rr_on_bins":
+        from shared.mechanisms.rr_on_bins import RROnBins
+
+        return RROnBins.from_params(dict(params))
+    raise InvalidParameterError(f"mechanism ({mechanism!r}) has no randomizer to rebuild")
 
 
 def mechanism_from_header(header: MessageHeader) -> Any:
     """Rebuild the epsilon2 randomizer from the public parameters carried in the header."""
-    if header.mechanism == "rpwithprior":
-        from shared.mechanisms.rp_with_prior import RPWithPrior
-
-        return RPWithPrior.from_params(dict(header.params))
-    if header.mechanism == "rr_on_bins":
-        from shared.mechanisms.rr_on_bins import RROnBins
-
-        return RROnBins.from_params(dict(header.params))
-    raise InvalidParameterError(f"mechanism ({header.mechanism!r}) has no randomizer to rebuild")
+    return mechanism_from_params(header.mechanism, header.params)
 
 
 def affine_coefficients(header: MessageHeader) -> tuple[float, float]:
@@ -63,6 +70,28 @@ def affine_debias(header: MessageHeader, noisy: np.ndarray) -> np.ndarray:
     return (values - b) / a
 
 
+def recommended_transform_for(
+    mechanism: str,
+    params: Mapping[str, Any],
+    prior: Prior,
+    *,
+    n: int,
+    model_dim: int,
+) -> str:
+    """ "raw" or "debiased" for the randomizer ``mechanism`` with public ``params`` and prior.
+
+    The criterion C = bias^2 + (model_dim / n) Var of ``shared.selection`` under the noisy
+    prior (the epsilon1-DP histogram the randomizer was built from): public inputs only.
+    """
+    from shared.selection import recommended_transform as choose
+
+    if mechanism == "none":
+        return "raw"
+    return choose(
+        mechanism_from_params(mechanism, params), prior, n=max(n, 1), model_dim=max(model_dim, 1)
+    )
+
+
 def recommended_transform(header: MessageHeader, *, model_dim: int) -> str:
     """ "raw" or "debiased": the target with the lower training criterion for this message.
 
@@ -71,14 +100,11 @@ def recommended_transform(header: MessageHeader, *, model_dim: int) -> str:
     on n targets averages their variance away but keeps their bias, so debiased targets win for
     large n and raw ones when n is small or epsilon tiny (bench/results/accuracy_*.md).
     """
-    from shared.mechanisms.histogram import Prior
-    from shared.selection import recommended_transform as choose
-
     if header.mechanism == "none":
         return "raw"
     prior = Prior(
         edges=np.asarray(header.histogram.edges), probs=np.asarray(header.histogram.probs)
     )
-    return choose(
-        mechanism_from_header(header), prior, n=max(header.n, 1), model_dim=max(model_dim, 1)
+    return recommended_transform_for(
+        header.mechanism, header.params, prior, n=header.n, model_dim=model_dim
     )

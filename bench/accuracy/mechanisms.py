@@ -15,6 +15,7 @@ Nothing here ever reads a raw label except the histogram, the DP mean and ``rand
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from collections.abc import Callable
@@ -70,6 +71,12 @@ class Built:
     epsilon2: float
     affine: tuple[float, float] | None  # E[noisy | y] = a y + b (None: not affine)
     params: dict[str, Any]
+    # What the service's message header would carry, for the pipelines the service runs: the
+    # mechanism's name ("rpwithprior" / "rr_on_bins") and the epsilon1-DP histogram it was built
+    # from. The features party's ``auto`` resolves its label transform from them (None: the
+    # variant is not a message the product sends; ``auto`` then lets validation choose).
+    message_mechanism: str | None = None
+    message_prior: Prior | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -288,7 +295,7 @@ def _labels_party_auto(
     bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
     name, randomizer = build_mechanism(prior, epsilon=eps2, mechanism="auto", n=n)
     dim = selection.DEFAULT_MODEL_DIM
-    return _built(
+    built = _built(
         randomizer,
         eps1,
         eps2,
@@ -296,6 +303,7 @@ def _labels_party_auto(
         transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
         bins=bins,
     )
+    return dataclasses.replace(built, message_mechanism=name, message_prior=prior)
 
 
 def _rp_pipeline(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:

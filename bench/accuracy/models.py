@@ -27,12 +27,24 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPRegressor
 
+from shared.mechanisms.histogram import Prior
+
 MODELS: tuple[str, ...] = ("mlp", "ridge", "gbm", "auto")
 MLP_EPOCHS = 50
 MLP_DECAY_EPOCH = 25
 MLP_BATCH = 256
 MLP_WEIGHT_DECAY = 1e-4  # the papers' PyTorch weight_decay
 MLP_ALPHA = MLP_WEIGHT_DECAY * MLP_BATCH / 2.0  # the same penalty in scikit-learn's convention
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """The public header fields the features party reads to resolve ``label_transform="auto"``."""
+
+    mechanism: str  # "rpwithprior" | "rr_on_bins"
+    params: dict[str, Any]  # the randomizer's full public_params()
+    prior: Prior  # the epsilon1-DP histogram the randomizer was built from
+    n: int  # number of labels in the message
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,12 +118,29 @@ def fit_features_party(
     transform: str,
     affine: tuple[float, float] | None,
     seed: int,
+    message: Message | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """``features_party.training.fit_model`` as the service runs it; clipped test predictions."""
+    """``features_party.training.fit_model`` as the service runs it; clipped test predictions.
+
+    With ``message`` (the public header fields of a message the service sends), ``transform =
+    "auto"`` is resolved first by ``training.resolve_label_transform``, exactly as the service's
+    training job does; without it, ``fit_model`` chooses the transform on noisy validation.
+    """
     from features_party import training
 
     d = split.x_train.shape[1]
     encoder = training.Encoder(columns=tuple((f"x{j}", "numeric") for j in range(d)), vocab={})
+    requested = transform
+    if message is not None:
+        transform = training.resolve_label_transform(
+            transform,
+            mechanism=message.mechanism,
+            params=message.params,
+            prior_edges=message.prior.edges,
+            prior_probs=message.prior.probs,
+            n=message.n,
+            model_dim=d,  # X.shape[1]: every column is numeric, one encoded column each
+        )
     fitted = training.fit_model(
         split.x_train,
         noisy,
@@ -123,4 +152,7 @@ def fit_features_party(
     )
     prediction = np.clip(fitted.predict_matrix(split.x_test), split.lo, split.hi)
     metrics = fitted.metrics
-    return prediction, {"chosen": metrics["chosen"], "label_transform": metrics["label_transform"]}
+    extra = {"chosen": metrics["chosen"], "label_transform": metrics["label_transform"]}
+    if message is not None and requested == "auto":
+        extra["label_transform_resolved"] = "header"
+    return prediction, extra

@@ -200,12 +200,25 @@ def _fit(
     transform: str,
     seed: int,
     mlp_epochs: int,
+    message: models.Message | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     if model == "mlp":
         targets = mech.apply_transform(noisy, affine, transform)
         return models.fit_papers_mlp(split, targets, seed=seed, epochs=mlp_epochs), {}
     return models.fit_features_party(
-        split, noisy, model=model, transform=transform, affine=affine, seed=seed
+        split, noisy, model=model, transform=transform, affine=affine, seed=seed, message=message
+    )
+
+
+def message_of(built: mech.Built, n: int) -> models.Message | None:
+    """The header fields of the message a service-run variant would send (None otherwise)."""
+    if built.message_mechanism is None or built.message_prior is None:
+        return None
+    return models.Message(
+        mechanism=built.message_mechanism,
+        params=dict(built.randomizer.public_params()),
+        prior=built.message_prior,
+        n=n,
     )
 
 
@@ -315,6 +328,7 @@ def run(
                                 transform=transform,
                                 seed=seed,
                                 mlp_epochs=mlp_epochs,
+                                message=message_of(labels.built, labels.noisy.size),
                             )
                             stats = labels.stats.get(transform, labels.stats["raw"])
                             if transform == "auto":
