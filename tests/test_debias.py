@@ -125,3 +125,26 @@ def test_recommended_transform_follows_bias_against_variance_over_n() -> None:
 
 def test_recommended_transform_of_an_unrandomized_message_is_raw() -> None:
     assert recommended_transform(header_for("none", {}), model_dim=3) == "raw"
+
+
+@pytest.mark.parametrize("n", [20, 1_000, 1_000_000])
+@pytest.mark.parametrize("model_dim", [1, 10, 99])
+def test_recommended_transform_for_is_the_header_wrapper(n: int, model_dim: int) -> None:
+    """The function of (mechanism, params, prior, n, model_dim) gives the header's answer."""
+    from shared.debias import recommended_transform_for
+    from shared.mechanisms.histogram import Prior
+
+    prior = Prior(edges=np.array([0.0, 50.0, 100.0]), probs=np.array([0.5, 0.5]))
+    cases = {
+        "rpwithprior": RPWithPrior(a1=0.0, a2=100.0, zeta=20.0, epsilon=1.0).public_params(),
+        "rr_on_bins": RROnBins(
+            thresholds=np.array([50.0]), output_values=np.array([25.0, 75.0]), epsilon=1.0
+        ).public_params(),
+    }
+    for name, params in cases.items():
+        header = header_for(name, params).model_copy(update={"n": n})
+        got = recommended_transform_for(name, params, prior, n=n, model_dim=model_dim)
+        assert got == recommended_transform(header, model_dim=model_dim)
+    assert recommended_transform_for("none", {}, prior, n=n, model_dim=model_dim) == "raw"
+    with pytest.raises(InvalidParameterError, match="laplace"):
+        recommended_transform_for("laplace", {}, prior, n=n, model_dim=model_dim)

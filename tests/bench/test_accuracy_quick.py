@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bench.accuracy import __main__ as cli
-from bench.accuracy import data, mechanisms, papers, report, runner
+from bench.accuracy import data, mechanisms, models, papers, report, runner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HAVE_CRIME = (data.DATASETS_DIR / "communities.data").is_file()
@@ -240,3 +240,53 @@ def test_criterion_prefers_unbiased_targets_when_n_is_large() -> None:
     assert large.transform == "debiased" and large.bias2 < 1e-3
     assert small.criterion < large.bias2 + 8 / 50 * large.variance  # large-n pick is worse here
     assert small.bias2 > 0.1  # at small n it trades bias for variance
+
+
+@pytest.mark.parametrize("eps", [0.1, 4.0])
+def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: float) -> None:
+    """The labels party's ``auto`` carries its message fields; the features party's ``auto``
+    model trains on the transform the service's job would resolve from that header."""
+    from datetime import UTC, datetime
+
+    from labels_party.releases import _json_safe
+    from shared.debias import recommended_transform
+    from shared.message import MessageHeader, NoisyHistogram
+
+    ds = data.make_linear(n=600, d=5)
+    y = ds.y[:480]
+    cell = runner.draw_labels(
+        ds.name, y, lo=ds.lo, hi=ds.hi, epsilon=eps, trial=0, variants=["auto", "rp_auto"], d=ds.d
+    )
+    assert runner.message_of(cell["rp_auto"].built, y.size) is None  # not resolved: unchanged
+    built = cell["auto"].built
+    message = runner.message_of(built, y.size)
+    assert message is not None and message.mechanism == built.params["chosen"]
+    header = MessageHeader(
+        release_id="r",
+        dataset=ds.name,
+        created=datetime(2026, 1, 1, tzinfo=UTC),
+        mechanism=message.mechanism,
+        params=_json_safe(built.randomizer.public_params()),
+        epsilon1=built.epsilon1,
+        epsilon2=built.epsilon2,
+        label_min=ds.lo,
+        label_max=ds.hi,
+        default_label=ds.lo,
+        histogram=NoisyHistogram(**_json_safe(message.prior.to_dict())),
+        n=y.size,
+        body_sha256="0" * 64,
+    )
+    header = MessageHeader.model_validate_json(header.model_dump_json())  # as pulled
+    expected = recommended_transform(header, model_dim=ds.d)
+    split = models.prepare(ds.x[:480], ds.x[480:], lo=ds.lo, hi=ds.hi, standardize=False)
+    _, extra = models.fit_features_party(
+        split,
+        cell["auto"].noisy,
+        model="ridge",
+        transform="auto",
+        affine=built.affine,
+        seed=1,
+        message=message,
+    )
+    assert extra["label_transform"] == expected
+    assert extra["label_transform_resolved"] == "header"

@@ -165,3 +165,47 @@ def test_join_counts_both_sides():
         "n_labels_without_features": 2,
         "n_features_without_label": 1,
     }
+
+
+def test_resolve_label_transform_is_the_headers_criterion():
+    """ "auto" becomes the header's recommended transform; explicit choices pass through."""
+    from datetime import UTC, datetime
+
+    from features_party.training import resolve_label_transform
+    from shared.debias import recommended_transform
+    from shared.mechanisms.rp_with_prior import RPWithPrior
+    from shared.message import MessageHeader, NoisyHistogram
+
+    params = RPWithPrior(a1=0.0, a2=100.0, zeta=20.0, epsilon=1.0).public_params()
+    edges, probs = [0.0, 50.0, 100.0], [0.5, 0.5]
+    answers = set()
+    for n in (20, 1_000_000):
+        header = MessageHeader(
+            release_id="r",
+            dataset="d",
+            created=datetime(2026, 1, 1, tzinfo=UTC),
+            mechanism="rpwithprior",
+            params=params,
+            epsilon1=0.1,
+            epsilon2=1.0,
+            label_min=0.0,
+            label_max=100.0,
+            default_label=0.0,
+            histogram=NoisyHistogram(edges=edges, probs=probs),
+            n=n,
+            body_sha256="0" * 64,
+        )
+        fields = {"params": params, "prior_edges": edges, "prior_probs": probs, "n": n}
+        got = resolve_label_transform("auto", mechanism="rpwithprior", model_dim=10, **fields)
+        assert got == recommended_transform(header, model_dim=10)
+        answers.add(got)
+        for explicit in ("raw", "debiased"):
+            assert (
+                resolve_label_transform(explicit, mechanism="rpwithprior", model_dim=10, **fields)
+                == explicit
+            )
+    assert answers == {"raw", "debiased"}  # the test can tell the two apart
+    none = resolve_label_transform(
+        "auto", mechanism="none", params={}, prior_edges=edges, prior_probs=probs, n=5, model_dim=3
+    )
+    assert none == "raw"
