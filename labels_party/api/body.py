@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labels_party.errors import (
@@ -99,3 +100,16 @@ def parse_model(model: type[ModelT], body: bytes) -> ModelT:
         return model.model_validate_json(body)
     except ValidationError as exc:
         raise BadInputError("invalid request body", field_errors(exc)) from None
+
+
+class StreamParser(Protocol):
+    """A chunk-fed parser of a bulk body (labels or example ids)."""
+
+    def feed(self, chunk: bytes) -> None: ...
+
+
+async def feed_stream(request: Request, parser: StreamParser) -> None:
+    """Feed the request body to ``parser`` chunk by chunk as it arrives (never held whole)."""
+    async for chunk in request.stream():
+        if chunk:
+            parser.feed(chunk)

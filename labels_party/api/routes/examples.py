@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import ingest
-from labels_party.api.body import require_media
+from labels_party.api.body import feed_stream, require_media
 from labels_party.api.deps import Publisher, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
@@ -34,9 +34,7 @@ async def register_examples(
         ids = parse_examples_json(await request.body())
     else:
         parser = ExampleStreamParser()
-        async for chunk in request.stream():
-            if chunk:
-                parser.feed(chunk)
+        await feed_stream(request, parser)
         ids = parser.finish()
     result = await run_in_threadpool(
         ingest.store_examples,

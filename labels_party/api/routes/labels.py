@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import ingest
-from labels_party.api.body import require_media
+from labels_party.api.body import feed_stream, require_media
 from labels_party.api.deps import Advertiser, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
@@ -46,9 +46,7 @@ async def ingest_labels(
         rows = parse_labels_json(await request.body())
     else:
         parser = LabelStreamParser(fmt=_FORMATS[kind])
-        async for chunk in request.stream():
-            if chunk:
-                parser.feed(chunk)
+        await feed_stream(request, parser)
         rows = parser.finish()
     result = await run_in_threadpool(
         ingest.store_labels,
