@@ -95,13 +95,26 @@ class Labels:
 
 
 def git_commit() -> str:
-    """The checkout's HEAD (short), recorded with every result; "+dirty" if files differ."""
+    """The checkout's HEAD (short), recorded with every result; "+dirty" if code differs.
+
+    The records and results are outputs, not code: a run that follows another in the same
+    checkout must not call itself dirty because the first one appended its records.
+    """
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "shared", "features_party", "bench/accuracy"],
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--",
+                "shared",
+                "features_party",
+                "bench/accuracy",
+                ":(exclude)bench/accuracy/records",
+            ],
             capture_output=True,
             text=True,
             check=True,
