@@ -306,23 +306,31 @@ def _labels_party_auto(
     return dataclasses.replace(built, message_mechanism=name, message_prior=prior)
 
 
-def _rp_pipeline(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
+def _rp_pipeline(*, features_dim: bool) -> Callable[..., Built]:
     """RPWithPrior as ``label_randomizer(mechanism="rpwithprior")`` chooses it by default:
     ``adaptive_bins(n, epsilon1)`` cells, then the (interval, zeta) among the RPWithPrior
     candidates of ``shared.selection`` whose raw or debiased targets have the least
-    C = bias^2 + (10 / n) Var (the engine's default model_dim); records that transform."""
-    eps1, eps2 = ctx.shared_split
-    n = int(ctx.y.size)
-    bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
-    _, randomizer = build_mechanism(prior, epsilon=eps2, mechanism="rpwithprior", n=n)
-    dim = selection.DEFAULT_MODEL_DIM
-    return _built(
-        randomizer,
-        eps1,
-        eps2,
-        transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
-        bins=bins,
-    )
+    C = bias^2 + (model_dim / n) Var; records that transform. ``model_dim`` is the engine's
+    default (10) or, with ``features_dim``, the number of features d: the release parameter
+    ``model_dim`` a publisher passes (the features party itself resolves its transform with d)."""
+
+    def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
+        eps1, eps2 = ctx.shared_split
+        n = int(ctx.y.size)
+        dim = int(ctx.d) if features_dim else selection.DEFAULT_MODEL_DIM
+        bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
+        _, randomizer = build_mechanism(
+            prior, epsilon=eps2, mechanism="rpwithprior", n=n, model_dim=dim
+        )
+        return _built(
+            randomizer,
+            eps1,
+            eps2,
+            transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
+            bins=bins,
+        )
+
+    return build
 
 
 def _auto_criterion(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
@@ -418,9 +426,17 @@ VARIANTS: dict[str, Variant] = {
             key="rp_auto",
             label="RPWithPrior, auto",
             paper_column=None,
-            build=_rp_pipeline,
+            build=_rp_pipeline(features_dim=False),
             note="pipeline default: our split, adaptive bins, (A1, A2, zeta) by least "
             "bias^2 + 10 Var / n; recommends its transform",
+        ),
+        Variant(
+            key="rp_auto_d",
+            label="RPWithPrior, auto, model_dim = d",
+            paper_column=None,
+            build=_rp_pipeline(features_dim=True),
+            note="as RP-auto with the release parameter model_dim = d (the publisher's "
+            "feature count); recommends its transform",
         ),
         Variant(
             key="rr_with_prior",

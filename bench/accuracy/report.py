@@ -42,6 +42,7 @@ SHORT = {
     "rr_on_bins": "RRoB",
     "rp_paper": "RP-T5",
     "rp_auto": "RP-auto",
+    "rp_auto_d": "RP-auto-d",
     "rr_with_prior": "RRwP",
     "unbiased": "Unb",
     "auto": "auto",
@@ -50,7 +51,7 @@ SHORT = {
 }
 ORDER = ["constant", *mech.VARIANTS]
 # Variants whose mechanism recommends a training transform (records' extra["mech_transform"]).
-RECOMMENDING = ("auto", "auto_crit", "rp_auto")
+RECOMMENDING = ("auto", "auto_crit", "rp_auto", "rp_auto_d")
 TRANSFORM_TAG = {"raw": "", "debiased": " deb", "auto": " (auto t.)", "rec": " rec"}
 
 
@@ -81,7 +82,7 @@ def aggregate(records: Sequence[Record]) -> dict[tuple, Cell]:
     groups: dict[tuple, list[Record]] = defaultdict(list)
     for r in records:
         groups[(r.model, r.n_train, r.variant, r.transform, r.epsilon)].append(r)
-        # auto, auto-C and RP-auto recommend a transform: also file that one under "rec".
+        # auto, auto-C, RP-auto and RP-auto-d recommend a transform: also file that one under "rec".
         if r.extra.get("mech_transform") == r.transform and r.variant in RECOMMENDING:
             groups[(r.model, r.n_train, r.variant, "rec", r.epsilon)].append(r)
     out = {}
@@ -314,14 +315,15 @@ def full_n_cells(cells: dict[tuple, Cell], model: str) -> int | None:
 def rp_comparison(cells: dict[tuple, Cell], model: str, n_train: int) -> str:
     """RPWithPrior with our automatic choice vs the paper's hand-tuned Table 5 parameters.
 
-    RP-T5 gets its best transform on the test data (as its zeta was tuned); RP-auto is judged
-    with the transform it recommends (``rec``; the features party's ``auto`` model chooses its
-    own), its best transform is shown for reference only.
+    RP-T5 gets its best transform on the test data (as its zeta was tuned); RP-auto (engine
+    default model_dim) and RP-auto-d (model_dim = d) are judged with the transform they
+    recommend (``rec``; the features party's ``auto`` model chooses its own); RP-auto's best
+    transform is shown for reference only.
     """
     lines = [
         "| eps | RP-T5, best transform | RP-auto, recommended transform | RP-auto, best transform "
-        "| RP-auto rec <= T5? |",
-        "|---|---|---|---|---|",
+        "| RP-auto rec <= T5? | RP-auto-d, recommended transform | RP-auto-d rec <= T5? |",
+        "|---|---|---|---|---|---|---|",
     ]
 
     def options(variant: str, eps: float) -> dict[str, Cell]:
@@ -331,6 +333,22 @@ def rp_comparison(cells: dict[tuple, Cell], model: str, n_train: int) -> str:
             if m == model and n == n_train and vv == variant and e == eps
         }
 
+    def judged(found: dict[str, Cell], c5: Cell) -> tuple[str, str]:
+        rec = found.get("rec") or found.get("auto")
+        if rec is None:
+            return "-", "-"
+        rec_text = _fmt(rec.mean, rec.std) + (
+            " (" + ", ".join(sorted({str(x.get("mech_transform")) for x in rec.extras})) + ")"
+            if "rec" in found
+            else " (features party's)"
+        )
+        verdict = (
+            "yes"
+            if rec.mean <= c5.mean
+            else ("no, within 1 sd" if rec.mean <= c5.mean + max(c5.std, rec.std) else "**no**")
+        )
+        return rec_text, verdict
+
     for eps in _epsilons(cells, model, n_train):
         if math.isinf(eps):
             continue
@@ -339,23 +357,11 @@ def rp_comparison(cells: dict[tuple, Cell], model: str, n_train: int) -> str:
             continue
         tp, c5 = min(t5.items(), key=lambda tc: tc[1].mean)
         ta, ca = min(((t, c) for t, c in auto.items() if t != "rec"), key=lambda tc: tc[1].mean)
-        rec = auto.get("rec") or auto.get("auto")
-        if rec is None:
-            verdict, rec_text = "-", "-"
-        else:
-            rec_text = _fmt(rec.mean, rec.std) + (
-                " (" + ", ".join(sorted({str(x.get("mech_transform")) for x in rec.extras})) + ")"
-                if "rec" in auto
-                else " (features party's)"
-            )
-            verdict = (
-                "yes"
-                if rec.mean <= c5.mean
-                else ("no, within 1 sd" if rec.mean <= c5.mean + max(c5.std, rec.std) else "**no**")
-            )
+        rec_text, verdict = judged(auto, c5)
+        d_text, d_verdict = judged(options("rp_auto_d", eps), c5)
         lines.append(
             f"| {_eps(eps)} | {_fmt(c5.mean, c5.std)} ({tp}) | {rec_text} | "
-            f"{_fmt(ca.mean, ca.std)} ({ta}) | {verdict} |"
+            f"{_fmt(ca.mean, ca.std)} ({ta}) | {verdict} | {d_text} | {d_verdict} |"
         )
     return "\n".join(lines)
 
@@ -552,7 +558,9 @@ def write_report(
         "pipeline chooses it by default (our split, `adaptive_bins(n, epsilon1)` cells, "
         "(A1, A2, zeta) among the RPWithPrior candidates of `shared.selection` with the least "
         "bias^2 + 10 Var / n; the records of the earlier least-label-MSE RP-auto were "
-        "deleted); RRwP = RRWithPrior; "
+        "deleted); RP-auto-d = the same with the release parameter `model_dim` = d, the "
+        "publisher's number of features (the features party resolves its own transform with "
+        "d); RRwP = RRWithPrior; "
         'Unb = Unbiased; auto = the labels party\'s `mechanism="auto"` (records from commits '
         "before the engine's selection change: least label MSE on 64 cells; after it: "
         "`adaptive_bins(n, epsilon1)` cells and the least bias^2 + 10 Var / n, "
@@ -560,7 +568,8 @@ def write_report(
         "with a histogram of `adaptive_bins(n, epsilon1)` cells instead of 64; auto-C = "
         "auto-k choosing mechanism, parameters and transform by bias^2 + d Var / n, d the "
         "number of features (`bench/accuracy/criterion.py`); "
-        "`auto rec` / `auto-C rec` / `RP-auto rec` = with the transform it recommends; "
+        "`auto rec` / `auto-C rec` / `RP-auto rec` / `RP-auto-d rec` = with the transform "
+        "it recommends; "
         "`deb` = debiased targets (noisy - b) / a; "
         "`(auto t.)` = transform chosen by the features party.",
     ]

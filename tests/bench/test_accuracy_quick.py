@@ -290,3 +290,41 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
     )
     assert extra["label_transform"] == expected
     assert extra["label_transform_resolved"] == "header"
+
+
+def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
+    """RP-auto-d = ``build_mechanism("rpwithprior", model_dim=d)`` on the same noisy prior, with
+    the transform the criterion recommends for d; RP-auto is the same with the default 10."""
+    from shared import selection
+    from shared.randomizer import build_mechanism
+
+    rng = np.random.default_rng(5)
+    y = np.clip(rng.exponential(0.2, size=1500), 0.0, 1.0)
+    ctx = mechanisms.CellContext(dataset="toy", y=y, lo=0.0, hi=1.0, epsilon=0.5, d=400)
+    eps1, eps2 = ctx.shared_split
+    built = {}
+    for key in ("rp_auto", "rp_auto_d"):
+        built[key] = mechanisms.VARIANTS[key].build(ctx, {}, np.random.default_rng(9))
+    bins = selection.adaptive_bins(y.size, eps1, max_bins=ctx.bins)
+    prior = mechanisms.private_histogram(
+        y, lo=0.0, hi=1.0, bins=bins, epsilon=eps1, rng=np.random.default_rng(9)
+    )
+    for key, dim in (("rp_auto", selection.DEFAULT_MODEL_DIM), ("rp_auto_d", 400)):
+        _, expected = build_mechanism(
+            prior, epsilon=eps2, mechanism="rpwithprior", n=y.size, model_dim=dim
+        )
+        got = built[key]
+        assert got.randomizer.public_params() == expected.public_params()
+        assert got.params["transform"] == selection.recommended_transform(
+            expected, prior, n=y.size, model_dim=dim
+        )
+    assert (
+        built["rp_auto"].randomizer.public_params() != built["rp_auto_d"].randomizer.public_params()
+    )
+    # A model that averages noise over fewer labels per parameter wants less variance.
+    scores = {
+        key: selection.score(built[key].randomizer, prior, n=y.size, model_dim=400) for key in built
+    }
+    assert min(s.criterion for s in scores["rp_auto_d"].values()) <= min(
+        s.criterion for s in scores["rp_auto"].values()
+    )
