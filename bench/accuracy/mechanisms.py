@@ -53,6 +53,8 @@ class CellContext:
     hi: float
     epsilon: float
     d: int = 1  # number of features (public: the features party's schema)
+    # The papers' network's d for C, measured on the features alone (selection.noise_model_dim).
+    model_dim_net: int | None = None
     bins: int = DEFAULT_BINS
     shared_split: tuple[float, float] = field(init=False)
 
@@ -284,40 +286,57 @@ def _adaptive_prior(
     return bins, private_histogram(ctx.y, lo=ctx.lo, hi=ctx.hi, bins=bins, epsilon=eps1, rng=rng)
 
 
-def _labels_party_auto(
-    ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator
-) -> Built:
-    """The labels party's ``mechanism="auto"`` as ``label_randomizer`` runs it by default:
+def _default_dim(ctx: CellContext) -> int:
+    return selection.DEFAULT_MODEL_DIM
+
+
+def _features_dim(ctx: CellContext) -> int:
+    return int(ctx.d)
+
+
+def _network_dim(ctx: CellContext) -> int:
+    if ctx.model_dim_net is None:
+        raise MechanismUnavailable("the network's model_dim was not measured for this cell")
+    return int(ctx.model_dim_net)
+
+
+def _labels_party_auto(dim_of: Callable[[CellContext], int]) -> Callable[..., Built]:
+    """The labels party's ``mechanism="auto"`` as ``label_randomizer`` runs it:
     ``adaptive_bins(n, epsilon1)`` cells, then the least C = bias^2 + (d/n) Var with the
-    engine's default model_dim (the labels party does not know the features party's d)."""
-    eps1, eps2 = ctx.shared_split
-    n = int(ctx.y.size)
-    bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
-    name, randomizer = build_mechanism(prior, epsilon=eps2, mechanism="auto", n=n)
-    dim = selection.DEFAULT_MODEL_DIM
-    built = _built(
-        randomizer,
-        eps1,
-        eps2,
-        chosen=name,
-        transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
-        bins=bins,
-    )
-    return dataclasses.replace(built, message_mechanism=name, message_prior=prior)
-
-
-def _rp_pipeline(*, features_dim: bool) -> Callable[..., Built]:
-    """RPWithPrior as ``label_randomizer(mechanism="rpwithprior")`` chooses it by default:
-    ``adaptive_bins(n, epsilon1)`` cells, then the (interval, zeta) among the RPWithPrior
-    candidates of ``shared.selection`` whose raw or debiased targets have the least
-    C = bias^2 + (model_dim / n) Var; records that transform. ``model_dim`` is the engine's
-    default (10) or, with ``features_dim``, the number of features d: the release parameter
-    ``model_dim`` a publisher passes (the features party itself resolves its transform with d)."""
+    release parameter ``model_dim`` = ``dim_of(ctx)`` (the engine's default when the publisher
+    does not say)."""
 
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
         eps1, eps2 = ctx.shared_split
         n = int(ctx.y.size)
-        dim = int(ctx.d) if features_dim else selection.DEFAULT_MODEL_DIM
+        dim = dim_of(ctx)
+        bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
+        name, randomizer = build_mechanism(
+            prior, epsilon=eps2, mechanism="auto", n=n, model_dim=dim
+        )
+        built = _built(
+            randomizer,
+            eps1,
+            eps2,
+            chosen=name,
+            transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
+            bins=bins,
+        )
+        return dataclasses.replace(built, message_mechanism=name, message_prior=prior)
+
+    return build
+
+
+def _rp_pipeline(dim_of: Callable[[CellContext], int]) -> Callable[..., Built]:
+    """RPWithPrior as ``label_randomizer(mechanism="rpwithprior")`` chooses it:
+    ``adaptive_bins(n, epsilon1)`` cells, then the (interval, zeta) among the RPWithPrior
+    candidates of ``shared.selection`` whose raw or debiased targets have the least
+    C = bias^2 + (model_dim / n) Var, ``model_dim`` = ``dim_of(ctx)``; records that transform."""
+
+    def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
+        eps1, eps2 = ctx.shared_split
+        n = int(ctx.y.size)
+        dim = dim_of(ctx)
         bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
         _, randomizer = build_mechanism(
             prior, epsilon=eps2, mechanism="rpwithprior", n=n, model_dim=dim
@@ -426,7 +445,7 @@ VARIANTS: dict[str, Variant] = {
             key="rp_auto",
             label="RPWithPrior, auto",
             paper_column=None,
-            build=_rp_pipeline(features_dim=False),
+            build=_rp_pipeline(_default_dim),
             note="pipeline default: our split, adaptive bins, (A1, A2, zeta) by least "
             "bias^2 + 10 Var / n; recommends its transform",
         ),
@@ -434,9 +453,17 @@ VARIANTS: dict[str, Variant] = {
             key="rp_auto_d",
             label="RPWithPrior, auto, model_dim = d",
             paper_column=None,
-            build=_rp_pipeline(features_dim=True),
+            build=_rp_pipeline(_features_dim),
             note="as RP-auto with the release parameter model_dim = d (the publisher's "
             "feature count); recommends its transform",
+        ),
+        Variant(
+            key="rp_auto_net",
+            label="RPWithPrior, auto, model_dim measured for the network",
+            paper_column=None,
+            build=_rp_pipeline(_network_dim),
+            note="as RP-auto with model_dim = the papers' network's d, measured on the "
+            "features alone (shared.selection.noise_model_dim); recommends its transform",
         ),
         Variant(
             key="rr_with_prior",
@@ -455,8 +482,16 @@ VARIANTS: dict[str, Variant] = {
             key="auto",
             label="auto (labels party)",
             paper_column=None,
-            build=_labels_party_auto,
+            build=_labels_party_auto(_default_dim),
             note="engine default: adaptive bins, least bias^2 + 10 Var / n (model_dim default)",
+        ),
+        Variant(
+            key="auto_net",
+            label="auto (labels party), model_dim measured for the network",
+            paper_column=None,
+            build=_labels_party_auto(_network_dim),
+            note="as auto with the release parameter model_dim = the papers' network's d, "
+            "measured on the features alone (shared.selection.noise_model_dim)",
         ),
         Variant(
             key="auto_k",
@@ -474,6 +509,8 @@ VARIANTS: dict[str, Variant] = {
         ),
     )
 }
+# Variants whose release uses the network's measured model_dim (the runner measures it).
+NETWORK_DIM_VARIANTS = ("rp_auto_net", "auto_net")
 CONSTANT = "constant"
 NONPRIVATE = "nonprivate"
 

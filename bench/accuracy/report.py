@@ -43,15 +43,17 @@ SHORT = {
     "rp_paper": "RP-T5",
     "rp_auto": "RP-auto",
     "rp_auto_d": "RP-auto-d",
+    "rp_auto_net": "RP-auto-net",
     "rr_with_prior": "RRwP",
     "unbiased": "Unb",
     "auto": "auto",
+    "auto_net": "auto-net",
     "auto_k": "auto-k",
     "auto_crit": "auto-C",
 }
 ORDER = ["constant", *mech.VARIANTS]
 # Variants whose mechanism recommends a training transform (records' extra["mech_transform"]).
-RECOMMENDING = ("auto", "auto_crit", "rp_auto", "rp_auto_d")
+RECOMMENDING = ("auto", "auto_net", "auto_crit", "rp_auto", "rp_auto_d", "rp_auto_net")
 TRANSFORM_TAG = {"raw": "", "debiased": " deb", "auto": " (auto t.)", "rec": " rec"}
 
 
@@ -82,7 +84,7 @@ def aggregate(records: Sequence[Record]) -> dict[tuple, Cell]:
     groups: dict[tuple, list[Record]] = defaultdict(list)
     for r in records:
         groups[(r.model, r.n_train, r.variant, r.transform, r.epsilon)].append(r)
-        # auto, auto-C, RP-auto and RP-auto-d recommend a transform: also file that one under "rec".
+        # auto(-net), auto-C and RP-auto(-d, -net) recommend a transform: file it under "rec".
         if r.extra.get("mech_transform") == r.transform and r.variant in RECOMMENDING:
             groups[(r.model, r.n_train, r.variant, "rec", r.epsilon)].append(r)
     out = {}
@@ -316,14 +318,18 @@ def rp_comparison(cells: dict[tuple, Cell], model: str, n_train: int) -> str:
     """RPWithPrior with our automatic choice vs the paper's hand-tuned Table 5 parameters.
 
     RP-T5 gets its best transform on the test data (as its zeta was tuned); RP-auto (engine
-    default model_dim) and RP-auto-d (model_dim = d) are judged with the transform they
-    recommend (``rec``; the features party's ``auto`` model chooses its own); RP-auto's best
-    transform is shown for reference only.
+    default model_dim), RP-auto-d (model_dim = d) and RP-auto-net (model_dim measured for the
+    papers' network) are judged with the transform they recommend (``rec``; the features
+    party's ``auto`` model chooses its own); RP-auto's best transform is for reference only.
     """
+    automatic = [v for v in ("rp_auto_d", "rp_auto_net") if any(k[2] == v for k in cells)]
     lines = [
         "| eps | RP-T5, best transform | RP-auto, recommended transform | RP-auto, best transform "
-        "| RP-auto rec <= T5? | RP-auto-d, recommended transform | RP-auto-d rec <= T5? |",
-        "|---|---|---|---|---|---|---|",
+        "| RP-auto rec <= T5? |"
+        + "".join(
+            f" {SHORT[v]}, recommended transform | {SHORT[v]} rec <= T5? |" for v in automatic
+        ),
+        "|---|---|---|---|---|" + "---|---|" * len(automatic),
     ]
 
     def options(variant: str, eps: float) -> dict[str, Cell]:
@@ -358,10 +364,10 @@ def rp_comparison(cells: dict[tuple, Cell], model: str, n_train: int) -> str:
         tp, c5 = min(t5.items(), key=lambda tc: tc[1].mean)
         ta, ca = min(((t, c) for t, c in auto.items() if t != "rec"), key=lambda tc: tc[1].mean)
         rec_text, verdict = judged(auto, c5)
-        d_text, d_verdict = judged(options("rp_auto_d", eps), c5)
+        more = "".join(" {} | {} |".format(*judged(options(v, eps), c5)) for v in automatic)
         lines.append(
             f"| {_eps(eps)} | {_fmt(c5.mean, c5.std)} ({tp}) | {rec_text} | "
-            f"{_fmt(ca.mean, ca.std)} ({ta}) | {verdict} | {d_text} | {d_verdict} |"
+            f"{_fmt(ca.mean, ca.std)} ({ta}) | {verdict} |{more}"
         )
     return "\n".join(lines)
 
@@ -560,11 +566,14 @@ def write_report(
         "bias^2 + 10 Var / n; the records of the earlier least-label-MSE RP-auto were "
         "deleted); RP-auto-d = the same with the release parameter `model_dim` = d, the "
         "publisher's number of features (the features party resolves its own transform with "
-        "d); RRwP = RRWithPrior; "
+        "d); RP-auto-net = the same with `model_dim` measured for the papers' network on the "
+        "features alone (`shared.selection.noise_model_dim`: trained on pure noise); "
+        "RRwP = RRWithPrior; "
         'Unb = Unbiased; auto = the labels party\'s `mechanism="auto"` (records from commits '
         "before the engine's selection change: least label MSE on 64 cells; after it: "
         "`adaptive_bins(n, epsilon1)` cells and the least bias^2 + 10 Var / n, "
-        "`shared.selection`); auto-k = least label MSE "
+        "`shared.selection`); auto-net = auto with `model_dim` measured for the papers' "
+        "network, as RP-auto-net; auto-k = least label MSE "
         "with a histogram of `adaptive_bins(n, epsilon1)` cells instead of 64; auto-C = "
         "auto-k choosing mechanism, parameters and transform by bias^2 + d Var / n, d the "
         "number of features (`bench/accuracy/criterion.py`); "

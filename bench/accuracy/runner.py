@@ -24,6 +24,7 @@ from threadpoolctl import threadpool_limits
 from bench.accuracy import mechanisms as mech
 from bench.accuracy import models
 from bench.accuracy.data import Dataset
+from shared import selection
 from shared.mechanisms.histogram import Prior
 
 PROTOCOL_EPSILONS: tuple[float, ...] = (
@@ -177,10 +178,13 @@ def draw_labels(
     variants: Sequence[str],
     mc_draws: int = MC_DRAWS,
     d: int = 1,
+    model_dim_net: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Labels]:
     """Every requested mechanism's noisy labels for one (trial, epsilon) cell (finite epsilon)."""
-    ctx = mech.CellContext(dataset=dataset, y=y, lo=lo, hi=hi, epsilon=epsilon, d=d)
+    ctx = mech.CellContext(
+        dataset=dataset, y=y, lo=lo, hi=hi, epsilon=epsilon, d=d, model_dim_net=model_dim_net
+    )
     priors = PriorCache()
     priors["shared"] = mech.private_histogram(
         y,
@@ -223,6 +227,24 @@ def _fit(
     )
 
 
+def network_model_dim(split: models.Split, *, trial: int, mlp_epochs: int) -> int:
+    """The papers' network's d for C on this split, from its features alone (no label).
+
+    ``shared.selection.noise_model_dim``: the network is trained on pure noise around the
+    middle of the label range and its test-row predictions are measured.
+    """
+    centre = 0.5 * (split.lo + split.hi)
+    n = int(split.z_train.shape[0])
+
+    def fit_predict(noise: np.ndarray) -> np.ndarray:
+        seed = int(np.random.default_rng(_seed("noise_dim_model", trial)).integers(2**31))
+        fitted = models.fit_papers_mlp(split, centre + noise, seed=seed, epochs=mlp_epochs)
+        return fitted - centre
+
+    rng = np.random.default_rng(_seed("noise_dim", trial))
+    return selection.noise_model_dim(fit_predict, n, scale=split.hi - split.lo, rng=rng)
+
+
 def message_of(built: mech.Built, n: int) -> models.Message | None:
     """The header fields of the message a service-run variant would send (None otherwise)."""
     if built.message_mechanism is None or built.message_prior is None:
@@ -258,6 +280,10 @@ def run(
                 data.x[train], data.x[test], lo=data.lo, hi=data.hi, standardize=data.standardize
             )
             y_train, y_test = data.y[train], data.y[test]
+            net_dim = None
+            if set(variants) & set(mech.NETWORK_DIM_VARIANTS):
+                net_dim = network_model_dim(split, trial=trial, mlp_epochs=mlp_epochs)
+                progress(f"[{data.name} trial {trial}] network model_dim {net_dim}")
             base: dict[str, Any] = {"dataset": data.name, "trial": trial, "n_train": train.size}
             base |= {"n_test": test.size, "commit": commit}
             for epsilon in epsilons:
@@ -274,6 +300,7 @@ def run(
                         trial=trial,
                         variants=variants,
                         d=data.d,
+                        model_dim_net=net_dim,
                         log=progress,
                     )
                     constant = mech.dp_mean(

@@ -19,9 +19,12 @@ TWO_STEP = (
     "rr_on_bins",
     "rp_paper",
     "rp_auto",
+    "rp_auto_d",
+    "rp_auto_net",
     "rr_with_prior",
     "unbiased",
     "auto",
+    "auto_net",
     "auto_k",
     "auto_crit",
 )
@@ -151,9 +154,16 @@ def test_cell_labels_are_seeded_and_independent_of_other_mechanisms() -> None:
 def test_accounting_adds_up_to_the_cell_epsilon(eps: float) -> None:
     y = np.random.default_rng(2).uniform(0.0, 5.0, 400)
     cell = runner.draw_labels(
-        "housing", y, lo=0.0, hi=5.0, epsilon=eps, trial=0, variants=list(mechanisms.VARIANTS)
+        "housing",
+        y,
+        lo=0.0,
+        hi=5.0,
+        epsilon=eps,
+        trial=0,
+        variants=list(mechanisms.VARIANTS),
+        model_dim_net=100,
     )
-    assert {"rr_on_bins", "rp_auto", "rp_paper", "auto"} <= set(cell)
+    assert set(cell) == set(mechanisms.VARIANTS)
     for key, labels in cell.items():
         built = labels.built
         assert math.isclose(built.epsilon1 + built.epsilon2, eps, rel_tol=1e-12), key
@@ -328,3 +338,37 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     assert min(s.criterion for s in scores["rp_auto_d"].values()) <= min(
         s.criterion for s in scores["rp_auto"].values()
     )
+
+
+def test_network_dim_variants_use_the_measured_model_dim() -> None:
+    """RP-auto-net / auto-net: the network's model_dim is measured from features alone and is
+    what their releases use; without it the variants are skipped, never silently defaulted."""
+    from shared.randomizer import build_mechanism
+
+    ds = data.make_linear(n=600, d=5)
+    split = models.prepare(ds.x[:480], ds.x[480:], lo=ds.lo, hi=ds.hi, standardize=False)
+    dim = runner.network_model_dim(split, trial=0, mlp_epochs=cli.QUICK_EPOCHS)
+    assert dim == runner.network_model_dim(split, trial=0, mlp_epochs=cli.QUICK_EPOCHS)
+    assert 1 <= dim <= 480
+    y = ds.y[:480]
+    kw = {"lo": ds.lo, "hi": ds.hi, "epsilon": 1.0, "trial": 0, "d": ds.d}
+    skipped: list[str] = []
+    none = runner.draw_labels(ds.name, y, variants=["rp_auto_net"], log=skipped.append, **kw)
+    assert none == {} and "rp_auto_net" in skipped[0]
+    cell = runner.draw_labels(
+        ds.name, y, variants=["rp_auto_net", "auto_net"], model_dim_net=1000, **kw
+    )
+    rp = cell["rp_auto_net"].built
+    prior = mechanisms.private_histogram(
+        y,
+        lo=ds.lo,
+        hi=ds.hi,
+        bins=rp.params["bins"],
+        epsilon=rp.epsilon1,
+        rng=np.random.default_rng(runner._seed("mechanism", 0, 1.0, "rp_auto_net")),
+    )
+    _, expected = build_mechanism(
+        prior, epsilon=rp.epsilon2, mechanism="rpwithprior", n=y.size, model_dim=1000
+    )
+    assert rp.randomizer.public_params() == expected.public_params()
+    assert cell["auto_net"].built.message_mechanism in ("rpwithprior", "rr_on_bins")
