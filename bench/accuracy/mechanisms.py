@@ -300,11 +300,14 @@ def _network_dim(ctx: CellContext) -> int:
     return int(ctx.model_dim_net)
 
 
-def _labels_party_auto(dim_of: Callable[[CellContext], int]) -> Callable[..., Built]:
-    """The labels party's ``mechanism="auto"`` as ``label_randomizer`` runs it:
-    ``adaptive_bins(n, epsilon1)`` cells, then the least C = bias^2 + (d/n) Var with the
-    release parameter ``model_dim`` = ``dim_of(ctx)`` (the engine's default when the publisher
-    does not say)."""
+def _pipeline(mechanism: str, dim_of: Callable[[CellContext], int]) -> Callable[..., Built]:
+    """``label_randomizer(mechanism=...)`` as the labels party runs it by default:
+    ``adaptive_bins(n, epsilon1)`` cells, then among the candidates of ``shared.selection``
+    (``"auto"``: RPWithPrior and RR-on-Bins; ``"rpwithprior"``: its (interval, zeta) only) the
+    one whose raw or debiased targets have the least C = bias^2 + (model_dim / n) Var, with the
+    release parameter ``model_dim`` = ``dim_of(ctx)``; records the transform it recommends.
+    ``"auto"`` also carries its message fields, so the features party's ``auto`` resolves its
+    transform from the header as the service does."""
 
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
         eps1, eps2 = ctx.shared_split
@@ -312,42 +315,13 @@ def _labels_party_auto(dim_of: Callable[[CellContext], int]) -> Callable[..., Bu
         dim = dim_of(ctx)
         bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
         name, randomizer = build_mechanism(
-            prior, epsilon=eps2, mechanism="auto", n=n, model_dim=dim
+            prior, epsilon=eps2, mechanism=mechanism, n=n, model_dim=dim
         )
-        built = _built(
-            randomizer,
-            eps1,
-            eps2,
-            chosen=name,
-            transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
-            bins=bins,
-        )
+        transform = recommended_transform(randomizer, prior, n=n, model_dim=dim)
+        if mechanism != "auto":
+            return _built(randomizer, eps1, eps2, transform=transform, bins=bins)
+        built = _built(randomizer, eps1, eps2, chosen=name, transform=transform, bins=bins)
         return dataclasses.replace(built, message_mechanism=name, message_prior=prior)
-
-    return build
-
-
-def _rp_pipeline(dim_of: Callable[[CellContext], int]) -> Callable[..., Built]:
-    """RPWithPrior as ``label_randomizer(mechanism="rpwithprior")`` chooses it:
-    ``adaptive_bins(n, epsilon1)`` cells, then the (interval, zeta) among the RPWithPrior
-    candidates of ``shared.selection`` whose raw or debiased targets have the least
-    C = bias^2 + (model_dim / n) Var, ``model_dim`` = ``dim_of(ctx)``; records that transform."""
-
-    def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        eps1, eps2 = ctx.shared_split
-        n = int(ctx.y.size)
-        dim = dim_of(ctx)
-        bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
-        _, randomizer = build_mechanism(
-            prior, epsilon=eps2, mechanism="rpwithprior", n=n, model_dim=dim
-        )
-        return _built(
-            randomizer,
-            eps1,
-            eps2,
-            transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
-            bins=bins,
-        )
 
     return build
 
@@ -445,7 +419,7 @@ VARIANTS: dict[str, Variant] = {
             key="rp_auto",
             label="RPWithPrior, auto",
             paper_column=None,
-            build=_rp_pipeline(_default_dim),
+            build=_pipeline("rpwithprior", _default_dim),
             note="pipeline default: our split, adaptive bins, (A1, A2, zeta) by least "
             "bias^2 + 10 Var / n; recommends its transform",
         ),
@@ -453,7 +427,7 @@ VARIANTS: dict[str, Variant] = {
             key="rp_auto_d",
             label="RPWithPrior, auto, model_dim = d",
             paper_column=None,
-            build=_rp_pipeline(_features_dim),
+            build=_pipeline("rpwithprior", _features_dim),
             note="as RP-auto with the release parameter model_dim = d (the publisher's "
             "feature count); recommends its transform",
         ),
@@ -461,7 +435,7 @@ VARIANTS: dict[str, Variant] = {
             key="rp_auto_net",
             label="RPWithPrior, auto, model_dim measured for the network",
             paper_column=None,
-            build=_rp_pipeline(_network_dim),
+            build=_pipeline("rpwithprior", _network_dim),
             note="as RP-auto with model_dim = the papers' network's d, measured on the "
             "features alone (shared.selection.noise_model_dim); recommends its transform",
         ),
@@ -482,14 +456,14 @@ VARIANTS: dict[str, Variant] = {
             key="auto",
             label="auto (labels party)",
             paper_column=None,
-            build=_labels_party_auto(_default_dim),
+            build=_pipeline("auto", _default_dim),
             note="engine default: adaptive bins, least bias^2 + 10 Var / n (model_dim default)",
         ),
         Variant(
             key="auto_net",
             label="auto (labels party), model_dim measured for the network",
             paper_column=None,
-            build=_labels_party_auto(_network_dim),
+            build=_pipeline("auto", _network_dim),
             note="as auto with the release parameter model_dim = the papers' network's d, "
             "measured on the features alone (shared.selection.noise_model_dim)",
         ),
