@@ -306,8 +306,8 @@ def _pipeline(mechanism: str, dim_of: Callable[[CellContext], int]) -> Callable[
     (``"auto"``: RPWithPrior and RR-on-Bins; ``"rpwithprior"``: its (interval, zeta) only) the
     one whose raw or debiased targets have the least C = bias^2 + (model_dim / n) Var, with the
     release parameter ``model_dim`` = ``dim_of(ctx)``; records the transform it recommends.
-    ``"auto"`` also carries its message fields, so the features party's ``auto`` resolves its
-    transform from the header as the service does."""
+    Carries its message fields (a release the service sends), so the features party's ``auto``
+    resolves its transform from the header as the service does."""
 
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
         eps1, eps2 = ctx.shared_split
@@ -318,9 +318,10 @@ def _pipeline(mechanism: str, dim_of: Callable[[CellContext], int]) -> Callable[
             prior, epsilon=eps2, mechanism=mechanism, n=n, model_dim=dim
         )
         transform = recommended_transform(randomizer, prior, n=n, model_dim=dim)
-        if mechanism != "auto":
-            return _built(randomizer, eps1, eps2, transform=transform, bins=bins)
-        built = _built(randomizer, eps1, eps2, chosen=name, transform=transform, bins=bins)
+        if mechanism == "auto":
+            built = _built(randomizer, eps1, eps2, chosen=name, transform=transform, bins=bins)
+        else:
+            built = _built(randomizer, eps1, eps2, transform=transform, bins=bins)
         return dataclasses.replace(built, message_mechanism=name, message_prior=prior)
 
     return build

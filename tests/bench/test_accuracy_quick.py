@@ -267,7 +267,8 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
     cell = runner.draw_labels(
         ds.name, y, lo=ds.lo, hi=ds.hi, epsilon=eps, trial=0, variants=["auto", "rp_auto"], d=ds.d
     )
-    assert runner.message_of(cell["rp_auto"].built, y.size) is None  # not resolved: unchanged
+    rp_message = runner.message_of(cell["rp_auto"].built, y.size)
+    assert rp_message is not None and rp_message.mechanism == "rpwithprior"
     built = cell["auto"].built
     message = runner.message_of(built, y.size)
     assert message is not None and message.mechanism == built.params["chosen"]
