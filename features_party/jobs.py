@@ -29,6 +29,7 @@ from features_party.features import load_rows, load_schema
 from features_party.pull import pull_message
 from features_party.training import (
     FittedModel,
+    criterion_model_dim,
     fit_encoder_rows,
     fit_model,
     noise_variance,
@@ -193,7 +194,8 @@ class JobRunner:
 
         requested_transform = transform
         # "auto" is resolved by the exact training criterion under the message's public
-        # parameters, not by noisy validation (see resolve_label_transform).
+        # parameters, not by noisy validation (see resolve_label_transform), with the d the
+        # randomizer was chosen for (criterion_model_dim).
         transform = resolve_label_transform(
             transform,
             mechanism=header.mechanism,
@@ -201,7 +203,7 @@ class JobRunner:
             prior_edges=header.histogram.edges,
             prior_probs=header.histogram.probs,
             n=header.n,
-            model_dim=X.shape[1],
+            model_dim=criterion_model_dim(header.model_dim, X.shape[1]),
         )
 
         fitted = fit_model(

@@ -219,6 +219,7 @@ class ReleaseService:
             histogram=NoisyHistogram(**_json_safe(release.prior.to_dict())),
             n=n,
             body_sha256=body_sha256([snap.ids_text], noisy),
+            model_dim=release.model_dim,
         )
         chunks = _chunks(header, snap.ids_text, noisy)
         digest = hashlib.sha256()

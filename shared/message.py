@@ -28,7 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shared.errors import IntegrityError
 
-FORMAT_VERSION = 1
+# Version 2 adds the optional header field ``model_dim``; version 1 messages (without it) are
+# still read.
+FORMAT_VERSION = 2
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
 JSON_MEDIA_TYPE = "application/json"
 BINARY_MEDIA_TYPE = "application/vnd.labeldp.message+binary"
 
@@ -91,6 +94,10 @@ class MessageHeader(BaseModel):
     histogram: NoisyHistogram
     n: int = Field(ge=0)
     body_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # The model dimension d the labels party's choice of randomizer assumed (C = bias^2 +
+    # (d / n) Var, ``shared.selection``); the features party resolves its label transform with
+    # the same d, because the randomizer's parameters were tuned for it. None: not recorded.
+    model_dim: int | None = Field(default=None, ge=1, le=10**9, strict=True)
 
     @property
     def epsilon(self) -> float:
@@ -166,7 +173,7 @@ def decode_binary(data: bytes | memoryview) -> tuple[MessageHeader, list[str], n
     magic, version, header_len = _PREFIX.unpack_from(view, 0)
     if magic != MAGIC:
         raise IntegrityError("not a label-DP message (bad magic)")
-    if version != FORMAT_VERSION:
+    if version not in SUPPORTED_FORMAT_VERSIONS:
         raise IntegrityError(f"unsupported message format_version {version}")
     offset = _PREFIX.size
     try:
@@ -193,7 +200,7 @@ def decode_binary(data: bytes | memoryview) -> tuple[MessageHeader, list[str], n
 
 def verify(header: MessageHeader, example_ids: Sequence[str], noisy_labels: np.ndarray) -> None:
     """Check version, lengths, finiteness and the body sha256; raise :class:`IntegrityError`."""
-    if header.format_version != FORMAT_VERSION:
+    if header.format_version not in SUPPORTED_FORMAT_VERSIONS:
         raise IntegrityError(f"unsupported message format_version {header.format_version}")
     if len(example_ids) != header.n or len(noisy_labels) != header.n:
         raise IntegrityError(

@@ -95,6 +95,8 @@ class Release:
     # "raw" or "debiased": the training target with the lower C = bias^2 + (d/n) Var under the
     # noisy prior (``shared.selection``); public, a function of the prior, n and model_dim.
     recommended_transform: str = "raw"
+    # The model dimension d that ``mechanism`` and ``recommended_transform`` were chosen for.
+    model_dim: int | None = None
 
     @property
     def epsilon(self) -> float:
@@ -307,4 +309,5 @@ def label_randomizer(
         hi=domain.hi,
         expected_label_mse=float(randomizer.expected_squared_error(prior)),
         recommended_transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
+        model_dim=dim,
     )

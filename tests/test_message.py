@@ -132,3 +132,28 @@ def test_any_finite_body_round_trips(labels: list[float]) -> None:
     _, got_ids, got = decode_binary(b"".join(encode_binary(header, ids, values, chunk=16)))
     assert got_ids == ids
     np.testing.assert_array_equal(got, values)
+
+
+def test_model_dim_round_trips_and_version_1_messages_are_still_read() -> None:
+    ids = ["a", "b"]
+    labels = np.array([0.25, 0.75])
+    header = make_header(ids, labels, model_dim=115)
+    assert header.format_version == FORMAT_VERSION == 2
+    for blob, decode in (
+        (b"".join(encode_binary(header, ids, labels)), decode_binary),
+        (to_json_message(header, ids, labels), from_json_message),
+    ):
+        assert decode(blob)[0].model_dim == 115
+    # A version-1 writer knew no model_dim: its messages still decode, with model_dim None.
+    old = make_header(ids, labels, format_version=1)
+    blob = b"".join(encode_binary(old, ids, labels))
+    assert blob[4:6] == (1).to_bytes(2, "little")
+    decoded = decode_binary(blob)[0]
+    assert decoded.format_version == 1 and decoded.model_dim is None
+    assert from_json_message(to_json_message(old, ids, labels))[0] == old
+
+
+@pytest.mark.parametrize("bad", [0, -3, 10**9 + 1, 2.5, "ten", True])
+def test_header_refuses_a_bad_model_dim(bad: object) -> None:
+    with pytest.raises(ValueError, match="model_dim"):
+        make_header([], np.array([]), model_dim=bad)

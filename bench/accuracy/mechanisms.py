@@ -79,6 +79,7 @@ class Built:
     # variant is not a message the product sends; ``auto`` then lets validation choose).
     message_mechanism: str | None = None
     message_prior: Prior | None = None
+    message_model_dim: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -322,7 +323,9 @@ def _pipeline(mechanism: str, dim_of: Callable[[CellContext], int]) -> Callable[
             built = _built(randomizer, eps1, eps2, chosen=name, transform=transform, bins=bins)
         else:
             built = _built(randomizer, eps1, eps2, transform=transform, bins=bins)
-        return dataclasses.replace(built, message_mechanism=name, message_prior=prior)
+        return dataclasses.replace(
+            built, message_mechanism=name, message_prior=prior, message_model_dim=dim
+        )
 
     return build
 

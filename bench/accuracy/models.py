@@ -45,6 +45,7 @@ class Message:
     params: dict[str, Any]  # the randomizer's full public_params()
     prior: Prior  # the epsilon1-DP histogram the randomizer was built from
     n: int  # number of labels in the message
+    model_dim: int | None = None  # the d the labels party chose the randomizer for
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,7 +140,8 @@ def fit_features_party(
             prior_edges=message.prior.edges,
             prior_probs=message.prior.probs,
             n=message.n,
-            model_dim=d,  # X.shape[1]: every column is numeric, one encoded column each
+            # As the service's job (one encoded column per numeric feature).
+            model_dim=training.criterion_model_dim(message.model_dim, d),
         )
     fitted = training.fit_model(
         split.x_train,

@@ -254,6 +254,7 @@ def message_of(built: mech.Built, n: int) -> models.Message | None:
         params=dict(built.randomizer.public_params()),
         prior=built.message_prior,
         n=n,
+        model_dim=built.message_model_dim,
     )
 
 

@@ -286,9 +286,11 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
         histogram=NoisyHistogram(**_json_safe(message.prior.to_dict())),
         n=y.size,
         body_sha256="0" * 64,
+        model_dim=message.model_dim,
     )
     header = MessageHeader.model_validate_json(header.model_dump_json())  # as pulled
-    expected = recommended_transform(header, model_dim=ds.d)
+    assert header.model_dim == 10  # the engine's default, what the labels party chose for
+    expected = recommended_transform(header, model_dim=header.model_dim)
     split = models.prepare(ds.x[:480], ds.x[480:], lo=ds.lo, hi=ds.hi, standardize=False)
     _, extra = models.fit_features_party(
         split,

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from demo.services import free_port, new_tokens, start_labels_party
 from features_party.db.models import StoredMessage, TrainedModel
 from shared.client import RetryPolicy
+from shared.debias import recommended_transform
 from tests.features_party.conftest import (
     TamperingProxy,
     csv_body,
@@ -100,7 +101,13 @@ def test_full_flow_join_pull_once_predict_and_restart(labels_party, features_fac
     second = features.post(
         "/v1/models", json={"dataset": "flow", "release_id": release.id, "model": "auto"}
     ).json()
-    assert wait_job(features, second["id"])["status"] == "succeeded"
+    second_job = wait_job(features, second["id"])
+    assert second_job["status"] == "succeeded"
+    # "auto" is resolved with the d the randomizer was chosen for (the engine's default here).
+    header = labels_party.client("publisher").download_message(release.id).header
+    assert header.model_dim == 10
+    assert second_job["result"]["label_transform_requested"] == "auto"
+    assert second_job["result"]["label_transform"] == recommended_transform(header, model_dim=10)
     assert "labeldp_features_messages_pulled_total 1\n" in features.get("/metrics").text
     assert count_messages(features) == 1
 

@@ -209,3 +209,14 @@ def test_resolve_label_transform_is_the_headers_criterion():
         "auto", mechanism="none", params={}, prior_edges=edges, prior_probs=probs, n=5, model_dim=3
     )
     assert none == "raw"
+
+
+@pytest.mark.parametrize(
+    ("header", "columns", "expected"), [(115, 99, 115), (None, 99, 99), (None, 0, 1), (1, 5, 1)]
+)
+def test_criterion_model_dim_is_the_headers_else_the_column_count(
+    header: int | None, columns: int, expected: int
+) -> None:
+    from features_party.training import criterion_model_dim
+
+    assert criterion_model_dim(header, columns) == expected

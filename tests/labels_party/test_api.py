@@ -183,6 +183,7 @@ def test_release_default_bins_are_adaptive_and_model_dim_is_accepted(client):
     message = client.get(f"/v1/releases/{meta['id']}/message", headers=PUB)
     header, _ids, _labels = from_json_message(message.content)
     assert len(header.histogram.probs) == 16
+    assert header.model_dim == 8  # the features party resolves its transform with the same d
     entries = client.get("/v1/ledger", headers=OPS).json()
     randomizer = [e for e in entries["entries"] if e["kind"] == "randomizer"][-1]
     assert randomizer["parameters"]["options"] == {"model_dim": 8}
