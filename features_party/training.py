@@ -422,7 +422,7 @@ def criterion_model_dim(header_model_dim: int | None, n_columns: int) -> int:
     The labels party tunes the randomizer's parameters (interval, zeta, bins) for the d in the
     header; resolving the transform with another d pairs parameters and transform that were
     never meant together: on Crime (99 features) a randomizer chosen for d = 10 and a transform
-    resolved for d = 99 cost 20-30% test MSE at epsilon 1-1.5 against a consistent pair
+    resolved for d = 99 cost 21-32% test MSE at epsilon 1-1.5 against a consistent pair
     (bench/results/accuracy_crime.md). Version-1 messages carry no d: then the number of encoded
     feature columns.
     """
