@@ -425,7 +425,7 @@ def criterion_analysis(cells: dict[tuple, Cell], model: str, d: int) -> tuple[st
     mix = {k: pairwise(bias2 + k * var_n) for k in ks}
     best_k = max(mix, key=lambda k: (mix[k] if math.isfinite(mix[k]) else -1, -abs(k - d)))
     candidates = {
-        "label MSE of the raw noisy labels (what `auto` uses now)": label,
+        "label MSE of the raw noisy labels (the old least-label-MSE `auto`)": label,
         "MSE of the training targets (after the transform)": target,
         "bias^2 of the targets": bias2,
         "variance / n of the targets": var_n,
