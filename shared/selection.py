@@ -314,8 +314,8 @@ def noise_model_dim(
     of parameters for least squares) predicts with mean square (d / n) sigma^2, so d = n mean(f^2)
     / sigma^2, averaged over ``repeats`` noise draws. No label enters: a publisher measures its
     own model this way and passes the result as the release parameter ``model_dim``. For the
-    papers' 128-64 network it is ~100-150 on Crime and Housing, where the default (10) suits
-    linear models and boosting (bench/results/accuracy_*.md).
+    papers' 128-64 network it is 63-117 on Crime (99 features) and 138-208 on Housing (8), by
+    split, where the default (10) suits ridge and boosting (bench/results/accuracy_*.md).
     """
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
         raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
