@@ -247,9 +247,19 @@ def runs_summary(records: Sequence[Record]) -> str:
         trials = sorted({r.trial for r in rs})
         epsilons = sorted({r.epsilon for r in rs})
         variants = [v for v in ORDER if any(r.variant == v for r in rs)]
+        # A mechanism run on fewer splits than the rest is averaged over fewer trials: say so.
+        fewer: dict[tuple[int, ...], list[str]] = defaultdict(list)
+        for v in variants:
+            own = tuple(sorted({r.trial for r in rs if r.variant == v}))
+            if list(own) != trials:
+                fewer[own].append(SHORT.get(v, v))
+        partial = "".join(
+            f"; {', '.join(names)}: {len(own)} ({', '.join(map(str, own))})"
+            for own, names in sorted(fewer.items())
+        )
         lines.append(
             f"| {model} | {n_train} | {rs[0].n_test} | "
-            f"{len(trials)} ({', '.join(map(str, trials))}) | "
+            f"{len(trials)} ({', '.join(map(str, trials))}){partial} | "
             f"{', '.join(_eps(e) for e in epsilons)} | "
             f"{', '.join(SHORT.get(v, v) for v in variants)} | {len(rs)} | "
             f"{', '.join(sorted({r.commit for r in rs}))} |"

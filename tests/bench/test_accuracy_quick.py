@@ -375,3 +375,26 @@ def test_network_dim_variants_use_the_measured_model_dim() -> None:
     )
     assert rp.randomizer.public_params() == expected.public_params()
     assert cell["auto_net"].built.message_mechanism in ("rpwithprior", "rr_on_bins")
+
+
+def test_runs_summary_names_mechanisms_run_on_fewer_trials() -> None:
+    """A row averaged over fewer splits than the rest must say so in "What was run"."""
+
+    def rec(variant: str, trial: int) -> runner.Record:
+        return runner.Record(
+            dataset="toy",
+            model="mlp",
+            variant=variant,
+            transform="raw",
+            epsilon=1.0,
+            trial=trial,
+            n_train=100,
+            n_test=25,
+            test_mse=1.0,
+            commit="abc1234",
+        )
+
+    full = [rec(v, t) for v in ("constant", "rp_auto") for t in range(3)]
+    text = report.runs_summary([*full, rec("rr_on_bins", 0)])
+    assert "| 3 (0, 1, 2); RRoB: 1 (0) |" in text
+    assert "| 3 (0, 1, 2) |" in report.runs_summary(full)
