@@ -280,9 +280,13 @@ def _engine_adaptive(mechanism: str) -> Callable[..., Built]:
 def _adaptive_prior(
     ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator, eps1: float
 ) -> tuple[int, Prior]:
-    """(cells, prior) with ``adaptive_bins(n, eps1)`` cells (the shared prior when that is all)."""
+    """(cells, prior) with ``adaptive_bins(n, eps1)`` cells (the shared prior when that is all).
+
+    The shared prior is reused only when it was bought with this very epsilon1: a prior paid
+    for with more epsilon than the variant accounts would make its cell dishonest.
+    """
     bins = adaptive_bins(ctx.y.size, eps1, max_bins=ctx.bins)
-    if bins == ctx.bins:
+    if bins == ctx.bins and eps1 == ctx.shared_split[0]:
         return bins, shared_prior(ctx, priors, rng)
     return bins, private_histogram(ctx.y, lo=ctx.lo, hi=ctx.hi, bins=bins, epsilon=eps1, rng=rng)
 
@@ -301,17 +305,28 @@ def _network_dim(ctx: CellContext) -> int:
     return int(ctx.model_dim_net)
 
 
-def _pipeline(mechanism: str, dim_of: Callable[[CellContext], int]) -> Callable[..., Built]:
+def _table5_split(ctx: CellContext) -> tuple[float, float]:
+    """Table 5's (epsilon1, epsilon2) where the paper lists one, else our default split."""
+    listed = table5(ctx.dataset, ctx.epsilon)
+    return ctx.shared_split if listed is None else (listed[0], ctx.epsilon - listed[0])
+
+
+def _pipeline(
+    mechanism: str,
+    dim_of: Callable[[CellContext], int],
+    split_of: Callable[[CellContext], tuple[float, float]] | None = None,
+) -> Callable[..., Built]:
     """``label_randomizer(mechanism=...)`` as the labels party runs it by default:
     ``adaptive_bins(n, epsilon1)`` cells, then among the candidates of ``shared.selection``
     (``"auto"``: RPWithPrior and RR-on-Bins; ``"rpwithprior"``: its (interval, zeta) only) the
     one whose raw or debiased targets have the least C = bias^2 + (model_dim / n) Var, with the
     release parameter ``model_dim`` = ``dim_of(ctx)``; records the transform it recommends.
+    ``split_of`` replaces our epsilon split (RP-auto-t5s: Table 5's, to isolate the split).
     Carries its message fields (a release the service sends), so the features party's ``auto``
     resolves its transform from the header as the service does."""
 
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        eps1, eps2 = ctx.shared_split
+        eps1, eps2 = ctx.shared_split if split_of is None else split_of(ctx)
         n = int(ctx.y.size)
         dim = dim_of(ctx)
         bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
@@ -442,6 +457,14 @@ VARIANTS: dict[str, Variant] = {
             build=_pipeline("rpwithprior", _network_dim),
             note="as RP-auto with model_dim = the papers' network's d, measured on the "
             "features alone (shared.selection.noise_model_dim); recommends its transform",
+        ),
+        Variant(
+            key="rp_auto_t5s",
+            label="RPWithPrior, auto, Table 5's epsilon split",
+            paper_column=None,
+            build=_pipeline("rpwithprior", _default_dim, _table5_split),
+            note="as RP-auto with the paper's (epsilon1, epsilon2) where Table 5 lists one: "
+            "isolates the split from the interval and zeta",
         ),
         Variant(
             key="rr_with_prior",

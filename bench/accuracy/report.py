@@ -44,6 +44,7 @@ SHORT = {
     "rp_auto": "RP-auto",
     "rp_auto_d": "RP-auto-d",
     "rp_auto_net": "RP-auto-net",
+    "rp_auto_t5s": "RP-auto-t5s",
     "rr_with_prior": "RRwP",
     "unbiased": "Unb",
     "auto": "auto",
@@ -53,7 +54,15 @@ SHORT = {
 }
 ORDER = ["constant", *mech.VARIANTS]
 # Variants whose mechanism recommends a training transform (records' extra["mech_transform"]).
-RECOMMENDING = ("auto", "auto_net", "auto_crit", "rp_auto", "rp_auto_d", "rp_auto_net")
+RECOMMENDING = (
+    "auto",
+    "auto_net",
+    "auto_crit",
+    "rp_auto",
+    "rp_auto_d",
+    "rp_auto_net",
+    "rp_auto_t5s",
+)
 TRANSFORM_TAG = {"raw": "", "debiased": " deb", "auto": " (auto t.)", "rec": " rec"}
 
 
@@ -332,7 +341,9 @@ def rp_comparison(cells: dict[tuple, Cell], model: str, n_train: int) -> str:
     papers' network) are judged with the transform they recommend (``rec``; the features
     party's ``auto`` model chooses its own); RP-auto's best transform is for reference only.
     """
-    automatic = [v for v in ("rp_auto_d", "rp_auto_net") if any(k[2] == v for k in cells)]
+    automatic = [
+        v for v in ("rp_auto_d", "rp_auto_net", "rp_auto_t5s") if any(k[2] == v for k in cells)
+    ]
     lines = [
         "| eps | RP-T5, best transform | RP-auto, recommended transform | RP-auto, best transform "
         "| RP-auto rec <= T5? |"

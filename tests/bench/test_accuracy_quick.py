@@ -21,6 +21,7 @@ TWO_STEP = (
     "rp_auto",
     "rp_auto_d",
     "rp_auto_net",
+    "rp_auto_t5s",
     "rr_with_prior",
     "unbiased",
     "auto",
@@ -169,9 +170,28 @@ def test_accounting_adds_up_to_the_cell_epsilon(eps: float) -> None:
         assert math.isclose(built.epsilon1 + built.epsilon2, eps, rel_tol=1e-12), key
         two_step = key in TWO_STEP
         assert (built.epsilon1 > 0) == two_step, key
-    # Table 5 (Housing): epsilon1 = 0.008 at eps = 1.
+    # Table 5 (Housing): epsilon1 = 0.008 at eps = 1; RP-auto-t5s takes the same split.
     if eps == 1.0:
         assert cell["rp_paper"].built.epsilon1 == 0.008
+        assert cell["rp_auto_t5s"].built.epsilon1 == 0.008
+
+
+def test_a_prior_bought_with_another_epsilon1_is_never_reused() -> None:
+    """The shared 64-cell prior costs the default epsilon1; a variant with another split must
+    draw its own prior even when it also wants 64 cells (else its cell would be dishonest)."""
+    y = np.random.default_rng(8).uniform(0.0, 5.0, 16000)
+    ctx = mechanisms.CellContext(dataset="housing", y=y, lo=0.0, hi=5.0, epsilon=1.0)
+    priors = runner.PriorCache()
+    priors["shared"] = mechanisms.private_histogram(
+        y, lo=0.0, hi=5.0, bins=ctx.bins, epsilon=ctx.shared_split[0], rng=np.random.default_rng(1)
+    )
+    rng = np.random.default_rng(2)
+    bins, same = mechanisms._adaptive_prior(ctx, priors, rng, ctx.shared_split[0])
+    assert bins == 64 and same is priors["shared"]
+    other_eps1 = ctx.shared_split[0] * 1.5
+    assert mechanisms.adaptive_bins(y.size, other_eps1, max_bins=ctx.bins) == 64
+    bins, other = mechanisms._adaptive_prior(ctx, priors, rng, other_eps1)
+    assert bins == 64 and other is not priors["shared"]
 
 
 def test_dp_mean_is_accurate_at_large_epsilon_and_bounded() -> None:
