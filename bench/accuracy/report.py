@@ -589,6 +589,7 @@ def write_report(
         "publisher's number of features (the features party resolves its own transform with "
         "d); RP-auto-net = the same with `model_dim` measured for the papers' network on the "
         "features alone (`shared.selection.noise_model_dim`: trained on pure noise); "
+        "RP-auto-t5s = RP-auto with Table 5's epsilon split (isolates the split); "
         "RRwP = RRWithPrior; "
         'Unb = Unbiased; auto = the labels party\'s `mechanism="auto"` (records from commits '
         "before the engine's selection change: least label MSE on 64 cells; after it: "
