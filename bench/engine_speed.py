@@ -134,7 +134,7 @@ def bench_release(quick: bool) -> list[str]:
     rng = np.random.default_rng(1)
     for n in sizes:
         labels = np.clip(rng.lognormal(2.0, 1.2, size=n), 0, 400)
-        eps1, eps2 = default_split(1.0, n=n, bins=64)
+        eps1, eps2 = default_split(1.0, n=n)
         for mechanism in ("rpwithprior", "rr_on_bins", "auto"):
             seconds = median_seconds(
                 lambda y=labels, m=mechanism, e1=eps1, e2=eps2: label_randomizer(

@@ -47,7 +47,6 @@ from labels_party.parsing import gc_paused
 from shared.errors import BudgetExceededError
 from shared.message import MessageHeader, NoisyHistogram, body_sha256, encode_binary
 from shared.randomizer import (
-    DEFAULT_BINS,
     Release,
     default_split,
     label_randomizer,
@@ -179,9 +178,7 @@ class ReleaseService:
         # Either way epsilon1 + epsilon2 <= request.epsilon exactly, so checking the budget for
         # request.epsilon covers what the ledger charges.
         if request.epsilon_histogram is None:
-            # The split assumes the requested size, or DEFAULT_BINS when the size is adaptive
-            # (the adaptive size depends on epsilon1, so it cannot feed the split).
-            eps1, eps2 = default_split(request.epsilon, n=n, bins=request.bins or DEFAULT_BINS)
+            eps1, eps2 = default_split(request.epsilon, n=n, mechanism=request.mechanism)
         else:
             eps1, eps2 = split_epsilon(request.epsilon, request.epsilon_histogram)
         with self._slots:

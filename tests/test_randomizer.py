@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared import randomizer, selection
 from shared.errors import InvalidParameterError
@@ -147,25 +149,48 @@ def test_invalid_input_is_refused(overrides: dict[str, object], match: str) -> N
 
 
 @pytest.mark.parametrize(
-    ("epsilon", "n", "expected_epsilon1"),
+    ("mechanism", "epsilon", "n", "expected_epsilon1"),
     [
-        (1.0, 1_000_000, 0.05),  # floor: sqrt(64 / 1e6) = 0.008 is below 0.05
-        (4.0, 10_000, 0.08),  # the paper's sqrt(k / n)
-        (0.4, 100, 0.1),  # sqrt(k / n) capped at a quarter of the total
-        (0.05, 1_000_000, 0.045),  # a tiny total: 90% to the histogram
+        ("auto", 1.0, 1_000_000, 0.05),  # floor: sqrt(64 / 1e6) = 0.008 is below 0.05
+        ("rr_on_bins", 4.0, 10_000, 0.08),  # the paper's sqrt(k / n), k = 64
+        ("auto", 0.4, 100, 0.1),  # sqrt(k / n) capped at a quarter of the total
+        ("auto", 0.05, 1_000_000, 0.045),  # a tiny total: 90% to the histogram
+        ("rpwithprior", 1.0, 1_000_000, 0.002),  # sqrt(k / n) with k = 4 eps^2 = 4
+        ("rpwithprior", 4.0, 10_000, 0.08),  # k = 64
+        ("rpwithprior", 0.3, 10_000, 0.01),  # k = 1 below epsilon 0.5; the floor has faded
+        ("rpwithprior", 0.5, 100, 0.1),  # sqrt(1 / 100) = 0.1 is below 40% of the total
+        ("rpwithprior", 0.05, 1_000_000, 0.045),  # below 0.1 the floor applies in full
+        ("rpwithprior", 0.2, 1_000_000, 0.025),  # halfway through the fade: half of 0.05
     ],
 )
 def test_default_split_uses_only_public_quantities(
-    epsilon: float, n: int, expected_epsilon1: float
+    mechanism: str, epsilon: float, n: int, expected_epsilon1: float
 ) -> None:
-    eps1, eps2 = default_split(epsilon, n=n, bins=64)
+    eps1, eps2 = default_split(epsilon, n=n, mechanism=mechanism)
     assert eps1 == pytest.approx(expected_epsilon1)
     assert eps1 + eps2 == pytest.approx(epsilon) and eps2 > 0
 
 
-def test_default_split_refuses_an_empty_data_set() -> None:
-    with pytest.raises(InvalidParameterError):
-        default_split(1.0, n=0, bins=64)
+def test_default_split_refuses_an_empty_data_set_and_unknown_mechanisms() -> None:
+    with pytest.raises(InvalidParameterError, match="n "):
+        default_split(1.0, n=0)
+    with pytest.raises(InvalidParameterError, match="mechanism"):
+        default_split(1.0, n=100, mechanism="laplace")
+
+
+@given(
+    epsilon=st.floats(min_value=1e-6, max_value=100.0),
+    n=st.integers(min_value=1, max_value=10**9),
+)
+def test_the_rpwithprior_split_is_public_bounded_and_continuous_in_epsilon(
+    epsilon: float, n: int
+) -> None:
+    """0 < epsilon1 <= 90% of the total (40% from 0.3 on), and no jump across the fade."""
+    eps1, eps2 = default_split(epsilon, n=n, mechanism="rpwithprior")
+    share = 0.9 if epsilon < 0.3 else 0.4
+    assert 0 < eps1 <= share * epsilon * (1 + 1e-12) and eps2 > 0
+    nearby, _ = default_split(epsilon * (1 + 1e-9), n=n, mechanism="rpwithprior")
+    assert nearby == pytest.approx(eps1, rel=1e-6)
 
 
 @pytest.mark.parametrize("mechanism", ["auto", "rpwithprior"])

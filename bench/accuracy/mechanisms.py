@@ -6,9 +6,10 @@ Accounting (total epsilon per cell):
 * two-step mechanisms spend epsilon1 on ONE private histogram of the training labels
   (``shared.mechanisms.histogram.private_histogram``, exact discrete Laplace) and epsilon2 =
   epsilon - epsilon1 on the per-label randomizer, whose parameters are chosen from that noisy
-  prior only. RR-on-Bins, RPWithPrior (our automatic choice), RRWithPrior, Unbiased and ``auto``
-  share the same histogram at the library's default split (``shared.randomizer.default_split``);
-  RPWithPrior "paper" draws its own histogram at the split of the paper's Table 5;
+  prior only. RR-on-Bins, RRWithPrior, Unbiased and ``auto`` share the same histogram at the
+  library's default split (``shared.randomizer.default_split``); RPWithPrior (our automatic
+  choice) draws its own at the library's RPWithPrior split (a smaller epsilon1), RPWithPrior
+  "paper" at the split of the paper's Table 5;
 * the constant baseline is the epsilon-DP mean of the clipped labels (:func:`dp_mean`).
 Nothing here ever reads a raw label except the histogram, the DP mean and ``randomize``.
 """
@@ -59,9 +60,7 @@ class CellContext:
     shared_split: tuple[float, float] = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "shared_split", default_split(self.epsilon, n=self.y.size, bins=self.bins)
-        )
+        object.__setattr__(self, "shared_split", default_split(self.epsilon, n=self.y.size))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -321,13 +320,18 @@ def _pipeline(
     (``"auto"``: RPWithPrior and RR-on-Bins; ``"rpwithprior"``: its (interval, zeta) only) the
     one whose raw or debiased targets have the least C = bias^2 + (model_dim / n) Var, with the
     release parameter ``model_dim`` = ``dim_of(ctx)``; records the transform it recommends.
-    ``split_of`` replaces our epsilon split (RP-auto-t5s: Table 5's, to isolate the split).
+    The epsilon split is the labels party's default for that mechanism
+    (``default_split(mechanism=...)``); ``split_of`` replaces it (RP-auto-t5s: Table 5's, to
+    isolate the split).
     Carries its message fields (a release the service sends), so the features party's ``auto``
     resolves its transform from the header as the service does."""
 
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        eps1, eps2 = ctx.shared_split if split_of is None else split_of(ctx)
         n = int(ctx.y.size)
+        if split_of is None:
+            eps1, eps2 = default_split(ctx.epsilon, n=n, mechanism=mechanism)
+        else:
+            eps1, eps2 = split_of(ctx)
         dim = dim_of(ctx)
         bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
         name, randomizer = build_mechanism(

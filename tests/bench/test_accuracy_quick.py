@@ -327,14 +327,16 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
 
 def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     """RP-auto-d = ``build_mechanism("rpwithprior", model_dim=d)`` on the same noisy prior, with
-    the transform the criterion recommends for d; RP-auto is the same with the default 10."""
+    the transform the criterion recommends for d; RP-auto is the same with the default 10. Both
+    at the labels party's RPWithPrior split, not the one RR-on-Bins / auto share."""
     from shared import selection
-    from shared.randomizer import build_mechanism
+    from shared.randomizer import build_mechanism, default_split
 
     rng = np.random.default_rng(5)
     y = np.clip(rng.exponential(0.2, size=1500), 0.0, 1.0)
     ctx = mechanisms.CellContext(dataset="toy", y=y, lo=0.0, hi=1.0, epsilon=0.5, d=400)
-    eps1, eps2 = ctx.shared_split
+    eps1, eps2 = default_split(0.5, n=y.size, mechanism="rpwithprior")
+    assert eps1 < ctx.shared_split[0]
     built = {}
     for key in ("rp_auto", "rp_auto_d"):
         built[key] = mechanisms.VARIANTS[key].build(ctx, {}, np.random.default_rng(9))

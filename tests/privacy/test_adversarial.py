@@ -330,9 +330,10 @@ def test_unrepresentable_label_grids_get_a_clear_error(lo: float, hi: float, bin
 @pytest.mark.parametrize("n", [1, 10, 1000, 10**7])
 def test_default_split_never_sums_above_the_requested_epsilon(n: int) -> None:
     for epsilon in np.concatenate([np.linspace(0.001, 10.0, 997), [1e-300, 0.3, 1e308]]):
-        eps1, eps2 = default_split(float(epsilon), n=n, bins=64)
-        assert eps1 > 0 and eps2 > 0
-        assert Fraction(eps1) + Fraction(eps2) == Fraction(float(epsilon))
+        for mechanism in ("auto", "rr_on_bins", "rpwithprior"):
+            eps1, eps2 = default_split(float(epsilon), n=n, mechanism=mechanism)
+            assert eps1 > 0 and eps2 > 0
+            assert Fraction(eps1) + Fraction(eps2) == Fraction(float(epsilon))
 
 
 def test_an_explicit_split_never_sums_above_the_total() -> None:

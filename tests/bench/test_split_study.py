@@ -1,0 +1,27 @@
+"""The split study runs on a simulated set (no kit files needed) and writes its table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from bench.accuracy import data, split_study
+
+
+def test_the_oracle_is_never_beaten_on_the_grid_and_the_report_names_both_rules(
+    tmp_path: Path,
+) -> None:
+    dataset = data.make_linear(n=2_000, d=3, seed=1)
+    rows = split_study.study(dataset, epsilons=[0.5, 2.0], draws=2)
+    assert [r.epsilon for r in rows] == [0.5, 2.0]
+    for row in rows:
+        assert row.best_epsilon1 in split_study.GRID and row.best > 0
+        assert row.current_epsilon1 == split_study.rp_epsilon1(row.epsilon, row.n)
+        assert row.previous_epsilon1 == split_study.auto_epsilon1(row.epsilon, row.n)
+        assert np.isfinite([row.current, row.previous]).all()
+    out = tmp_path / "split.md"
+    assert split_study.main(["--datasets", "linear", "--epsilons", "1", "--draws", "1",
+                             "--out", str(out)]) == 0  # fmt: skip
+    text = out.read_text()
+    assert "## linear" in text and "RP / best" in text and "Geometric mean" in text
