@@ -10,7 +10,7 @@ import pytest
 
 from labels_party.releases import ReleaseService
 from shared.message import BINARY_MEDIA_TYPE, decode_binary, from_json_message
-from shared.randomizer import Release, label_randomizer
+from shared.randomizer import Release, default_split, label_randomizer
 from tests.labels_party.conftest import (
     ADV,
     OPS,
@@ -270,6 +270,20 @@ def test_release_retries_when_labels_change_after_the_snapshot(make_client, monk
     assert release(client, "ds").status_code == 201
     assert calls["n"] == 2
     np.testing.assert_array_equal(seen[-1], [42.0, 0.0])  # the stored release saw the label
+
+
+@pytest.mark.parametrize("mechanism", ["rpwithprior", "rr_on_bins", "auto"])
+def test_the_default_split_is_the_engines_for_the_releases_mechanism(client, mechanism):
+    """Without epsilon_histogram the service charges default_split(epsilon, n, mechanism)."""
+    create_dataset(client, epsilon_budget=5.0)
+    ids = [f"x{i:04d}" for i in range(2500)]
+    register(client, "ds", ids)
+    rel = release(client, "ds", epsilon=1.0, mechanism=mechanism).json()
+    assert (rel["epsilon1"], rel["epsilon2"]) == default_split(1.0, n=2500, mechanism=mechanism)
+    if mechanism == "rpwithprior":  # sqrt(4 / 2500): a cheaper prior than RR-on-Bins'
+        assert rel["epsilon1"] == pytest.approx(0.04)
+    else:  # min(sqrt(64 / 2500), 0.25)
+        assert rel["epsilon1"] == pytest.approx(0.16)
 
 
 def test_ledger_endpoint_and_metrics(client):
