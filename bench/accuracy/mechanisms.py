@@ -443,7 +443,7 @@ VARIANTS: dict[str, Variant] = {
             label="RPWithPrior, auto",
             paper_column=None,
             build=_pipeline("rpwithprior", _default_dim),
-            note="pipeline default: our split, adaptive bins, (A1, A2, zeta) by least "
+            note="pipeline default: RPWithPrior's split, adaptive bins, (A1, A2, zeta) by least "
             "bias^2 + 10 Var / n; recommends its transform",
         ),
         Variant(
@@ -467,8 +467,8 @@ VARIANTS: dict[str, Variant] = {
             label="RPWithPrior, auto, Table 5's epsilon split",
             paper_column=None,
             build=_pipeline("rpwithprior", _default_dim, _table5_split),
-            note="as RP-auto with the paper's (epsilon1, epsilon2) where Table 5 lists one: "
-            "isolates the split from the interval and zeta",
+            note="as RP-auto with the paper's (epsilon1, epsilon2) where Table 5 lists one, else "
+            "the split RR-on-Bins / auto share: isolates the split from the interval and zeta",
         ),
         Variant(
             key="rr_with_prior",
