@@ -122,6 +122,14 @@ class Release:
         return int(self.noisy_labels.size)
 
 
+def check_mechanism(mechanism: str) -> None:
+    """Refuse a mechanism name the pipeline does not know."""
+    if mechanism not in MECHANISMS:
+        raise InvalidParameterError(
+            f"mechanism ({mechanism!r}) must be one of {', '.join(MECHANISMS)}"
+        )
+
+
 def default_split(epsilon: float, *, n: int, mechanism: str = "auto") -> tuple[float, float]:
     """Split a total epsilon into (epsilon1, epsilon2) from public quantities only.
 
@@ -134,10 +142,7 @@ def default_split(epsilon: float, *, n: int, mechanism: str = "auto") -> tuple[f
     total = check_epsilon(epsilon)
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
         raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
-    if mechanism not in MECHANISMS:
-        raise InvalidParameterError(
-            f"mechanism ({mechanism!r}) must be one of {', '.join(MECHANISMS)}"
-        )
+    check_mechanism(mechanism)
     floor = min(MIN_HISTOGRAM_EPSILON, MAX_SMALL_BUDGET_SHARE * total)
     if mechanism == "rpwithprior":
         scale = max(RP_SCALE_FLOOR, RP_SCALE_PER_EPSILON * total)
@@ -200,10 +205,7 @@ def build_mechanism(
     from shared.mechanisms import rp_with_prior, rr_on_bins
 
     eps = check_epsilon(epsilon, name="epsilon2")
-    if mechanism not in MECHANISMS:
-        raise InvalidParameterError(
-            f"mechanism ({mechanism!r}) must be one of {', '.join(MECHANISMS)}"
-        )
+    check_mechanism(mechanism)
     unknown = set(params) - {"select", "zeta", "outside", "loss", "max_bins"}
     if unknown:
         raise InvalidParameterError(f"unknown mechanism parameter(s): {', '.join(sorted(unknown))}")

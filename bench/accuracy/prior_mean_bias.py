@@ -14,16 +14,13 @@ variance, next to the DP constant's expected squared error 2 (range / (epsilon n
 
 from __future__ import annotations
 
-import argparse
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from bench.accuracy import data
-from bench.accuracy.runner import split_indices
+from bench.accuracy import data, study_cli
 from shared.mechanisms.histogram import private_histogram
 from shared.randomizer import DEFAULT_BINS, default_split
 from shared.selection import adaptive_bins
@@ -46,8 +43,7 @@ class Row:
 
 def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> list[Row]:
     """One row per total epsilon for the training labels of split 0."""
-    train, _ = split_indices(dataset.y.size, trial=0)
-    y = np.clip(dataset.y[train], dataset.lo, dataset.hi)
+    y = study_cli.training_labels(dataset)
     n, variance, width = int(y.size), float(y.var()), dataset.hi - dataset.lo
     rows = []
     for eps in epsilons:
@@ -107,27 +103,11 @@ def render(rows: Sequence[Row], *, draws: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.accuracy.prior_mean_bias")
-    parser.add_argument("--datasets", default="ads,crime,housing,linear,nonlinear")
-    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
-    parser.add_argument("--draws", type=int, default=200)
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
-    epsilons = [float(e) for e in args.epsilons.split(",")]
-    rows: list[Row] = []
-    for name in args.datasets.split(","):
-        try:
-            dataset = data.load(name)
-        except data.DatasetUnavailable as exc:
-            print(f"skipping {name}: {exc}")
-            continue
-        rows += study(dataset, epsilons=epsilons, draws=args.draws)
-    if not math.isfinite(sum(r.mse_share for r in rows)):
-        raise RuntimeError("non-finite error share")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(rows, draws=args.draws) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return study_cli.run(
+        argv, prog="python -m bench.accuracy.prior_mean_bias",
+        datasets="ads,crime,housing,linear,nonlinear", epsilons=EPSILONS, draws=200, out=OUT,
+        study=study, render=render,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

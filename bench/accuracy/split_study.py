@@ -17,16 +17,14 @@ use it).
 
 from __future__ import annotations
 
-import argparse
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from bench.accuracy import data
-from bench.accuracy.runner import split_indices
+from bench.accuracy import data, study_cli
 from shared.mechanisms.histogram import Prior, private_histogram
 from shared.randomizer import DEFAULT_BINS, default_split
 from shared.selection import adaptive_bins, choose, score
@@ -85,8 +83,7 @@ class Row:
 
 def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> list[Row]:
     """One row per total epsilon: C at the grid's best, the current and the previous epsilon1."""
-    train, _ = split_indices(dataset.y.size, trial=0)
-    y = np.clip(dataset.y[train], dataset.lo, dataset.hi)
+    y = study_cli.training_labels(dataset)
     n = int(y.size)
     exact = private_histogram(
         y,
@@ -107,11 +104,7 @@ def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> li
     for eps in epsilons:
         grid = {e1: c_at(eps, e1) for e1 in GRID if e1 <= 0.5 * eps}
         best = min(grid, key=grid.__getitem__)
-        rules: dict[str, Callable[[float, int], float]] = {
-            "current": rp_epsilon1,
-            "previous": auto_epsilon1,
-        }
-        chosen = {name: rule(eps, n) for name, rule in rules.items()}
+        rp, shared = rp_epsilon1(eps, n), auto_epsilon1(eps, n)
         rows.append(
             Row(
                 dataset=dataset.name,
@@ -119,10 +112,10 @@ def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> li
                 epsilon=eps,
                 best_epsilon1=best,
                 best=grid[best],
-                current_epsilon1=chosen["current"],
-                current=c_at(eps, chosen["current"]),
-                previous_epsilon1=chosen["previous"],
-                previous=c_at(eps, chosen["previous"]),
+                current_epsilon1=rp,
+                current=c_at(eps, rp),
+                previous_epsilon1=shared,
+                previous=c_at(eps, shared),
             )  # fmt: skip
         )
     return rows
@@ -176,26 +169,11 @@ def render(rows: Sequence[Row], *, draws: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.accuracy.split_study")
-    parser.add_argument("--datasets", default="housing,crime,linear,nonlinear,ads")
-    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
-    parser.add_argument("--draws", type=int, default=16)
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
-    epsilons = [float(e) for e in args.epsilons.split(",")]
-    rows: list[Row] = []
-    for name in args.datasets.split(","):
-        try:
-            dataset = data.load(name)
-        except data.DatasetUnavailable as exc:
-            print(f"skipping {name}: {exc}")
-            continue
-        rows += study(dataset, epsilons=epsilons, draws=args.draws)
-        print(f"{name}: done", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(rows, draws=args.draws) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return study_cli.run(
+        argv, prog="python -m bench.accuracy.split_study",
+        datasets="housing,crime,linear,nonlinear,ads", epsilons=EPSILONS, draws=16, out=OUT,
+        study=study, render=render,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
