@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from features_party.config import Settings
 from features_party.db.models import TrainedModel
 from features_party.features import load_rows, load_schema
+from features_party.mean_anchor import message_label_mean
 from features_party.pull import pull_message
 from features_party.training import (
     FittedModel,
@@ -215,6 +216,7 @@ class JobRunner:
             label_transform=transform,
             seed=seed,
             progress=progress,
+            label_mean=message_label_mean(header, n_joined=join_stats["n_joined"]),
         )
         metrics = dict(fitted.metrics)
         if header.mechanism != "none":
@@ -250,6 +252,7 @@ class JobRunner:
             candidate=fitted.candidate,
             affine=fitted.affine,
             metrics=result,
+            offset=fitted.offset,
         )
         blob = pickle.dumps(final, protocol=pickle.HIGHEST_PROTOCOL)
         self._update(

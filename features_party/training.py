@@ -43,6 +43,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 from threadpoolctl import threadpool_limits
 
+from features_party.mean_anchor import LabelMean, mean_anchor
 from shared.errors import InvalidParameterError
 
 Kind = Literal["numeric", "categorical"]
@@ -368,9 +369,12 @@ class FittedModel:
     candidate: Candidate
     affine: tuple[float, float]
     metrics: Mapping[str, Any]
+    # Added to every prediction: the shift towards the message's DP label mean
+    # (``features_party.mean_anchor``); 0 when none was applied (and in older pickles).
+    offset: float = 0.0
 
     def predict_matrix(self, X: np.ndarray) -> np.ndarray:
-        return np.asarray(self.estimator.predict(X), dtype=np.float64)
+        return np.asarray(self.estimator.predict(X), dtype=np.float64) + self.offset
 
     def predict_rows(self, rows: Sequence[Sequence[Any]]) -> np.ndarray:
         return self.predict_matrix(self.encoder.encode_rows(rows))
@@ -470,11 +474,14 @@ def fit_model(
     seed: int = 0,
     progress: Progress = _no_progress,
     threads: int | None = 1,
+    label_mean: LabelMean | None = None,
 ) -> FittedModel:
     """Select a configuration by held-out noisy-label MSE, then refit it on all rows.
 
     ``X`` rows are ``encoder``-encoded features joined with ``noisy`` labels; ``affine`` is the
     mechanism's (a, b) (``shared.debias.affine_coefficients``; (1, 0) for exact labels).
+    ``label_mean``: the message's DP label mean over exactly these rows' labels; the refitted
+    model's mean is then anchored on it (``features_party.mean_anchor``).
     ``threads`` caps the OpenMP / BLAS threads (None: library default). One thread is the
     default: on a busy machine OpenMP's spinning made HistGradientBoosting 5-50x slower than a
     single thread, and a single thread keeps the service's API responsive while it trains.
@@ -489,6 +496,7 @@ def fit_model(
             label_transform=label_transform,
             seed=seed,
             progress=progress,
+            label_mean=label_mean,
         )
 
 
@@ -502,6 +510,7 @@ def _fit_model(
     label_transform: str,
     seed: int,
     progress: Progress,
+    label_mean: LabelMean | None,
 ) -> FittedModel:
     X = np.asarray(X, dtype=np.float64)
     noisy = np.asarray(noisy, dtype=np.float64)
@@ -581,8 +590,20 @@ def _fit_model(
     }
     if chosen.family == "gbm":
         metrics["gbm_iterations"] = int(estimator.n_iter_)
+    offset = 0.0
+    if label_mean is not None:
+        anchor = mean_anchor(
+            label_mean, predictions=np.asarray(estimator.predict(X), dtype=np.float64)
+        )
+        offset = anchor.offset
+        metrics["mean_anchor"] = anchor.to_dict()
     return FittedModel(
-        encoder=encoder, estimator=estimator, candidate=chosen, affine=(a, b), metrics=metrics
+        encoder=encoder,
+        estimator=estimator,
+        candidate=chosen,
+        affine=(a, b),
+        metrics=metrics,
+        offset=offset,
     )
 
 

@@ -7,11 +7,11 @@ the message does not reveal which clicks converted).
 
 Order of work. (1) Read a snapshot of the universe and its labels (a read transaction) and
 randomize it outside any write lock, at most ``concurrency`` at a time. (2) In ONE write
-transaction: re-check that the labels are unchanged since the snapshot (``data_version``; if
-not, start again), check the budget, insert the release, its message chunks and the two ledger
-entries (histogram epsilon1, randomizer epsilon2), add the spend, mark the dataset released
-(which freezes its examples and labels). A randomization that loses the race is discarded
-unseen, which costs no privacy; the message is served only after its spend is committed.
+transaction: re-check that the labels are unchanged since the snapshot (``data_version``; if not,
+start again), check the budget, insert the release, its message chunks and the two ledger entries
+(epsilon1: the histogram and the DP label mean; epsilon2: the randomizer), add the spend, mark the
+dataset released (which freezes its examples and labels). A randomization that loses the race is
+discarded unseen, which costs no privacy; the message is served only after its spend is committed.
 """
 
 from __future__ import annotations
@@ -217,6 +217,8 @@ class ReleaseService:
             n=n,
             body_sha256=body_sha256([snap.ids_text], noisy),
             model_dim=release.model_dim,
+            label_mean=release.label_mean,
+            label_mean_epsilon=release.label_mean_epsilon,
         )
         chunks = _chunks(header, snap.ids_text, noisy)
         digest = hashlib.sha256()
@@ -283,6 +285,9 @@ class ReleaseService:
                     "noise": "discrete_laplace",
                     "sensitivity": 2,
                     "split": "given" if request.epsilon_histogram is not None else "default",
+                    # epsilon1 = the histogram's + the DP label mean's (basic composition).
+                    "histogram_epsilon": release.histogram_epsilon,
+                    "label_mean_epsilon": release.label_mean_epsilon,
                 },
                 **common,
             )

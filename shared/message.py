@@ -1,10 +1,10 @@
 """The ONE privatized message the labels party sends: a versioned header and a body.
 
-The header carries every public parameter the features party needs to validate the message and
-to post-process (debias) the noisy labels: mechanism and parameters, epsilon1 and epsilon2, the
-label bounds, the noisy histogram, n, and the sha256 of the body. The body is the example ids
-with their noisy labels, never anything else. Two encodings carry the same content and the same
-``body_sha256``: JSON (small releases) and a compact length-prefixed binary layout that is
+The header carries every public parameter the features party needs to validate the message and to
+post-process (debias) the noisy labels: mechanism and parameters, epsilon1 and epsilon2, the label
+bounds, the noisy histogram, the DP label mean, n, and the sha256 of the body. The body is the
+example ids with their noisy labels, never anything else. Two encodings carry the same content and
+the same ``body_sha256``: JSON (small releases) and a compact length-prefixed binary layout that is
 produced and consumed in chunks (millions of labels).
 
 Binary layout (all integers little-endian)::
@@ -28,10 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shared.errors import IntegrityError
 
-# Version 2 adds the optional header field ``model_dim``; version 1 messages (without it) are
-# still read.
-FORMAT_VERSION = 2
-SUPPORTED_FORMAT_VERSIONS = (1, 2)
+# Version 2 adds the optional header field ``model_dim``, version 3 the optional DP label mean
+# (``label_mean``, ``label_mean_epsilon``); older messages (without them) are still read.
+FORMAT_VERSION = 3
+SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
 JSON_MEDIA_TYPE = "application/json"
 BINARY_MEDIA_TYPE = "application/vnd.labeldp.message+binary"
 
@@ -98,6 +98,22 @@ class MessageHeader(BaseModel):
     # (d / n) Var, ``shared.selection``); the features party resolves its label transform with
     # the same d, because the randomizer's parameters were tuned for it. None: not recorded.
     model_dim: int | None = Field(default=None, ge=1, le=10**9, strict=True)
+    # The label_mean_epsilon-DP mean of the clipped labels (``shared.mechanisms.private_mean``),
+    # bought with part of epsilon1 (the histogram got the rest): the features party anchors its
+    # predictions on it. None: the release spent nothing on it.
+    label_mean: float | None = None
+    label_mean_epsilon: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _label_mean(self) -> MessageHeader:
+        if (self.label_mean is None) != (self.label_mean_epsilon is None):
+            raise ValueError("label_mean and label_mean_epsilon go together")
+        if self.label_mean is not None and self.label_mean_epsilon is not None:
+            if not self.label_min <= self.label_mean <= self.label_max:
+                raise ValueError("label_mean must lie within [label_min, label_max]")
+            if not self.label_mean_epsilon < self.epsilon1:
+                raise ValueError("label_mean_epsilon must be < epsilon1 (it is part of it)")
+        return self
 
     @property
     def epsilon(self) -> float:

@@ -2,12 +2,17 @@
 
 Implements Liu & Huang, RPWithPrior, Algorithm 4 and Ghazi et al. 2022, Algorithm 3
 (LabelRandomizer), both with the exact discrete-Laplace histogram of ``mechanisms.histogram``
-(never the papers' per-label Laplace-noised histogram). Privacy: the histogram is
-epsilon1-label-DP; every parameter below is chosen from that noisy prior alone (post-processing);
-the randomizer is then applied once per label and is epsilon2-DP for any parameters, so by
-parallel and basic composition the released labels are (epsilon1 + epsilon2)-label-DP.
+(never the papers' per-label Laplace-noised histogram). The epsilon1 step also releases a DP
+label mean (``mechanisms.private_mean``) with ``MEAN_SHARE`` of epsilon1, which the features
+party anchors its predictions on (``features_party.training.mean_anchor``). Privacy: the
+histogram (epsilon1 - epsilon_mean) and the mean (epsilon_mean) are together epsilon1-label-DP
+by basic composition; every parameter below is chosen from that noisy prior alone
+(post-processing); the randomizer is then applied once per label and is epsilon2-DP for any
+parameters, so by parallel and basic composition the released labels are
+(epsilon1 + epsilon2)-label-DP.
 
-Only two lines of this module touch raw labels: the histogram and the final ``randomize`` call.
+Only three lines of this module touch raw labels: the histogram, the mean and the final
+``randomize`` call.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import numpy as np
 from shared.domain import LabelDomain, check_epsilon, check_labels
 from shared.errors import InvalidParameterError
 from shared.mechanisms.histogram import Prior, check_bins, private_histogram
+from shared.mechanisms.private_mean import private_mean, private_mean_variance
 from shared.rng import Rng
 from shared.selection import (
     DEFAULT_MODEL_DIM,
@@ -59,6 +65,8 @@ RP_SCALE_FLOOR = 1.0
 RP_SCALE_PER_EPSILON = 2.0
 RP_MAX_HISTOGRAM_SHARE = 0.4
 RP_FLOOR_FADE = (0.1, 0.3)
+# The share of epsilon1 spent on the DP label mean (the rest buys the histogram).
+MEAN_SHARE = 0.3
 
 
 class LabelMechanism(Protocol):
@@ -111,6 +119,13 @@ class Release:
     recommended_transform: str = "raw"
     # The model dimension d that ``mechanism`` and ``recommended_transform`` were chosen for.
     model_dim: int | None = None
+    # The epsilon_mean-DP label mean (part of epsilon1) and its noise variance (public); None
+    # when the release spent nothing on it (mean_share 0).
+    label_mean: float | None = None
+    label_mean_epsilon: float | None = None
+    label_mean_variance: float | None = None
+    # The part of epsilon1 the histogram got (epsilon1 itself when nothing went to the mean).
+    histogram_epsilon: float | None = None
 
     @property
     def epsilon(self) -> float:
@@ -175,6 +190,24 @@ def split_epsilon(epsilon: float, epsilon1: float) -> tuple[float, float]:
             f"epsilon - epsilon1 ({epsilon!r} - {epsilon1!r}) is not a positive float"
         )
     return first, second
+
+
+def split_prior_epsilon(epsilon1: float, mean_share: float) -> tuple[float, float | None]:
+    """(epsilon_histogram, epsilon_mean) with epsilon_histogram + epsilon_mean <= epsilon1 EXACTLY.
+
+    ``mean_share`` of epsilon1 goes to the DP label mean, the rest to the histogram; share 0
+    spends nothing on the mean (epsilon_mean None). With epsilon1 = inf both are exact (inf).
+    """
+    share = float(mean_share)
+    if not (math.isfinite(share) and 0.0 <= share < 1.0):
+        raise InvalidParameterError(f"mean_share ({mean_share!r}) must be in [0, 1)")
+    eps1 = check_epsilon(epsilon1, name="epsilon1", allow_inf=True)
+    if share == 0.0:
+        return eps1, None
+    if math.isinf(eps1):
+        return eps1, eps1
+    eps_mean, eps_hist = split_epsilon(eps1, eps1 * share)
+    return eps_hist, eps_mean
 
 
 def build_mechanism(
@@ -287,15 +320,18 @@ def label_randomizer(
     rng: Rng,
     bins: int | None = None,
     model_dim: int | None = None,
+    mean_share: float = MEAN_SHARE,
     **params: Any,
 ) -> Release:
     """Release (epsilon1 + epsilon2)-label-DP noisy labels with the chosen two-step mechanism.
 
     Implements RPWithPrior Algorithm 4 / RR-on-Bins Algorithm 3 (see module docstring).
-    ``bins=None`` sizes the histogram by ``adaptive_bins(n, epsilon1)`` (public); ``model_dim``
-    is the receiver's model dimension for ``mechanism="auto"`` and the recommended transform
-    (default ``shared.selection.DEFAULT_MODEL_DIM``). ``epsilon1 = inf`` uses the exact
-    histogram (a known prior, for benchmarks); ``epsilon2 = inf`` releases the clipped labels
+    epsilon1 buys the histogram and, with ``mean_share`` of it (0 <= share < 1; 0: none), a DP
+    label mean (:func:`split_prior_epsilon`). ``bins=None`` sizes the histogram by
+    ``adaptive_bins(n, epsilon_histogram)`` (public); ``model_dim`` is the receiver's model
+    dimension for ``mechanism="auto"`` and the recommended transform (default
+    ``shared.selection.DEFAULT_MODEL_DIM``). ``epsilon1 = inf`` uses the exact histogram and
+    mean (a known prior, for benchmarks); ``epsilon2 = inf`` releases the clipped labels
     unchanged (the non-private baseline).
     """
     domain = LabelDomain(lo=lo, hi=hi)
@@ -304,11 +340,23 @@ def label_randomizer(
     clipped = domain.clip(check_labels(labels))
     n = int(clipped.size)  # public: the receiver gets one noisy label per example
     dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
-    cells = adaptive_bins(n, eps1, max_bins=DEFAULT_BINS) if bins is None else check_bins(bins)
+    eps_hist, eps_mean = split_prior_epsilon(eps1, mean_share)
+    cells = adaptive_bins(n, eps_hist, max_bins=DEFAULT_BINS) if bins is None else check_bins(bins)
 
     prior = private_histogram(
-        clipped, lo=domain.lo, hi=domain.hi, bins=cells, epsilon=eps1, rng=rng
+        clipped, lo=domain.lo, hi=domain.hi, bins=cells, epsilon=eps_hist, rng=rng
     )
+    anchor: dict[str, float | None] = {"histogram_epsilon": eps_hist}
+    if eps_mean is not None:
+        anchor = {
+            "label_mean": private_mean(
+                clipped, lo=domain.lo, hi=domain.hi, epsilon=eps_mean, rng=rng
+            ),
+            "label_mean_epsilon": eps_mean,
+            "label_mean_variance": private_mean_variance(
+                lo=domain.lo, hi=domain.hi, epsilon=eps_mean, n=n
+            ),
+        }
     if math.isinf(eps2):
         return Release(
             noisy_labels=clipped,
@@ -320,6 +368,7 @@ def label_randomizer(
             lo=domain.lo,
             hi=domain.hi,
             expected_label_mse=0.0,
+            **anchor,
         )
     name, randomizer = build_mechanism(
         prior, epsilon=eps2, mechanism=mechanism, n=n, model_dim=dim, **params
@@ -337,4 +386,5 @@ def label_randomizer(
         expected_label_mse=float(randomizer.expected_squared_error(prior)),
         recommended_transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
         model_dim=dim,
+        **anchor,
     )

@@ -138,7 +138,7 @@ def test_model_dim_round_trips_and_version_1_messages_are_still_read() -> None:
     ids = ["a", "b"]
     labels = np.array([0.25, 0.75])
     header = make_header(ids, labels, model_dim=115)
-    assert header.format_version == FORMAT_VERSION == 2
+    assert header.format_version == FORMAT_VERSION == 3
     for blob, decode in (
         (b"".join(encode_binary(header, ids, labels)), decode_binary),
         (to_json_message(header, ids, labels), from_json_message),
@@ -151,6 +151,36 @@ def test_model_dim_round_trips_and_version_1_messages_are_still_read() -> None:
     decoded = decode_binary(blob)[0]
     assert decoded.format_version == 1 and decoded.model_dim is None
     assert from_json_message(to_json_message(old, ids, labels))[0] == old
+
+
+def test_label_mean_round_trips_and_version_2_messages_are_still_read() -> None:
+    ids = ["a", "b"]
+    labels = np.array([0.25, 0.75])
+    header = make_header(ids, labels, label_mean=0.5, label_mean_epsilon=0.03)
+    for blob, decode in (
+        (b"".join(encode_binary(header, ids, labels)), decode_binary),
+        (to_json_message(header, ids, labels), from_json_message),
+    ):
+        decoded = decode(blob)[0]
+        assert (decoded.label_mean, decoded.label_mean_epsilon) == (0.5, 0.03)
+    old = make_header(ids, labels, format_version=2)
+    decoded = decode_binary(b"".join(encode_binary(old, ids, labels)))[0]
+    assert decoded.format_version == 2 and decoded.label_mean is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"label_mean": 0.5}, "go together"),
+        ({"label_mean_epsilon": 0.01}, "go together"),
+        ({"label_mean": 1.5, "label_mean_epsilon": 0.01}, "within"),
+        ({"label_mean": 0.5, "label_mean_epsilon": 5.0}, "part of it"),
+        ({"label_mean": 0.5, "label_mean_epsilon": 0.0}, "label_mean_epsilon"),
+    ],
+)
+def test_header_refuses_an_inconsistent_label_mean(fields: dict[str, float], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        make_header([], np.array([]), **fields)
 
 
 @pytest.mark.parametrize("bad", [0, -3, 10**9 + 1, 2.5, "ten", True])

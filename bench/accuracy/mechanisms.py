@@ -10,7 +10,8 @@ Accounting (total epsilon per cell):
   library's default split (``shared.randomizer.default_split``); RPWithPrior (our automatic
   choice) draws its own at the library's RPWithPrior split (a smaller epsilon1), RPWithPrior
   "paper" at the split of the paper's Table 5;
-* the constant baseline is the epsilon-DP mean of the clipped labels (:func:`dp_mean`).
+* the constant baseline is the epsilon-DP mean of the clipped labels
+  (``shared.mechanisms.private_mean``).
 Nothing here ever reads a raw label except the histogram, the DP mean and ``randomize``.
 """
 
@@ -21,20 +22,25 @@ import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from features_party.mean_anchor import LabelMean
 from shared import selection
-from shared.mechanisms.discrete_laplace import sample_discrete_laplace
 from shared.mechanisms.histogram import Prior, private_histogram
-from shared.randomizer import DEFAULT_BINS, build_mechanism, default_split
+from shared.mechanisms.private_mean import private_mean, private_mean_variance
+from shared.randomizer import (
+    DEFAULT_BINS,
+    MEAN_SHARE,
+    build_mechanism,
+    default_split,
+    split_prior_epsilon,
+)
 from shared.selection import adaptive_bins, recommended_transform
 
 GAUSSIAN_DELTA = 1e-5
 # Resolution of the DP mean's integer sum: labels are rounded to 2^-16 of the bounds' width.
-_MEAN_LEVELS = 2**16
 # The Unbiased LP runs on a coarser input grid (the paper's experiments used 5 points; the
 # LP's cost grows fast with the grid): the 64-cell prior merged into this many cells.
 UNBIASED_CELLS = 16
@@ -49,7 +55,7 @@ class CellContext:
     """Everything public about one (data set, split, epsilon) cell, plus the training labels."""
 
     dataset: str
-    y: np.ndarray  # clipped training labels: only histogram / dp_mean / randomize read them
+    y: np.ndarray  # clipped training labels: only histogram / private_mean / randomize read them
     lo: float
     hi: float
     epsilon: float
@@ -79,6 +85,9 @@ class Built:
     message_mechanism: str | None = None
     message_prior: Prior | None = None
     message_model_dim: int | None = None
+    # The message's DP label mean (bought with part of epsilon1), which the features party
+    # anchors its models on (``features_party.mean_anchor``).
+    message_label_mean: LabelMean | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,19 +99,6 @@ class Variant:
     paper_column: str | None
     build: Callable[[CellContext, dict[str, Prior], np.random.Generator], Built]
     note: str = ""
-
-
-def dp_mean(y: np.ndarray, *, lo: float, hi: float, epsilon: float, rng: Any) -> float:
-    """An epsilon-label-DP mean of labels clipped to public [lo, hi] (n is public).
-
-    Each label is rounded to one of 2^16 + 1 levels of [lo, hi]; the integer sum has L1
-    sensitivity 2^16 when one label changes, so adding exact discrete Laplace noise of scale
-    2^16 / epsilon (CKS 2020) is epsilon-DP; dividing by n and clipping is post-processing.
-    """
-    levels = np.rint((np.clip(y, lo, hi) - lo) / (hi - lo) * _MEAN_LEVELS).astype(np.int64)
-    noise = sample_discrete_laplace(rng, Fraction(_MEAN_LEVELS) / Fraction(epsilon))
-    total = int(levels.sum()) + int(noise)
-    return float(np.clip(lo + (hi - lo) * total / (_MEAN_LEVELS * y.size), lo, hi))
 
 
 def shared_prior(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Prior:
@@ -323,8 +319,10 @@ def _pipeline(
     The epsilon split is the labels party's default for that mechanism
     (``default_split(mechanism=...)``); ``split_of`` replaces it (RP-auto-t5s: Table 5's, to
     isolate the split).
-    Carries its message fields (a release the service sends), so the features party's ``auto``
-    resolves its transform from the header as the service does."""
+    Like the service, it spends ``MEAN_SHARE`` of epsilon1 on a DP label mean (the histogram
+    gets the rest) and carries its message fields (a release the service sends), so the
+    features party resolves its ``auto`` transform from the header and anchors its models' mean
+    on the DP mean as the service does (the papers' network is not anchored)."""
 
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
         n = int(ctx.y.size)
@@ -333,7 +331,14 @@ def _pipeline(
         else:
             eps1, eps2 = split_of(ctx)
         dim = dim_of(ctx)
-        bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
+        eps_hist, eps_mean = split_prior_epsilon(eps1, MEAN_SHARE)
+        bins, prior = _adaptive_prior(ctx, priors, rng, eps_hist)
+        label_mean = None
+        if eps_mean is not None:
+            label_mean = LabelMean(
+                value=private_mean(ctx.y, lo=ctx.lo, hi=ctx.hi, epsilon=eps_mean, rng=rng),
+                variance=private_mean_variance(lo=ctx.lo, hi=ctx.hi, epsilon=eps_mean, n=n),
+            )
         name, randomizer = build_mechanism(
             prior, epsilon=eps2, mechanism=mechanism, n=n, model_dim=dim
         )
@@ -343,7 +348,11 @@ def _pipeline(
         else:
             built = _built(randomizer, eps1, eps2, transform=transform, bins=bins)
         return dataclasses.replace(
-            built, message_mechanism=name, message_prior=prior, message_model_dim=dim
+            built,
+            message_mechanism=name,
+            message_prior=prior,
+            message_model_dim=dim,
+            message_label_mean=label_mean,
         )
 
     return build

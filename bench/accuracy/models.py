@@ -27,6 +27,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPRegressor
 
+from features_party.mean_anchor import LabelMean
 from shared.mechanisms.histogram import Prior
 
 MODELS: tuple[str, ...] = ("mlp", "ridge", "gbm", "auto")
@@ -46,6 +47,7 @@ class Message:
     prior: Prior  # the epsilon1-DP histogram the randomizer was built from
     n: int  # number of labels in the message
     model_dim: int | None = None  # the d the labels party chose the randomizer for
+    label_mean: LabelMean | None = None  # the DP label mean the features party anchors on
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +153,7 @@ def fit_features_party(
         model=model,
         label_transform=transform,
         seed=seed,
+        label_mean=message.label_mean if message is not None else None,
     )
     prediction = np.clip(fitted.predict_matrix(split.x_test), split.lo, split.hi)
     metrics = fitted.metrics

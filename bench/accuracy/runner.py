@@ -26,6 +26,7 @@ from bench.accuracy import models
 from bench.accuracy.data import Dataset
 from shared import selection
 from shared.mechanisms.histogram import Prior
+from shared.mechanisms.private_mean import private_mean
 
 PROTOCOL_EPSILONS: tuple[float, ...] = (
     0.05,
@@ -255,6 +256,7 @@ def message_of(built: mech.Built, n: int) -> models.Message | None:
         prior=built.message_prior,
         n=n,
         model_dim=built.message_model_dim,
+        label_mean=built.message_label_mean,
     )
 
 
@@ -304,7 +306,7 @@ def run(
                         model_dim_net=net_dim,
                         log=progress,
                     )
-                    constant = mech.dp_mean(
+                    constant = private_mean(
                         y_train,
                         lo=data.lo,
                         hi=data.hi,

@@ -194,16 +194,6 @@ def test_a_prior_bought_with_another_epsilon1_is_never_reused() -> None:
     assert bins == 64 and other is not priors["shared"]
 
 
-def test_dp_mean_is_accurate_at_large_epsilon_and_bounded() -> None:
-    y = np.random.default_rng(3).uniform(0.0, 1.0, 5000)
-    rng = np.random.default_rng(4)
-    estimates = [mechanisms.dp_mean(y, lo=0.0, hi=1.0, epsilon=10.0, rng=rng) for _ in range(20)]
-    assert abs(np.mean(estimates) - y.mean()) < 1e-3
-    tiny = [mechanisms.dp_mean(y[:3], lo=0.0, hi=1.0, epsilon=0.01, rng=rng) for _ in range(20)]
-    assert all(0.0 <= v <= 1.0 for v in tiny)
-    assert np.std(tiny) > 0.05  # at 3 labels and eps 0.01 the noise must dominate
-
-
 def test_target_stats_recover_bias_and_variance() -> None:
     rng = np.random.default_rng(5)
     y = rng.uniform(0.0, 1.0, 20_000)
@@ -328,9 +318,10 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
 def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     """RP-auto-d = ``build_mechanism("rpwithprior", model_dim=d)`` on the same noisy prior, with
     the transform the criterion recommends for d; RP-auto is the same with the default 10. Both
-    at the labels party's RPWithPrior split, not the one RR-on-Bins / auto share."""
+    at the labels party's RPWithPrior split, not the one RR-on-Bins / auto share, with the
+    histogram's part of epsilon1 (the rest buys the DP label mean, as in the service)."""
     from shared import selection
-    from shared.randomizer import build_mechanism, default_split
+    from shared.randomizer import MEAN_SHARE, build_mechanism, default_split, split_prior_epsilon
 
     rng = np.random.default_rng(5)
     y = np.clip(rng.exponential(0.2, size=1500), 0.0, 1.0)
@@ -340,9 +331,11 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     built = {}
     for key in ("rp_auto", "rp_auto_d"):
         built[key] = mechanisms.VARIANTS[key].build(ctx, {}, np.random.default_rng(9))
-    bins = selection.adaptive_bins(y.size, eps1, max_bins=ctx.bins)
+    eps_hist, eps_mean = split_prior_epsilon(eps1, MEAN_SHARE)
+    assert eps_mean is not None and eps_hist + eps_mean <= eps1
+    bins = selection.adaptive_bins(y.size, eps_hist, max_bins=ctx.bins)
     prior = mechanisms.private_histogram(
-        y, lo=0.0, hi=1.0, bins=bins, epsilon=eps1, rng=np.random.default_rng(9)
+        y, lo=0.0, hi=1.0, bins=bins, epsilon=eps_hist, rng=np.random.default_rng(9)
     )
     for key, dim in (("rp_auto", selection.DEFAULT_MODEL_DIM), ("rp_auto_d", 400)):
         _, expected = build_mechanism(
@@ -368,7 +361,7 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
 def test_network_dim_variants_use_the_measured_model_dim() -> None:
     """RP-auto-net / auto-net: the network's model_dim is measured from features alone and is
     what their releases use; without it the variants are skipped, never silently defaulted."""
-    from shared.randomizer import build_mechanism
+    from shared.randomizer import MEAN_SHARE, build_mechanism, split_prior_epsilon
 
     ds = data.make_linear(n=600, d=5)
     split = models.prepare(ds.x[:480], ds.x[480:], lo=ds.lo, hi=ds.hi, standardize=False)
@@ -389,13 +382,14 @@ def test_network_dim_variants_use_the_measured_model_dim() -> None:
         lo=ds.lo,
         hi=ds.hi,
         bins=rp.params["bins"],
-        epsilon=rp.epsilon1,
+        epsilon=split_prior_epsilon(rp.epsilon1, MEAN_SHARE)[0],
         rng=np.random.default_rng(runner._seed("mechanism", 0, 1.0, "rp_auto_net")),
     )
     _, expected = build_mechanism(
         prior, epsilon=rp.epsilon2, mechanism="rpwithprior", n=y.size, model_dim=1000
     )
     assert rp.randomizer.public_params() == expected.public_params()
+    assert rp.message_label_mean is not None and ds.lo <= rp.message_label_mean.value <= ds.hi
     assert cell["auto_net"].built.message_mechanism in ("rpwithprior", "rr_on_bins")
 
 
