@@ -149,10 +149,12 @@ def default_split(epsilon: float, *, n: int, mechanism: str = "auto") -> tuple[f
     """Split a total epsilon into (epsilon1, epsilon2) from public quantities only.
 
     Ghazi et al. 2022, Sec. 3.2's epsilon1 = sqrt(k / n), tuned per mechanism (see the constants
-    above). ``"rr_on_bins"`` / ``"auto"``: max(min(sqrt(64 / n), 0.25 eps), min(0.05, 0.9 eps)).
-    ``"rpwithprior"``: max(min(max(1, 2 eps) / sqrt(n), 0.4 eps), f(eps) min(0.05, 0.9 eps))
-    with f = 1 up to epsilon 0.1, 0 from 0.3, linear between. epsilon1 is rounded up to a
-    multiple of ulp(epsilon), so that epsilon1 + epsilon2 == epsilon exactly.
+    above). The histogram's part h: ``"rr_on_bins"`` / ``"auto"``: max(min(sqrt(64 / n),
+    0.25 eps), min(0.05, 0.9 eps)); ``"rpwithprior"``: max(min(max(1, 2 eps) / sqrt(n),
+    0.4 eps), f(eps) min(0.05, 0.9 eps)) with f = 1 up to epsilon 0.1, 0 from 0.3, linear
+    between. epsilon1 = min(h / (1 - MEAN_SHARE), max(h, 0.9 eps)) also pays for the DP label
+    mean (MEAN_SHARE of epsilon1, ``label_randomizer``). epsilon1 is rounded up to a multiple
+    of ulp(epsilon), so that epsilon1 + epsilon2 == epsilon exactly.
     """
     total = check_epsilon(epsilon)
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
@@ -166,9 +168,14 @@ def default_split(epsilon: float, *, n: int, mechanism: str = "auto") -> tuple[f
         floor *= min(1.0, max(0.0, (end - total) / (end - start)))
     else:
         sqrt_rule = min(math.sqrt(DEFAULT_BINS / int(n)), MAX_HISTOGRAM_SHARE * total)
+    histogram = max(sqrt_rule, floor)
+    # epsilon1 also buys the DP label mean (MEAN_SHARE of it): grow it so that the histogram
+    # keeps its own share where the randomizer can spare it, but never past the small-budget
+    # cap (at tiny epsilon the histogram gives up the mean's share instead).
+    prior = min(histogram / (1.0 - MEAN_SHARE), max(histogram, MAX_SMALL_BUDGET_SHARE * total))
     # A multiple of ulp(total) makes total - epsilon1 exact: the parts add up to the total.
     step = math.ulp(total)
-    return split_epsilon(total, math.ceil(max(sqrt_rule, floor) / step) * step)
+    return split_epsilon(total, math.ceil(prior / step) * step)
 
 
 def split_epsilon(epsilon: float, epsilon1: float) -> tuple[float, float]:
@@ -348,7 +355,7 @@ def label_randomizer(
     )
     anchor: dict[str, float | None] = {"histogram_epsilon": eps_hist}
     if eps_mean is not None:
-        anchor = {
+        anchor |= {
             "label_mean": private_mean(
                 clipped, lo=domain.lo, hi=domain.hi, epsilon=eps_mean, rng=rng
             ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -14,9 +15,16 @@ from shared import randomizer, selection
 from shared.errors import InvalidParameterError
 from shared.mechanisms import rp_with_prior
 from shared.mechanisms.histogram import Prior
+from shared.mechanisms.private_mean import private_mean_variance
 from shared.mechanisms.rp_with_prior import RPWithPrior
 from shared.mechanisms.rr_on_bins import RROnBins
-from shared.randomizer import build_mechanism, default_split, label_randomizer
+from shared.randomizer import (
+    MEAN_SHARE,
+    build_mechanism,
+    default_split,
+    label_randomizer,
+    split_prior_epsilon,
+)
 from shared.rng import SystemRandom
 
 
@@ -149,7 +157,7 @@ def test_invalid_input_is_refused(overrides: dict[str, object], match: str) -> N
 
 
 @pytest.mark.parametrize(
-    ("mechanism", "epsilon", "n", "expected_epsilon1"),
+    ("mechanism", "epsilon", "n", "histogram"),
     [
         ("auto", 1.0, 1_000_000, 0.05),  # floor: sqrt(64 / 1e6) = 0.008 is below 0.05
         ("rr_on_bins", 4.0, 10_000, 0.08),  # the paper's sqrt(k / n), k = 64
@@ -164,11 +172,18 @@ def test_invalid_input_is_refused(overrides: dict[str, object], match: str) -> N
     ],
 )
 def test_default_split_uses_only_public_quantities(
-    mechanism: str, epsilon: float, n: int, expected_epsilon1: float
+    mechanism: str, epsilon: float, n: int, histogram: float
 ) -> None:
+    """The histogram's part h as listed; epsilon1 adds the DP mean's share on top where there is
+    room (h / (1 - MEAN_SHARE)), else stops at 90% of a tiny total."""
     eps1, eps2 = default_split(epsilon, n=n, mechanism=mechanism)
-    assert eps1 == pytest.approx(expected_epsilon1)
+    expected = min(histogram / (1 - MEAN_SHARE), max(histogram, 0.9 * epsilon))
+    assert eps1 == pytest.approx(expected)
     assert eps1 + eps2 == pytest.approx(epsilon) and eps2 > 0
+    eps_hist, eps_mean = split_prior_epsilon(eps1, MEAN_SHARE)
+    assert eps_mean is not None and eps_hist + eps_mean <= eps1
+    if histogram / (1 - MEAN_SHARE) <= 0.9 * epsilon:
+        assert eps_hist == pytest.approx(histogram)  # the histogram keeps its own share
 
 
 def test_default_split_refuses_an_empty_data_set_and_unknown_mechanisms() -> None:
@@ -185,19 +200,51 @@ def test_default_split_refuses_an_empty_data_set_and_unknown_mechanisms() -> Non
 def test_the_rpwithprior_split_is_public_bounded_and_continuous_in_epsilon(
     epsilon: float, n: int
 ) -> None:
-    """0 < epsilon1 <= 90% of the total (40% from 0.3 on), and no jump across the fade."""
+    """0 < epsilon1 <= 90% of the total (40% / (1 - MEAN_SHARE) from 0.3 on), and no jump
+    across the fade."""
     eps1, eps2 = default_split(epsilon, n=n, mechanism="rpwithprior")
-    share = 0.9 if epsilon < 0.3 else 0.4
+    share = 0.9 if epsilon < 0.3 else 0.4 / (1 - MEAN_SHARE)
     assert 0 < eps1 <= share * epsilon * (1 + 1e-12) and eps2 > 0
     nearby, _ = default_split(epsilon * (1 + 1e-9), n=n, mechanism="rpwithprior")
     assert nearby == pytest.approx(eps1, rel=1e-6)
+
+
+@pytest.mark.parametrize("epsilon1", [1e-3, 0.05, 0.3, 2.0])
+def test_epsilon1_buys_the_histogram_and_the_label_mean_exactly(
+    labels: np.ndarray, epsilon1: float
+) -> None:
+    """histogram + mean <= epsilon1 exactly (rational sum); the mean is DP-noised and bounded;
+    mean_share 0 spends nothing on it; a share outside [0, 1) is refused."""
+    common = {"lo": 0.0, "hi": 40.0, "epsilon2": 1.0, "mechanism": "auto"}
+    release = label_randomizer(labels, epsilon1=epsilon1, rng=np.random.default_rng(2), **common)
+    assert release.label_mean_epsilon is not None and release.histogram_epsilon is not None
+    assert release.label_mean_epsilon == pytest.approx(MEAN_SHARE * epsilon1)
+    assert Fraction(release.histogram_epsilon) + Fraction(release.label_mean_epsilon) <= Fraction(
+        epsilon1
+    )
+    assert release.label_mean is not None and 0.0 <= release.label_mean <= 40.0
+    assert release.label_mean_variance == private_mean_variance(
+        lo=0.0, hi=40.0, epsilon=release.label_mean_epsilon, n=labels.size
+    )
+    if epsilon1 >= 0.3:  # n = 20,000: the noise sd is 40 sqrt(2) / (0.09 n) ~ 0.03
+        assert abs(release.label_mean - labels.mean()) < 0.5
+    plain = label_randomizer(
+        labels, epsilon1=epsilon1, rng=np.random.default_rng(2), mean_share=0.0, **common
+    )
+    assert plain.label_mean is None and plain.histogram_epsilon == epsilon1
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(InvalidParameterError, match="mean_share"):
+            label_randomizer(
+                labels, epsilon1=epsilon1, rng=np.random.default_rng(2), mean_share=bad, **common
+            )
 
 
 @pytest.mark.parametrize("mechanism", ["auto", "rpwithprior"])
 def test_parameter_choice_never_sees_labels(
     labels: np.ndarray, monkeypatch: pytest.MonkeyPatch, mechanism: str
 ) -> None:
-    """Only the histogram and ``randomize`` receive raw labels; the choice gets the prior."""
+    """Only the histogram, the DP mean and ``randomize`` receive raw labels; the choice gets the
+    prior."""
     seen: list[tuple[tuple[object, ...], dict[str, object]]] = []
     real = randomizer.build_mechanism
 

@@ -10,7 +10,13 @@ import pytest
 
 from labels_party.releases import ReleaseService
 from shared.message import BINARY_MEDIA_TYPE, decode_binary, from_json_message
-from shared.randomizer import Release, default_split, label_randomizer
+from shared.randomizer import (
+    MEAN_SHARE,
+    Release,
+    default_split,
+    label_randomizer,
+    split_prior_epsilon,
+)
 from tests.labels_party.conftest import (
     ADV,
     OPS,
@@ -179,17 +185,24 @@ def test_release_default_bins_are_adaptive_and_model_dim_is_accepted(client):
     created = release(client, "ds", epsilon=1.0, epsilon_histogram=0.05, params={"model_dim": 8})
     assert created.status_code == 201, created.text
     meta = created.json()
-    assert adaptive_bins(1600, 0.05) == 16
+    eps_hist, eps_mean = split_prior_epsilon(0.05, MEAN_SHARE)
+    assert adaptive_bins(1600, eps_hist) == 16
     message = client.get(f"/v1/releases/{meta['id']}/message", headers=PUB)
     header, _ids, _labels = from_json_message(message.content)
     assert len(header.histogram.probs) == 16
     assert header.model_dim == 8  # the features party resolves its transform with the same d
+    # epsilon1 also bought the DP label mean the features party anchors on (format 3).
+    assert header.format_version == 3 and header.label_mean_epsilon == eps_mean
+    assert header.label_mean is not None and 0.0 <= header.label_mean <= 100.0
     entries = client.get("/v1/ledger", headers=OPS).json()
     randomizer = [e for e in entries["entries"] if e["kind"] == "randomizer"][-1]
     assert randomizer["parameters"]["options"] == {"model_dim": 8}
     assert randomizer["parameters"]["recommended_transform"] in ("raw", "debiased")
     histogram = [e for e in entries["entries"] if e["kind"] == "histogram"][-1]
     assert histogram["parameters"]["bins"] == 16
+    assert histogram["epsilon"] == 0.05  # the whole epsilon1: histogram + mean
+    assert histogram["parameters"]["histogram_epsilon"] == eps_hist
+    assert histogram["parameters"]["label_mean_epsilon"] == eps_mean
 
 
 def test_release_freezes_the_dataset_and_spends_budget(client):
@@ -280,10 +293,11 @@ def test_the_default_split_is_the_engines_for_the_releases_mechanism(client, mec
     register(client, "ds", ids)
     rel = release(client, "ds", epsilon=1.0, mechanism=mechanism).json()
     assert (rel["epsilon1"], rel["epsilon2"]) == default_split(1.0, n=2500, mechanism=mechanism)
+    # The histogram's part, plus the DP mean's share on top: h / (1 - MEAN_SHARE).
     if mechanism == "rpwithprior":  # sqrt(4 / 2500): a cheaper prior than RR-on-Bins'
-        assert rel["epsilon1"] == pytest.approx(0.04)
+        assert rel["epsilon1"] == pytest.approx(0.04 / (1 - MEAN_SHARE))
     else:  # min(sqrt(64 / 2500), 0.25)
-        assert rel["epsilon1"] == pytest.approx(0.16)
+        assert rel["epsilon1"] == pytest.approx(0.16 / (1 - MEAN_SHARE))
 
 
 def test_ledger_endpoint_and_metrics(client):
