@@ -32,8 +32,8 @@ def register_commands(commands: argparse._SubParsersAction) -> None:  # type: ig
     parser.add_argument(
         "--epsilon-histogram",
         default="default",
-        help="epsilon1 for the histogram: a number, or 'default' (the labels party's split: "
-        "see shared.randomizer.default_split)",
+        help="epsilon1 for the histogram and the DP label mean: a number, or 'default' (the "
+        "labels party's split: see shared.randomizer.default_split)",
     )
     parser.add_argument("--budget", type=float, help="dataset budget (default max(10, epsilon))")
     parser.add_argument("--model", default="auto", choices=["auto", "gbm", "ridge", "mlp"])
@@ -74,7 +74,7 @@ def format_table(summary: dict[str, Any]) -> str:
         ("examples", f"{summary['n_train']} train (sent), {summary['n_test']} test (held out)"),
         (
             "epsilon",
-            f"spent {summary['epsilon_spent']:g} (histogram {summary['epsilon1']:.4g} + "
+            f"spent {summary['epsilon_spent']:g} (histogram + mean {summary['epsilon1']:.4g} + "
             f"randomizer {summary['epsilon2']:.4g}), left {summary['epsilon_left']:g} "
             f"of {summary['epsilon_budget']:g}",
         ),

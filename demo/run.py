@@ -6,7 +6,7 @@
 3. operator: create the dataset (public bounds, default label, epsilon budget);
 4. publisher: upload the training examples' features, register their ids (examples/sync);
 5. advertiser: post the training labels (for conversions: only the clicks that converted);
-6. advertiser: release ONE message at ``epsilon`` (histogram epsilon1 + randomizer epsilon2);
+6. advertiser: release ONE message at ``epsilon`` (histogram + mean epsilon1, randomizer epsilon2);
 7. publisher: train on the message (background job), predict the test split over HTTP;
 8. compare test MSE with a non-private model (same training code on the true training labels)
    and with the constant TRAIN-label mean.

@@ -46,7 +46,10 @@ class ReleaseOptions(BaseModel):
         default=None,
         ge=1,
         le=MAX_BINS,
-        description="histogram cells; default: shared.selection.adaptive_bins(n, epsilon1)",
+        description=(
+            "histogram cells; default: shared.selection.adaptive_bins(n, the histogram's "
+            "part of epsilon1)"
+        ),
     )
     select: Literal["mse", "paper"] | None = Field(default=None, description="RPWithPrior")
     zeta: float | None = Field(default=None, gt=0, description="RPWithPrior noise radius")
@@ -79,7 +82,12 @@ class ReleaseCreate(BaseModel):
     mechanism: Literal["rpwithprior", "rr_on_bins", "auto"]
     epsilon: float = Field(gt=0, description="total epsilon of the release (epsilon1 + epsilon2)")
     epsilon_histogram: float | None = Field(
-        default=None, gt=0, description="epsilon1; default: shared.randomizer.default_split"
+        default=None,
+        gt=0,
+        description=(
+            "epsilon1 (the histogram and, with MEAN_SHARE of it, the DP label mean); "
+            "default: shared.randomizer.default_split"
+        ),
     )
     params: ReleaseOptions = Field(default_factory=ReleaseOptions)
 
