@@ -10,11 +10,20 @@ misses the tail the interval cuts. The message carries an unbiased DP mean m of 
 labels with a known variance V (``shared.mechanisms.private_mean``).
 
 The shift. The model's mean error e = mean(prediction) - mean(y) is unknown; g = m -
-mean(prediction) estimates -e with error variance V, so E[g^2] = e^2 + V. Shifting by w g with
-the positive-part shrinkage w = max(0, 1 - V / g^2) (James & Stein 1961; Efron & Morris 1973,
-one coordinate with known variance) moves the mean only as far as the evidence says it is off:
-a model whose mean is already right stays nearly where it is. Everything here reads the message
-and the model's own predictions on its training features: post-processing, no privacy cost.
+mean(prediction) estimates -e with error variance V. Shifting by w g with the positive-part
+shrinkage w = max(0, 1 - c V / g^2) (James & Stein 1961; Efron & Morris 1973) moves the mean
+only as far as the evidence says it is off. c = ``SHRINKAGE`` = 2 rather than 1 because the
+noise is Laplace, not Gaussian: simulated with Laplace noise (risk in units of V, e in units of
+sqrt(V)), c = 2 costs 0.29 V where e = 0 and 0.5 V where e = 0.5 (the model alone: 0 and
+0.25 V), and 1.8 V where e = 3 (the model alone: 9 V).
+
+The gate. The anchor is applied only where sqrt(V) <= ``MAX_RELATIVE_SD`` (0.1) times the
+label standard deviation (from the message's histogram): there its expected cost is at most a
+fraction of a percent of the label variance, while with few labels and a tiny epsilon (Crime,
+n = 1,595, epsilon 0.05: sqrt(V) is 0.29 of it) a Laplace tail draw of m would cost more than
+the histogram's bias it corrects (measured: one split of four went from 1.0x to 3.6x the
+constant's test MSE). Everything here reads the message and the model's own predictions on
+its training features: post-processing, no privacy cost.
 """
 
 from __future__ import annotations
@@ -25,16 +34,22 @@ from typing import Any
 
 import numpy as np
 
+from shared.mechanisms.histogram import Prior
 from shared.mechanisms.private_mean import private_mean_variance
 from shared.message import MessageHeader
+
+SHRINKAGE = 2.0
+MAX_RELATIVE_SD = 0.1
 
 
 @dataclass(frozen=True, kw_only=True)
 class LabelMean:
-    """The message's DP label mean and its (public) noise variance."""
+    """The message's DP label mean, its (public) noise variance, and the label variance."""
 
     value: float
     variance: float
+    # The labels' variance under the message's histogram (public), the scale of the gate.
+    label_variance: float
 
 
 def message_label_mean(header: MessageHeader, *, n_joined: int) -> LabelMean | None:
@@ -48,11 +63,15 @@ def message_label_mean(header: MessageHeader, *, n_joined: int) -> LabelMean | N
         return None
     if n_joined != header.n:
         return None
+    prior = Prior(
+        edges=np.asarray(header.histogram.edges), probs=np.asarray(header.histogram.probs)
+    )
     return LabelMean(
         value=header.label_mean,
         variance=private_mean_variance(
             lo=header.label_min, hi=header.label_max, epsilon=header.label_mean_epsilon, n=header.n
         ),
+        label_variance=prior.variance(),
     )
 
 
@@ -65,27 +84,34 @@ class MeanAnchor:
     label_mean_variance: float  # V
     prediction_mean: float  # the model's mean prediction on its training features
     weight: float  # w in [0, 1]: the share of the gap m - prediction_mean applied
+    gated: bool  # True: V too large against the label variance, nothing applied
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
+def shrinkage_weight(gap: float, variance: float) -> float:
+    """max(0, 1 - SHRINKAGE V / g^2), written with sqrt so that tiny gaps cannot underflow."""
+    if variance == 0.0:
+        return 1.0
+    ratio = math.sqrt(SHRINKAGE * variance) / abs(gap) if gap != 0.0 else math.inf
+    return 0.0 if ratio >= 1.0 else 1.0 - ratio**2
+
+
 def mean_anchor(label_mean: LabelMean, *, predictions: np.ndarray) -> MeanAnchor:
-    """The shrunk shift of ``predictions``' mean towards the DP label mean (module docstring).
+    """The gated, shrunk shift of ``predictions``' mean towards the DP label mean.
 
     ``predictions``: the fitted model on the features of the rows it was fitted on, which must
-    be the labels the mean was computed over (all of the message's examples).
+    be the labels the mean was computed over (all of the message's examples). Module docstring:
+    the rule, its constants and why.
     """
     prediction_mean = float(np.mean(np.asarray(predictions, dtype=np.float64)))
     variance = max(float(label_mean.variance), 0.0)
     gap = float(label_mean.value) - prediction_mean
-    # max(0, 1 - V / g^2), written with sqrt(V) / |g| so that tiny gaps cannot underflow g^2.
-    if variance == 0.0:
-        weight = 1.0
-    elif abs(gap) <= math.sqrt(variance):
-        weight = 0.0
-    else:
-        weight = 1.0 - (math.sqrt(variance) / abs(gap)) ** 2
+    gated = not math.sqrt(variance) <= MAX_RELATIVE_SD * math.sqrt(
+        max(float(label_mean.label_variance), 0.0)
+    )
+    weight = 0.0 if gated else shrinkage_weight(gap, variance)
     offset = weight * gap
     if not math.isfinite(offset):
         offset, weight = 0.0, 0.0
@@ -95,4 +121,5 @@ def mean_anchor(label_mean: LabelMean, *, predictions: np.ndarray) -> MeanAnchor
         label_mean_variance=variance,
         prediction_mean=prediction_mean,
         weight=weight,
+        gated=gated,
     )

@@ -157,32 +157,35 @@ def test_invalid_input_is_refused(overrides: dict[str, object], match: str) -> N
 
 
 @pytest.mark.parametrize(
-    ("mechanism", "epsilon", "n", "histogram"),
+    ("mechanism", "epsilon", "n", "histogram", "floor"),
     [
-        ("auto", 1.0, 1_000_000, 0.05),  # floor: sqrt(64 / 1e6) = 0.008 is below 0.05
-        ("rr_on_bins", 4.0, 10_000, 0.08),  # the paper's sqrt(k / n), k = 64
-        ("auto", 0.4, 100, 0.1),  # sqrt(k / n) capped at a quarter of the total
-        ("auto", 0.05, 1_000_000, 0.045),  # a tiny total: 90% to the histogram
-        ("rpwithprior", 1.0, 1_000_000, 0.002),  # sqrt(k / n) with k = 4 eps^2 = 4
-        ("rpwithprior", 4.0, 10_000, 0.08),  # k = 64
-        ("rpwithprior", 0.3, 10_000, 0.01),  # k = 1 below epsilon 0.5; the floor has faded
-        ("rpwithprior", 0.5, 100, 0.1),  # sqrt(1 / 100) = 0.1 is below 40% of the total
-        ("rpwithprior", 0.05, 1_000_000, 0.045),  # below 0.1 the floor applies in full
-        ("rpwithprior", 0.2, 1_000_000, 0.025),  # halfway through the fade: half of 0.05
+        ("auto", 1.0, 1_000_000, 0.05, True),  # floor: sqrt(64 / 1e6) = 0.008 is below 0.05
+        ("rr_on_bins", 4.0, 10_000, 0.08, False),  # the paper's sqrt(k / n), k = 64
+        ("auto", 0.4, 100, 0.1, False),  # sqrt(k / n) capped at a quarter of the total
+        ("auto", 0.05, 1_000_000, 0.045, True),  # a tiny total: 90% to the histogram
+        ("rpwithprior", 1.0, 1_000_000, 0.002, False),  # sqrt(k / n) with k = 4 eps^2 = 4
+        ("rpwithprior", 4.0, 10_000, 0.08, False),  # k = 64
+        ("rpwithprior", 0.3, 10_000, 0.01, False),  # k = 1 below epsilon 0.5; floor faded
+        ("rpwithprior", 0.5, 100, 0.1, False),  # sqrt(1 / 100) = 0.1 is below 40% of the total
+        ("rpwithprior", 0.05, 1_000_000, 0.045, True),  # below 0.1 the floor applies in full
+        ("rpwithprior", 0.2, 1_000_000, 0.025, True),  # halfway through the fade: half of 0.05
     ],
 )
 def test_default_split_uses_only_public_quantities(
-    mechanism: str, epsilon: float, n: int, histogram: float
+    mechanism: str, epsilon: float, n: int, histogram: float, floor: bool
 ) -> None:
-    """The histogram's part h as listed; epsilon1 adds the DP mean's share on top where there is
-    room (h / (1 - MEAN_SHARE)), else stops at 90% of a tiny total."""
+    """The histogram-only split (mean_share 0) is h as listed; with the DP mean, a sqrt(k / n)
+    h grows to h / (1 - MEAN_SHARE), so the histogram keeps h, while a floor h does not."""
+    assert default_split(epsilon, n=n, mechanism=mechanism, mean_share=0.0)[0] == pytest.approx(
+        histogram
+    )
     eps1, eps2 = default_split(epsilon, n=n, mechanism=mechanism)
-    expected = min(histogram / (1 - MEAN_SHARE), max(histogram, 0.9 * epsilon))
-    assert eps1 == pytest.approx(expected)
     assert eps1 + eps2 == pytest.approx(epsilon) and eps2 > 0
     eps_hist, eps_mean = split_prior_epsilon(eps1, MEAN_SHARE)
     assert eps_mean is not None and eps_hist + eps_mean <= eps1
-    if histogram / (1 - MEAN_SHARE) <= 0.9 * epsilon:
+    if floor:
+        assert eps1 == pytest.approx(histogram)  # the histogram cedes the mean's share
+    else:
         assert eps_hist == pytest.approx(histogram)  # the histogram keeps its own share
 
 
@@ -201,7 +204,7 @@ def test_the_rpwithprior_split_is_public_bounded_and_continuous_in_epsilon(
     epsilon: float, n: int
 ) -> None:
     """0 < epsilon1 <= 90% of the total (40% / (1 - MEAN_SHARE) from 0.3 on), and no jump
-    across the fade."""
+    across the fade (nor where the sqrt(k / n) term overtakes the floor)."""
     eps1, eps2 = default_split(epsilon, n=n, mechanism="rpwithprior")
     share = 0.9 if epsilon < 0.3 else 0.4 / (1 - MEAN_SHARE)
     assert 0 < eps1 <= share * epsilon * (1 + 1e-12) and eps2 > 0

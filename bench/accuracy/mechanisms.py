@@ -66,7 +66,9 @@ class CellContext:
     shared_split: tuple[float, float] = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shared_split", default_split(self.epsilon, n=self.y.size))
+        # The research variants' histogram-only split (they buy no DP mean): mean_share 0.
+        split = default_split(self.epsilon, n=self.y.size, mean_share=0.0)
+        object.__setattr__(self, "shared_split", split)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -338,6 +340,7 @@ def _pipeline(
             label_mean = LabelMean(
                 value=private_mean(ctx.y, lo=ctx.lo, hi=ctx.hi, epsilon=eps_mean, rng=rng),
                 variance=private_mean_variance(lo=ctx.lo, hi=ctx.hi, epsilon=eps_mean, n=n),
+                label_variance=prior.variance(),
             )
         name, randomizer = build_mechanism(
             prior, epsilon=eps2, mechanism=mechanism, n=n, model_dim=dim
