@@ -19,6 +19,7 @@ from demo.services import free_port, new_tokens, start_labels_party
 from features_party.db.models import StoredMessage, TrainedModel
 from shared.client import RetryPolicy
 from shared.debias import recommended_transform
+from shared.mechanisms.private_mean import private_mean_variance
 from tests.features_party.conftest import (
     TamperingProxy,
     csv_body,
@@ -96,6 +97,8 @@ def test_full_flow_join_pull_once_predict_and_restart(labels_party, features_fac
     for key in ("validation_mse_noisy", "validation_mse_unbiased", "noise_variance_estimate"):
         assert result[key] > 0
     assert result["n_fit"] == 1170
+    # 30 labels have no features: the DP mean is over all 1,200, so the model is not anchored.
+    assert "mean_anchor" not in result
 
     # A second model on the same release reuses the stored message (pulled once).
     second = features.post(
@@ -265,3 +268,29 @@ def test_interrupted_jobs_are_requeued_on_start(labels_party, features_factory):
     restarted = features_factory()
     done = wait_job(restarted, "interrupted00000000000000000000")
     assert done["status"] == "succeeded", done["error"]
+
+
+def test_a_fully_joined_release_is_anchored_on_its_dp_label_mean(labels_party, features_factory):
+    """Every label joined: the job reports the anchor computed from the header's DP mean, and
+    its predictions include the offset."""
+    features = features_factory()
+    ids, _, _, release = prepare(labels_party, features, "anchored", n=600)
+    header = labels_party.client("publisher").download_message(release.id).header
+    assert header.label_mean is not None and header.label_mean_epsilon is not None
+    created = features.post(
+        "/v1/models", json={"dataset": "anchored", "release_id": release.id, "model": "ridge"}
+    )
+    job = wait_job(features, created.json()["id"])
+    assert job["status"] == "succeeded", job["error"]
+    anchor = job["result"]["mean_anchor"]
+    assert anchor["label_mean"] == header.label_mean
+    assert anchor["label_mean_variance"] == pytest.approx(
+        private_mean_variance(lo=0.0, hi=100.0, epsilon=header.label_mean_epsilon, n=600)
+    )
+    assert 0.0 <= anchor["weight"] <= 1.0
+    gap = anchor["label_mean"] - anchor["prediction_mean"]
+    assert anchor["offset"] == pytest.approx(anchor["weight"] * gap)
+    predictions = features.post(
+        f"/v1/models/{job['id']}/predict", json={"example_ids": ids}
+    ).json()["predictions"]
+    assert np.mean(predictions) == pytest.approx(anchor["prediction_mean"] + anchor["offset"])
