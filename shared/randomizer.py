@@ -3,8 +3,8 @@
 Implements Liu & Huang, RPWithPrior, Algorithm 4 and Ghazi et al. 2022, Algorithm 3
 (LabelRandomizer), both with the exact discrete-Laplace histogram of ``mechanisms.histogram``
 (never the papers' per-label Laplace-noised histogram). The epsilon1 step also releases a DP
-label mean (``mechanisms.private_mean``) with ``MEAN_SHARE`` of epsilon1, which the features
-party anchors its predictions on (``features_party.training.mean_anchor``). Privacy: the
+label mean (``mechanisms.private_mean``) with ``default_mean_share`` of epsilon1, which the
+features party anchors its predictions on (``features_party.mean_anchor``). Privacy: the
 histogram (epsilon1 - epsilon_mean) and the mean (epsilon_mean) are together epsilon1-label-DP
 by basic composition; every parameter below is chosen from that noisy prior alone
 (post-processing); the randomizer is then applied once per label and is epsilon2-DP for any
@@ -65,8 +65,17 @@ RP_SCALE_FLOOR = 1.0
 RP_SCALE_PER_EPSILON = 2.0
 RP_MAX_HISTOGRAM_SHARE = 0.4
 RP_FLOOR_FADE = (0.1, 0.3)
-# The share of epsilon1 spent on the DP label mean (the rest buys the histogram).
-MEAN_SHARE = 0.3
+# The share of epsilon1 spent on the DP label mean (the rest buys the histogram), piecewise
+# linear in the TOTAL epsilon between these (epsilon, share) knots and constant beyond them.
+# Why (bench/results/accuracy_ads.md, _crime.md, _housing.md, the product rows): below epsilon
+# ~0.1 the per-label randomizer carries almost nothing and the features party's model is the
+# mean, so the mean gets most of epsilon1 (and the product approaches the DP constant); around
+# 0.3-1 the histogram's mean is what biases the raw targets on sparse labels (ads: 1.01-1.04x
+# the constant without the mean), while the randomizer's epsilon2 is left alone (taking the
+# mean out of it made the features party fall back to the constant on Crime at 0.8 and
+# Housing at 0.3); from 2 on the histogram shapes RR-on-Bins' outputs (ceding 30% of it cost
+# 3-4% on ads at 2-3) and the debiased targets' own mean is precise, so nothing is spent.
+MEAN_SHARE_KNOTS: tuple[tuple[float, float], ...] = ((0.1, 0.9), (0.3, 0.3), (1.0, 0.3), (2.0, 0.0))
 
 
 class LabelMechanism(Protocol):
@@ -145,26 +154,21 @@ def check_mechanism(mechanism: str) -> None:
         )
 
 
-def default_split(
-    epsilon: float, *, n: int, mechanism: str = "auto", mean_share: float = MEAN_SHARE
-) -> tuple[float, float]:
+def default_split(epsilon: float, *, n: int, mechanism: str = "auto") -> tuple[float, float]:
     """Split a total epsilon into (epsilon1, epsilon2) from public quantities only.
 
     Ghazi et al. 2022, Sec. 3.2's epsilon1 = sqrt(k / n), tuned per mechanism (see the constants
     above). The histogram's part h: ``"rr_on_bins"`` / ``"auto"``: max(min(sqrt(64 / n),
     0.25 eps), min(0.05, 0.9 eps)); ``"rpwithprior"``: max(min(max(1, 2 eps) / sqrt(n),
     0.4 eps), f(eps) min(0.05, 0.9 eps)) with f = 1 up to epsilon 0.1, 0 from 0.3, linear
-    between. epsilon1 also pays for the DP label mean (``mean_share`` of epsilon1,
-    ``label_randomizer``): the sqrt(k / n) term is divided by (1 - mean_share), so that the
-    histogram keeps it, while the floor is not (at small epsilon the randomizer has nothing to
-    spare and the histogram cedes the mean's share). epsilon1 is rounded up to a multiple of
-    ulp(epsilon), so that epsilon1 + epsilon2 == epsilon exactly.
+    between. epsilon1 also pays for the DP label mean (``default_mean_share`` of it,
+    ``label_randomizer``). epsilon1 is rounded up to a multiple of ulp(epsilon), so that
+    epsilon1 + epsilon2 == epsilon exactly.
     """
     total = check_epsilon(epsilon)
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
         raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
     check_mechanism(mechanism)
-    keep = 1.0 - check_mean_share(mean_share)
     floor = min(MIN_HISTOGRAM_EPSILON, MAX_SMALL_BUDGET_SHARE * total)
     if mechanism == "rpwithprior":
         scale = max(RP_SCALE_FLOOR, RP_SCALE_PER_EPSILON * total)
@@ -173,13 +177,20 @@ def default_split(
         floor *= min(1.0, max(0.0, (end - total) / (end - start)))
     else:
         sqrt_rule = min(math.sqrt(DEFAULT_BINS / int(n)), MAX_HISTOGRAM_SHARE * total)
-    # Measured (bench/results/accuracy_ads.md): taking the mean's share out of a sqrt(k / n)
-    # histogram cost RR-on-Bins 3-4% of test MSE at epsilon 2-3, while taking it out of the
-    # randomizer above the floor cost the product 1.5% at epsilon 0.1 on Housing.
-    prior = max(sqrt_rule / keep, floor)
     # A multiple of ulp(total) makes total - epsilon1 exact: the parts add up to the total.
     step = math.ulp(total)
-    return split_epsilon(total, math.ceil(prior / step) * step)
+    return split_epsilon(total, math.ceil(max(sqrt_rule, floor) / step) * step)
+
+
+def default_mean_share(epsilon: float) -> float:
+    """The share of epsilon1 a release spends on the DP label mean at total ``epsilon``.
+
+    Piecewise linear through ``MEAN_SHARE_KNOTS`` (0.9 up to 0.1, 0.3 from 0.3 to 1, 0 from 2):
+    public, a function of the total epsilon only.
+    """
+    total = check_epsilon(epsilon, allow_inf=True)
+    xs, ys = zip(*MEAN_SHARE_KNOTS, strict=True)
+    return float(np.interp(total, xs, ys)) if math.isfinite(total) else 0.0
 
 
 def split_epsilon(epsilon: float, epsilon1: float) -> tuple[float, float]:
@@ -337,16 +348,17 @@ def label_randomizer(
     rng: Rng,
     bins: int | None = None,
     model_dim: int | None = None,
-    mean_share: float = MEAN_SHARE,
+    mean_share: float | None = None,
     **params: Any,
 ) -> Release:
     """Release (epsilon1 + epsilon2)-label-DP noisy labels with the chosen two-step mechanism.
 
     Implements RPWithPrior Algorithm 4 / RR-on-Bins Algorithm 3 (see module docstring).
-    epsilon1 buys the histogram and, with ``mean_share`` of it (0 <= share < 1; 0: none), a DP
-    label mean (:func:`split_prior_epsilon`). ``bins=None`` sizes the histogram by
-    ``adaptive_bins(n, epsilon_histogram)`` (public); ``model_dim`` is the receiver's model
-    dimension for ``mechanism="auto"`` and the recommended transform (default
+    epsilon1 buys the histogram and, with ``mean_share`` of it (0 <= share < 1; 0: none; None:
+    ``default_mean_share(epsilon1 + epsilon2)``), a DP label mean
+    (:func:`split_prior_epsilon`). ``bins=None`` sizes the histogram by ``adaptive_bins(n,
+    epsilon_histogram)`` (public); ``model_dim`` is the receiver's model dimension for
+    ``mechanism="auto"`` and the recommended transform (default
     ``shared.selection.DEFAULT_MODEL_DIM``). ``epsilon1 = inf`` uses the exact histogram and
     mean (a known prior, for benchmarks); ``epsilon2 = inf`` releases the clipped labels
     unchanged (the non-private baseline).
@@ -357,7 +369,8 @@ def label_randomizer(
     clipped = domain.clip(check_labels(labels))
     n = int(clipped.size)  # public: the receiver gets one noisy label per example
     dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
-    eps_hist, eps_mean = split_prior_epsilon(eps1, mean_share)
+    share = default_mean_share(eps1 + eps2) if mean_share is None else mean_share
+    eps_hist, eps_mean = split_prior_epsilon(eps1, share)
     cells = adaptive_bins(n, eps_hist, max_bins=DEFAULT_BINS) if bins is None else check_bins(bins)
 
     prior = private_histogram(

@@ -19,11 +19,11 @@ from shared.mechanisms.private_mean import private_mean_variance
 from shared.mechanisms.rp_with_prior import RPWithPrior
 from shared.mechanisms.rr_on_bins import RROnBins
 from shared.randomizer import (
-    MEAN_SHARE,
+    MEAN_SHARE_KNOTS,
     build_mechanism,
+    default_mean_share,
     default_split,
     label_randomizer,
-    split_prior_epsilon,
 )
 from shared.rng import SystemRandom
 
@@ -157,36 +157,38 @@ def test_invalid_input_is_refused(overrides: dict[str, object], match: str) -> N
 
 
 @pytest.mark.parametrize(
-    ("mechanism", "epsilon", "n", "histogram", "floor"),
+    ("mechanism", "epsilon", "n", "expected_epsilon1"),
     [
-        ("auto", 1.0, 1_000_000, 0.05, True),  # floor: sqrt(64 / 1e6) = 0.008 is below 0.05
-        ("rr_on_bins", 4.0, 10_000, 0.08, False),  # the paper's sqrt(k / n), k = 64
-        ("auto", 0.4, 100, 0.1, False),  # sqrt(k / n) capped at a quarter of the total
-        ("auto", 0.05, 1_000_000, 0.045, True),  # a tiny total: 90% to the histogram
-        ("rpwithprior", 1.0, 1_000_000, 0.002, False),  # sqrt(k / n) with k = 4 eps^2 = 4
-        ("rpwithprior", 4.0, 10_000, 0.08, False),  # k = 64
-        ("rpwithprior", 0.3, 10_000, 0.01, False),  # k = 1 below epsilon 0.5; floor faded
-        ("rpwithprior", 0.5, 100, 0.1, False),  # sqrt(1 / 100) = 0.1 is below 40% of the total
-        ("rpwithprior", 0.05, 1_000_000, 0.045, True),  # below 0.1 the floor applies in full
-        ("rpwithprior", 0.2, 1_000_000, 0.025, True),  # halfway through the fade: half of 0.05
+        ("auto", 1.0, 1_000_000, 0.05),  # floor: sqrt(64 / 1e6) = 0.008 is below 0.05
+        ("rr_on_bins", 4.0, 10_000, 0.08),  # the paper's sqrt(k / n), k = 64
+        ("auto", 0.4, 100, 0.1),  # sqrt(k / n) capped at a quarter of the total
+        ("auto", 0.05, 1_000_000, 0.045),  # a tiny total: 90% to the histogram
+        ("rpwithprior", 1.0, 1_000_000, 0.002),  # sqrt(k / n) with k = 4 eps^2 = 4
+        ("rpwithprior", 4.0, 10_000, 0.08),  # k = 64
+        ("rpwithprior", 0.3, 10_000, 0.01),  # k = 1 below epsilon 0.5; the floor has faded
+        ("rpwithprior", 0.5, 100, 0.1),  # sqrt(1 / 100) = 0.1 is below 40% of the total
+        ("rpwithprior", 0.05, 1_000_000, 0.045),  # below 0.1 the floor applies in full
+        ("rpwithprior", 0.2, 1_000_000, 0.025),  # halfway through the fade: half of 0.05
     ],
 )
 def test_default_split_uses_only_public_quantities(
-    mechanism: str, epsilon: float, n: int, histogram: float, floor: bool
+    mechanism: str, epsilon: float, n: int, expected_epsilon1: float
 ) -> None:
-    """The histogram-only split (mean_share 0) is h as listed; with the DP mean, a sqrt(k / n)
-    h grows to h / (1 - MEAN_SHARE), so the histogram keeps h, while a floor h does not."""
-    assert default_split(epsilon, n=n, mechanism=mechanism, mean_share=0.0)[0] == pytest.approx(
-        histogram
-    )
     eps1, eps2 = default_split(epsilon, n=n, mechanism=mechanism)
+    assert eps1 == pytest.approx(expected_epsilon1)
     assert eps1 + eps2 == pytest.approx(epsilon) and eps2 > 0
-    eps_hist, eps_mean = split_prior_epsilon(eps1, MEAN_SHARE)
-    assert eps_mean is not None and eps_hist + eps_mean <= eps1
-    if floor:
-        assert eps1 == pytest.approx(histogram)  # the histogram cedes the mean's share
-    else:
-        assert eps_hist == pytest.approx(histogram)  # the histogram keeps its own share
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "share"),
+    [(0.01, 0.9), (0.1, 0.9), (0.2, 0.6), (0.3, 0.3), (0.8, 0.3), (1.0, 0.3), (1.5, 0.15)]
+    + [(2.0, 0.0), (8.0, 0.0), (math.inf, 0.0)],
+)
+def test_the_mean_share_follows_its_knots(epsilon: float, share: float) -> None:
+    """Piecewise linear in the total epsilon: most of epsilon1 where the randomizer carries
+    nothing, 30% around 0.3-1, none from 2 on (MEAN_SHARE_KNOTS and the reasons beside them)."""
+    assert default_mean_share(epsilon) == pytest.approx(share)
+    assert all(0.0 <= s < 1.0 for _, s in MEAN_SHARE_KNOTS)
 
 
 def test_default_split_refuses_an_empty_data_set_and_unknown_mechanisms() -> None:
@@ -203,25 +205,26 @@ def test_default_split_refuses_an_empty_data_set_and_unknown_mechanisms() -> Non
 def test_the_rpwithprior_split_is_public_bounded_and_continuous_in_epsilon(
     epsilon: float, n: int
 ) -> None:
-    """0 < epsilon1 <= 90% of the total (40% / (1 - MEAN_SHARE) from 0.3 on), and no jump
-    across the fade (nor where the sqrt(k / n) term overtakes the floor)."""
+    """0 < epsilon1 <= 90% of the total (40% from 0.3 on), and no jump across the fade."""
     eps1, eps2 = default_split(epsilon, n=n, mechanism="rpwithprior")
-    share = 0.9 if epsilon < 0.3 else 0.4 / (1 - MEAN_SHARE)
+    share = 0.9 if epsilon < 0.3 else 0.4
     assert 0 < eps1 <= share * epsilon * (1 + 1e-12) and eps2 > 0
     nearby, _ = default_split(epsilon * (1 + 1e-9), n=n, mechanism="rpwithprior")
     assert nearby == pytest.approx(eps1, rel=1e-6)
 
 
-@pytest.mark.parametrize("epsilon1", [1e-3, 0.05, 0.3, 2.0])
+@pytest.mark.parametrize("epsilon1", [1e-3, 0.05, 0.3, 1.2])
 def test_epsilon1_buys_the_histogram_and_the_label_mean_exactly(
     labels: np.ndarray, epsilon1: float
 ) -> None:
     """histogram + mean <= epsilon1 exactly (rational sum); the mean is DP-noised and bounded;
-    mean_share 0 spends nothing on it; a share outside [0, 1) is refused."""
-    common = {"lo": 0.0, "hi": 40.0, "epsilon2": 1.0, "mechanism": "auto"}
+    the default share follows the total epsilon (none from 2 on); mean_share 0 spends nothing
+    on it; a share outside [0, 1) is refused."""
+    common = {"lo": 0.0, "hi": 40.0, "epsilon2": 0.5, "mechanism": "auto"}
     release = label_randomizer(labels, epsilon1=epsilon1, rng=np.random.default_rng(2), **common)
     assert release.label_mean_epsilon is not None and release.histogram_epsilon is not None
-    assert release.label_mean_epsilon == pytest.approx(MEAN_SHARE * epsilon1)
+    share = default_mean_share(epsilon1 + 0.5)
+    assert release.label_mean_epsilon == pytest.approx(share * epsilon1)
     assert Fraction(release.histogram_epsilon) + Fraction(release.label_mean_epsilon) <= Fraction(
         epsilon1
     )
@@ -229,12 +232,16 @@ def test_epsilon1_buys_the_histogram_and_the_label_mean_exactly(
     assert release.label_mean_variance == private_mean_variance(
         lo=0.0, hi=40.0, epsilon=release.label_mean_epsilon, n=labels.size
     )
-    if epsilon1 >= 0.3:  # n = 20,000: the noise sd is 40 sqrt(2) / (0.09 n) ~ 0.03
+    if epsilon1 >= 0.3:  # n = 20,000: the noise sd is at most 40 sqrt(2) / (0.05 n) ~ 0.06
         assert abs(release.label_mean - labels.mean()) < 0.5
     plain = label_randomizer(
         labels, epsilon1=epsilon1, rng=np.random.default_rng(2), mean_share=0.0, **common
     )
     assert plain.label_mean is None and plain.histogram_epsilon == epsilon1
+    large = label_randomizer(
+        labels, epsilon1=epsilon1, rng=np.random.default_rng(2), **(common | {"epsilon2": 2.0})
+    )
+    assert large.label_mean is None and large.histogram_epsilon == epsilon1
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(InvalidParameterError, match="mean_share"):
             label_randomizer(

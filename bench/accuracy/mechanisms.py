@@ -32,8 +32,8 @@ from shared.mechanisms.histogram import Prior, private_histogram
 from shared.mechanisms.private_mean import private_mean, private_mean_variance
 from shared.randomizer import (
     DEFAULT_BINS,
-    MEAN_SHARE,
     build_mechanism,
+    default_mean_share,
     default_split,
     split_prior_epsilon,
 )
@@ -66,9 +66,7 @@ class CellContext:
     shared_split: tuple[float, float] = field(init=False)
 
     def __post_init__(self) -> None:
-        # The research variants' histogram-only split (they buy no DP mean): mean_share 0.
-        split = default_split(self.epsilon, n=self.y.size, mean_share=0.0)
-        object.__setattr__(self, "shared_split", split)
+        object.__setattr__(self, "shared_split", default_split(self.epsilon, n=self.y.size))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -321,7 +319,7 @@ def _pipeline(
     The epsilon split is the labels party's default for that mechanism
     (``default_split(mechanism=...)``); ``split_of`` replaces it (RP-auto-t5s: Table 5's, to
     isolate the split).
-    Like the service, it spends ``MEAN_SHARE`` of epsilon1 on a DP label mean (the histogram
+    Like the service, it spends ``default_mean_share`` of epsilon1 on a DP label mean (the histogram
     gets the rest) and carries its message fields (a release the service sends), so the
     features party resolves its ``auto`` transform from the header and anchors its models' mean
     on the DP mean as the service does (the papers' network is not anchored)."""
@@ -333,7 +331,7 @@ def _pipeline(
         else:
             eps1, eps2 = split_of(ctx)
         dim = dim_of(ctx)
-        eps_hist, eps_mean = split_prior_epsilon(eps1, MEAN_SHARE)
+        eps_hist, eps_mean = split_prior_epsilon(eps1, default_mean_share(ctx.epsilon))
         bins, prior = _adaptive_prior(ctx, priors, rng, eps_hist)
         label_mean = None
         if eps_mean is not None:

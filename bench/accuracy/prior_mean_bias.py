@@ -14,6 +14,7 @@ variance, next to the DP constant's expected squared error 2 (range / (epsilon n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,12 @@ import numpy as np
 from bench.accuracy import data, study_cli
 from shared.mechanisms.histogram import private_histogram
 from shared.mechanisms.private_mean import private_mean_variance
-from shared.randomizer import DEFAULT_BINS, MEAN_SHARE, default_split, split_prior_epsilon
+from shared.randomizer import (
+    DEFAULT_BINS,
+    default_mean_share,
+    default_split,
+    split_prior_epsilon,
+)
 from shared.selection import adaptive_bins
 
 EPSILONS = (0.05, 0.1, 0.3, 0.5, 1.0, 2.0)
@@ -50,8 +56,7 @@ def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> li
     rows = []
     for eps in epsilons:
         eps1 = default_split(eps, n=n, mechanism="auto")[0]
-        eps_hist, eps_mean = split_prior_epsilon(eps1, MEAN_SHARE)
-        assert eps_mean is not None
+        eps_hist, eps_mean = split_prior_epsilon(eps1, default_mean_share(eps))
         bins = adaptive_bins(n, eps_hist, max_bins=DEFAULT_BINS)
         errors = np.array(
             [
@@ -79,9 +84,9 @@ def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> li
                 bias=float(errors.mean()),
                 mse_share=float(np.mean(errors**2)) / variance,
                 dp_constant_share=2 * (width / (eps * n)) ** 2 / variance,
-                message_mean_share=private_mean_variance(
-                    lo=dataset.lo, hi=dataset.hi, epsilon=eps_mean, n=n
-                )
+                message_mean_share=math.nan
+                if eps_mean is None
+                else private_mean_variance(lo=dataset.lo, hi=dataset.hi, epsilon=eps_mean, n=n)
                 / variance,
             )  # fmt: skip
         )
@@ -98,7 +103,8 @@ def render(rows: Sequence[Row], *, draws: int) -> str:
         "`adaptive_bins` cells, projected onto the simplex; 'bias' is the mean of (prior mean - "
         "label mean) in label units; the shares are squared errors over the label variance. "
         "'message's DP mean' is the exact variance of the label mean the message carries "
-        "(`shared.mechanisms.private_mean`, MEAN_SHARE of epsilon1), which the features party "
+        "(`shared.mechanisms.private_mean`, `default_mean_share` of epsilon1; none from epsilon "
+        "2 on), which the features party "
         "anchors its model on; the DP constant spends the whole epsilon on the mean.",
         "",
         "| data set | n | epsilon | epsilon1 | cells | bias | prior mean: MSE / Var(y) "

@@ -27,7 +27,12 @@ import numpy as np
 
 from bench.accuracy import data, study_cli
 from shared.mechanisms.histogram import Prior, private_histogram
-from shared.randomizer import DEFAULT_BINS, MEAN_SHARE, default_split, split_prior_epsilon
+from shared.randomizer import (
+    DEFAULT_BINS,
+    default_mean_share,
+    default_split,
+    split_prior_epsilon,
+)
 from shared.selection import adaptive_bins, choose, score
 
 EPSILONS = (0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
@@ -39,7 +44,8 @@ OUT = Path(__file__).resolve().parents[1] / "results" / "split_study.md"
 
 def histogram_epsilon(epsilon: float, n: int, mechanism: str) -> float:
     """The histogram's part of the default epsilon1 (the rest buys the DP label mean)."""
-    return split_prior_epsilon(default_split(epsilon, n=n, mechanism=mechanism)[0], MEAN_SHARE)[0]
+    eps1 = default_split(epsilon, n=n, mechanism=mechanism)[0]
+    return split_prior_epsilon(eps1, default_mean_share(epsilon))[0]
 
 
 def rp_epsilon1(epsilon: float, n: int) -> float:

@@ -321,7 +321,12 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     at the labels party's RPWithPrior split, not the one RR-on-Bins / auto share, with the
     histogram's part of epsilon1 (the rest buys the DP label mean, as in the service)."""
     from shared import selection
-    from shared.randomizer import MEAN_SHARE, build_mechanism, default_split, split_prior_epsilon
+    from shared.randomizer import (
+        build_mechanism,
+        default_mean_share,
+        default_split,
+        split_prior_epsilon,
+    )
 
     rng = np.random.default_rng(5)
     y = np.clip(rng.exponential(0.2, size=1500), 0.0, 1.0)
@@ -331,7 +336,7 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     built = {}
     for key in ("rp_auto", "rp_auto_d"):
         built[key] = mechanisms.VARIANTS[key].build(ctx, {}, np.random.default_rng(9))
-    eps_hist, eps_mean = split_prior_epsilon(eps1, MEAN_SHARE)
+    eps_hist, eps_mean = split_prior_epsilon(eps1, default_mean_share(0.5))
     assert eps_mean is not None and eps_hist + eps_mean <= eps1
     bins = selection.adaptive_bins(y.size, eps_hist, max_bins=ctx.bins)
     prior = mechanisms.private_histogram(
@@ -361,7 +366,7 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
 def test_network_dim_variants_use_the_measured_model_dim() -> None:
     """RP-auto-net / auto-net: the network's model_dim is measured from features alone and is
     what their releases use; without it the variants are skipped, never silently defaulted."""
-    from shared.randomizer import MEAN_SHARE, build_mechanism, split_prior_epsilon
+    from shared.randomizer import build_mechanism, default_mean_share, split_prior_epsilon
 
     ds = data.make_linear(n=600, d=5)
     split = models.prepare(ds.x[:480], ds.x[480:], lo=ds.lo, hi=ds.hi, standardize=False)
@@ -382,7 +387,7 @@ def test_network_dim_variants_use_the_measured_model_dim() -> None:
         lo=ds.lo,
         hi=ds.hi,
         bins=rp.params["bins"],
-        epsilon=split_prior_epsilon(rp.epsilon1, MEAN_SHARE)[0],
+        epsilon=split_prior_epsilon(rp.epsilon1, default_mean_share(1.0))[0],
         rng=np.random.default_rng(runner._seed("mechanism", 0, 1.0, "rp_auto_net")),
     )
     _, expected = build_mechanism(

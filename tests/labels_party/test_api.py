@@ -11,8 +11,8 @@ import pytest
 from labels_party.releases import ReleaseService
 from shared.message import BINARY_MEDIA_TYPE, decode_binary, from_json_message
 from shared.randomizer import (
-    MEAN_SHARE,
     Release,
+    default_mean_share,
     default_split,
     label_randomizer,
     split_prior_epsilon,
@@ -185,7 +185,7 @@ def test_release_default_bins_are_adaptive_and_model_dim_is_accepted(client):
     created = release(client, "ds", epsilon=1.0, epsilon_histogram=0.05, params={"model_dim": 8})
     assert created.status_code == 201, created.text
     meta = created.json()
-    eps_hist, eps_mean = split_prior_epsilon(0.05, MEAN_SHARE)
+    eps_hist, eps_mean = split_prior_epsilon(0.05, default_mean_share(1.0))
     assert adaptive_bins(1600, eps_hist) == 16
     message = client.get(f"/v1/releases/{meta['id']}/message", headers=PUB)
     header, _ids, _labels = from_json_message(message.content)
@@ -293,11 +293,10 @@ def test_the_default_split_is_the_engines_for_the_releases_mechanism(client, mec
     register(client, "ds", ids)
     rel = release(client, "ds", epsilon=1.0, mechanism=mechanism).json()
     assert (rel["epsilon1"], rel["epsilon2"]) == default_split(1.0, n=2500, mechanism=mechanism)
-    # The histogram's part, plus the DP mean's share on top: h / (1 - MEAN_SHARE).
     if mechanism == "rpwithprior":  # sqrt(4 / 2500): a cheaper prior than RR-on-Bins'
-        assert rel["epsilon1"] == pytest.approx(0.04 / (1 - MEAN_SHARE))
+        assert rel["epsilon1"] == pytest.approx(0.04)
     else:  # min(sqrt(64 / 2500), 0.25)
-        assert rel["epsilon1"] == pytest.approx(0.16 / (1 - MEAN_SHARE))
+        assert rel["epsilon1"] == pytest.approx(0.16)
 
 
 def test_ledger_endpoint_and_metrics(client):
