@@ -32,7 +32,9 @@ pytestmark = pytest.mark.integration
 CSV = {"Content-Type": "text/csv"}
 
 
-def prepare(labels_party, features, name: str, *, n: int = 300, without_features: int = 0):
+def prepare(
+    labels_party, features, name: str, *, n: int = 300, without_features: int = 0, epsilon=4.0
+):
     """Dataset, features (all but the last ``without_features`` ids), sync, labels, release."""
     ids, columns, y = synthetic_rows(n)
     labels_party.client("operator").create_dataset(
@@ -52,7 +54,7 @@ def prepare(labels_party, features, name: str, *, n: int = 300, without_features
         # Clicks the publisher registered but whose features it never uploaded here.
         labels_party.client("publisher").register_examples(name, ids[keep:])
     labels_party.client("advertiser").post_labels(name, ids, y)
-    release = labels_party.client("advertiser").create_release(name, epsilon=4.0)
+    release = labels_party.client("advertiser").create_release(name, epsilon=epsilon)
     return ids, columns, y, release
 
 
@@ -272,9 +274,9 @@ def test_interrupted_jobs_are_requeued_on_start(labels_party, features_factory):
 
 def test_a_fully_joined_release_is_anchored_on_its_dp_label_mean(labels_party, features_factory):
     """Every label joined: the job reports the anchor computed from the header's DP mean, and
-    its predictions include the offset."""
+    its predictions include the offset. (At epsilon 1 the release buys a mean; from 2 on not.)"""
     features = features_factory()
-    ids, _, _, release = prepare(labels_party, features, "anchored", n=600)
+    ids, _, _, release = prepare(labels_party, features, "anchored", n=600, epsilon=1.0)
     header = labels_party.client("publisher").download_message(release.id).header
     assert header.label_mean is not None and header.label_mean_epsilon is not None
     created = features.post(
