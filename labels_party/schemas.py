@@ -85,7 +85,7 @@ class ReleaseCreate(BaseModel):
         default=None,
         gt=0,
         description=(
-            "epsilon1 (the histogram and, with MEAN_SHARE of it, the DP label mean); "
+            "epsilon1 (the histogram and, below a total of 2, the DP label mean); "
             "default: shared.randomizer.default_split"
         ),
     )
