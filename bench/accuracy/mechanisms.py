@@ -338,7 +338,8 @@ def _pipeline(
             label_mean = LabelMean(
                 value=private_mean(ctx.y, lo=ctx.lo, hi=ctx.hi, epsilon=eps_mean, rng=rng),
                 variance=private_mean_variance(lo=ctx.lo, hi=ctx.hi, epsilon=eps_mean, n=n),
-                label_variance=prior.variance(),
+                lo=ctx.lo,
+                hi=ctx.hi,
             )
         name, randomizer = build_mechanism(
             prior, epsilon=eps2, mechanism=mechanism, n=n, model_dim=dim

@@ -114,7 +114,8 @@ def render(rows: Sequence[Row], *, draws: int) -> str:
     for r in rows:
         lines.append(
             f"| {r.dataset} | {r.n:,} | {r.epsilon:g} | {r.epsilon1:.3g} | {r.bins} "
-            f"| {r.bias:+.3g} | {r.mse_share:.2%} | {r.message_mean_share:.3%} "
+            f"| {r.bias:+.3g} | {r.mse_share:.2%} | "
+            f"{'none' if math.isnan(r.message_mean_share) else f'{r.message_mean_share:.3%}'} "
             f"| {r.dp_constant_share:.3%} |"
         )
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from features_party.mean_anchor import (
     MAX_RELATIVE_SD,
     SHRINKAGE,
     LabelMean,
+    MeanAnchor,
     mean_anchor,
     message_label_mean,
 )
@@ -24,13 +25,13 @@ from shared.message import MessageHeader, NoisyHistogram
 values = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
 
-WIDE = 1e12  # a label variance that never gates
+WIDE = 1e12  # bounds so wide that the gate never shuts
 
 
 def anchor_of(
-    value: float, variance: float, predictions: list[float], label_variance: float = WIDE
-):
-    label_mean = LabelMean(value=value, variance=variance, label_variance=label_variance)
+    value: float, variance: float, predictions: list[float], lo: float = -WIDE, hi: float = WIDE
+) -> MeanAnchor:
+    label_mean = LabelMean(value=value, variance=variance, lo=lo, hi=hi)
     return mean_anchor(label_mean, predictions=np.array(predictions))
 
 
@@ -48,13 +49,20 @@ def test_closed_form_of_the_shrunk_shift() -> None:
     assert anchor_of(4.0, float("inf"), predictions).offset == 0.0
 
 
-def test_the_gate_keeps_a_noisy_mean_away_from_a_narrow_label_distribution() -> None:
-    """sqrt(V) above MAX_RELATIVE_SD label standard deviations: nothing is applied."""
-    sd = 1.0
-    inside = anchor_of(10.0, (0.99 * MAX_RELATIVE_SD * sd) ** 2, [0.0], label_variance=sd**2)
-    outside = anchor_of(10.0, (1.01 * MAX_RELATIVE_SD * sd) ** 2, [0.0], label_variance=sd**2)
-    assert not inside.gated and inside.offset > 9.9
+def test_the_gate_refuses_a_mean_noisier_than_a_tenth_of_the_largest_possible_spread() -> None:
+    """Labels in [0, 1] with mean 0.2 have a standard deviation of at most sqrt(0.8 * 0.2) = 0.4
+    (Bhatia-Davis); sqrt(V) above MAX_RELATIVE_SD of that: nothing is applied."""
+    sd = 0.4
+    below, above = (0.99 * MAX_RELATIVE_SD * sd) ** 2, (1.01 * MAX_RELATIVE_SD * sd) ** 2
+    inside = anchor_of(0.2, below, [0.9], lo=0.0, hi=1.0)
+    outside = anchor_of(0.2, above, [0.9], lo=0.0, hi=1.0)
+    assert LabelMean(value=0.2, variance=0.0, lo=0.0, hi=1.0).max_label_variance() == (
+        pytest.approx(sd**2)
+    )
+    assert not inside.gated and inside.offset == pytest.approx(-0.7, rel=0.01)
     assert outside.gated and outside.offset == 0.0 and outside.weight == 0.0
+    # A mean at a bound leaves no spread at all: always gated unless exact.
+    assert anchor_of(0.0, 1e-12, [0.5], lo=0.0, hi=1.0).gated
 
 
 @settings(max_examples=300, deadline=None)
@@ -112,13 +120,11 @@ def header(**overrides: object) -> MessageHeader:
 
 def test_message_label_mean_needs_the_mean_and_every_label_joined() -> None:
     got = message_label_mean(header(), n_joined=1000)
-    # 90% uniform on [0, 200), 10% on [200, 400]: the histogram's variance.
-    second = 0.9 * 200**2 / 3 + 0.1 * (400**3 - 200**3) / (3 * 200)
-    mean = 0.9 * 100 + 0.1 * 300
     assert got == LabelMean(
         value=21.5,
         variance=private_mean_variance(lo=0.0, hi=400.0, epsilon=0.03, n=1000),
-        label_variance=pytest.approx(second - mean**2),
+        lo=0.0,
+        hi=400.0,
     )
     assert message_label_mean(header(), n_joined=999) is None
     without = header(label_mean=None, label_mean_epsilon=None)
@@ -137,7 +143,7 @@ def test_fit_model_anchors_a_shrunk_model_on_the_label_mean() -> None:
     X = encoder.encode_columns(columns)
     kwargs = {"encoder": encoder, "model": "ridge", "label_transform": "raw"}
     plain = fit_model(X, noisy, **kwargs)
-    label_mean = LabelMean(value=5.0, variance=1e-6, label_variance=1.0)
+    label_mean = LabelMean(value=5.0, variance=1e-6, lo=0.0, hi=10.0)
     anchored = fit_model(X, noisy, label_mean=label_mean, **kwargs)
     assert np.mean(plain.predict_matrix(X)) == pytest.approx(4.5, abs=0.01)
     assert np.mean(anchored.predict_matrix(X)) == pytest.approx(5.0, abs=1e-3)
