@@ -322,7 +322,7 @@ def _pipeline(
     Like the service, it spends ``default_mean_share`` of epsilon1 on a DP label mean (the histogram
     gets the rest) and carries its message fields (a release the service sends), so the
     features party resolves its ``auto`` transform from the header and anchors its models' mean
-    on the DP mean as the service does (the papers' network is not anchored)."""
+    on the DP mean as the service does (the papers' network too: ``models.fit_papers_mlp``)."""
 
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
         n = int(ctx.y.size)

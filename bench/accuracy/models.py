@@ -27,7 +27,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPRegressor
 
-from features_party.mean_anchor import LabelMean
+from features_party.mean_anchor import LabelMean, mean_anchor
 from shared.mechanisms.histogram import Prior
 
 MODELS: tuple[str, ...] = ("mlp", "ridge", "gbm", "auto")
@@ -83,9 +83,20 @@ def prepare(
 
 
 def fit_papers_mlp(
-    split: Split, targets: np.ndarray, *, seed: int, epochs: int = MLP_EPOCHS
+    split: Split,
+    targets: np.ndarray,
+    *,
+    seed: int,
+    epochs: int = MLP_EPOCHS,
+    label_mean: LabelMean | None = None,
 ) -> np.ndarray:
-    """Train the papers' network on ``targets`` and return clipped test predictions."""
+    """Train the papers' network on ``targets`` and return clipped test predictions.
+
+    With ``label_mean`` (a message's DP label mean) the predictions are anchored on it exactly
+    as the features party anchors its own models (``features_party.mean_anchor``, from the
+    network's predictions on its training rows): the anchor belongs to the protocol, not to a
+    model family.
+    """
     centre, width = 0.5 * (split.lo + split.hi), split.hi - split.lo
     scaled = ((targets - centre) / width).astype(np.float32)
     first = min(MLP_DECAY_EPOCH, epochs)
@@ -110,6 +121,9 @@ def fit_papers_mlp(
             mlp.set_params(warm_start=True, learning_rate_init=1e-4, max_iter=epochs - first)
             mlp.fit(split.z_train, scaled)
     prediction = mlp.predict(split.z_test).astype(np.float64) * width + centre
+    if label_mean is not None:
+        fitted = mlp.predict(split.z_train).astype(np.float64) * width + centre
+        prediction = prediction + mean_anchor(label_mean, predictions=fitted).offset
     return np.clip(prediction, split.lo, split.hi)
 
 

@@ -222,7 +222,11 @@ def _fit(
 ) -> tuple[np.ndarray, dict[str, Any]]:
     if model == "mlp":
         targets = mech.apply_transform(noisy, affine, transform)
-        return models.fit_papers_mlp(split, targets, seed=seed, epochs=mlp_epochs), {}
+        label_mean = message.label_mean if message is not None else None
+        fitted = models.fit_papers_mlp(
+            split, targets, seed=seed, epochs=mlp_epochs, label_mean=label_mean
+        )
+        return fitted, {}
     return models.fit_features_party(
         split, noisy, model=model, transform=transform, affine=affine, seed=seed, message=message
     )

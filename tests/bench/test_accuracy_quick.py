@@ -419,3 +419,22 @@ def test_runs_summary_names_mechanisms_run_on_fewer_trials() -> None:
     text = report.runs_summary([*full, rec("rr_on_bins", 0)])
     assert "| 3 (0, 1, 2); RRoB: 1 (0) |" in text
     assert "| 3 (0, 1, 2) |" in report.runs_summary(full)
+
+
+def test_the_papers_network_is_anchored_on_a_messages_label_mean() -> None:
+    """The anchor is part of the protocol: the network trained on targets whose mean is off is
+    shifted to the message's (here exact) DP label mean, as the features party's models are."""
+    from features_party.mean_anchor import LabelMean
+
+    ds = data.make_linear(n=700, d=3)
+    split = models.prepare(ds.x[:560], ds.x[560:], lo=ds.lo, hi=ds.hi, standardize=False)
+    targets = np.full(560, ds.lo + 0.2 * (ds.hi - ds.lo))
+    goal = ds.lo + 0.6 * (ds.hi - ds.lo)
+    plain = models.fit_papers_mlp(split, targets, seed=0, epochs=cli.QUICK_EPOCHS)
+    exact = LabelMean(value=goal, variance=0.0, lo=ds.lo, hi=ds.hi)
+    anchored = models.fit_papers_mlp(
+        split, targets, seed=0, epochs=cli.QUICK_EPOCHS, label_mean=exact
+    )
+    shift = float(np.mean(anchored - plain))
+    assert shift > 0.3 * (ds.hi - ds.lo)
+    assert abs(float(np.mean(anchored)) - goal) < 0.05 * (ds.hi - ds.lo)
