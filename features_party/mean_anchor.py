@@ -37,11 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from shared.mechanisms.private_mean import private_mean_variance
+from shared.mechanisms.private_mean import ANCHOR_MAX_RELATIVE_SD, private_mean_variance
 from shared.message import MessageHeader
 
 SHRINKAGE = 2.0
-MAX_RELATIVE_SD = 0.1
+MAX_RELATIVE_SD = ANCHOR_MAX_RELATIVE_SD
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ import numpy as np
 from shared.domain import LabelDomain, check_epsilon, check_labels
 from shared.errors import InvalidParameterError
 from shared.mechanisms.histogram import Prior, check_bins, private_histogram
-from shared.mechanisms.private_mean import private_mean, private_mean_variance
+from shared.mechanisms.private_mean import anchor_can_use, private_mean, private_mean_variance
 from shared.rng import Rng
 from shared.selection import (
     DEFAULT_MODEL_DIM,
@@ -214,6 +214,21 @@ def split_epsilon(epsilon: float, epsilon1: float) -> tuple[float, float]:
     return first, second
 
 
+def release_mean_share(epsilon1: float, epsilon2: float, *, n: int, lo: float, hi: float) -> float:
+    """The share of epsilon1 a default release spends on the DP label mean.
+
+    ``default_mean_share(epsilon1 + epsilon2)``, or 0 where that mean would be too noisy for
+    the features party ever to use it (``private_mean.anchor_can_use``: few labels, a small
+    epsilon1), so the histogram keeps all of epsilon1 there. Public quantities only.
+    """
+    share = default_mean_share(epsilon1 + epsilon2)
+    if share == 0.0 or math.isinf(epsilon1):
+        return share
+    if not anchor_can_use(lo=lo, hi=hi, epsilon=share * epsilon1, n=max(int(n), 1)):
+        return 0.0
+    return share
+
+
 def check_mean_share(mean_share: float) -> float:
     """The share of epsilon1 spent on the DP label mean: a float in [0, 1)."""
     share = float(mean_share)
@@ -355,7 +370,7 @@ def label_randomizer(
 
     Implements RPWithPrior Algorithm 4 / RR-on-Bins Algorithm 3 (see module docstring).
     epsilon1 buys the histogram and, with ``mean_share`` of it (0 <= share < 1; 0: none; None:
-    ``default_mean_share(epsilon1 + epsilon2)``), a DP label mean
+    ``release_mean_share``), a DP label mean
     (:func:`split_prior_epsilon`). ``bins=None`` sizes the histogram by ``adaptive_bins(n,
     epsilon_histogram)`` (public); ``model_dim`` is the receiver's model dimension for
     ``mechanism="auto"`` and the recommended transform (default
@@ -369,7 +384,11 @@ def label_randomizer(
     clipped = domain.clip(check_labels(labels))
     n = int(clipped.size)  # public: the receiver gets one noisy label per example
     dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
-    share = default_mean_share(eps1 + eps2) if mean_share is None else mean_share
+    share = (
+        release_mean_share(eps1, eps2, n=n, lo=domain.lo, hi=domain.hi)
+        if mean_share is None
+        else mean_share
+    )
     eps_hist, eps_mean = split_prior_epsilon(eps1, share)
     cells = adaptive_bins(n, eps_hist, max_bins=DEFAULT_BINS) if bins is None else check_bins(bins)
 

@@ -24,6 +24,7 @@ from shared.randomizer import (
     default_mean_share,
     default_split,
     label_randomizer,
+    release_mean_share,
 )
 from shared.rng import SystemRandom
 
@@ -213,7 +214,7 @@ def test_the_rpwithprior_split_is_public_bounded_and_continuous_in_epsilon(
     assert nearby == pytest.approx(eps1, rel=1e-6)
 
 
-@pytest.mark.parametrize("epsilon1", [1e-3, 0.05, 0.3, 1.2])
+@pytest.mark.parametrize("epsilon1", [0.01, 0.05, 0.3, 1.2])
 def test_epsilon1_buys_the_histogram_and_the_label_mean_exactly(
     labels: np.ndarray, epsilon1: float
 ) -> None:
@@ -247,6 +248,16 @@ def test_epsilon1_buys_the_histogram_and_the_label_mean_exactly(
             label_randomizer(
                 labels, epsilon1=epsilon1, rng=np.random.default_rng(2), mean_share=bad, **common
             )
+
+
+def test_no_mean_is_bought_where_the_features_party_could_never_use_it() -> None:
+    """1,595 labels in [0, 1]: at epsilon 0.05 (90% of epsilon1 = 0.045 on the mean, noise sd
+    0.022 <= 0.05) the mean is bought; RPWithPrior's epsilon1 = 0.025 at 0.3 would leave it
+    0.0075 (sd 0.12 > 0.05 of the range, which no m passes): the histogram keeps it all."""
+    assert release_mean_share(0.045, 0.005, n=1595, lo=0.0, hi=1.0) == pytest.approx(0.9)
+    assert release_mean_share(0.025, 0.275, n=1595, lo=0.0, hi=1.0) == 0.0
+    assert release_mean_share(0.025, 0.275, n=100_000, lo=0.0, hi=1.0) == pytest.approx(0.3)
+    assert release_mean_share(0.2, 2.0, n=100_000, lo=0.0, hi=1.0) == 0.0  # none from 2 on
 
 
 @pytest.mark.parametrize("mechanism", ["auto", "rpwithprior"])

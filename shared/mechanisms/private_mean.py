@@ -31,6 +31,10 @@ from shared.rng import Rng
 # integers (numpy int64 holds it too: 2^16 * 10^9 < 2^63).
 MEAN_LEVELS = 2**16
 _SATURATE = 2**1000
+# The features party uses the mean only if its noise sd is at most this share of the largest
+# label spread the bounds allow with that mean, sqrt((hi - m)(m - lo)) (Bhatia-Davis;
+# ``features_party.mean_anchor``); the labels party does not buy a mean that could never pass.
+ANCHOR_MAX_RELATIVE_SD = 0.1
 
 
 def private_mean(labels: np.ndarray, *, lo: float, hi: float, epsilon: float, rng: Rng) -> float:
@@ -74,3 +78,14 @@ def private_mean_variance(*, lo: float, hi: float, epsilon: float, n: int) -> fl
         return 2.0 * math.exp(-inverse_scale) * ((hi - lo) / (MEAN_LEVELS * n * gap)) ** 2
     except OverflowError:
         return math.inf
+
+
+def anchor_can_use(*, lo: float, hi: float, epsilon: float, n: int) -> bool:
+    """Whether a mean of this noise could ever pass the features party's gate.
+
+    The largest spread sqrt((hi - m)(m - lo)) is (hi - lo) / 2, at m = (lo + hi) / 2; a mean
+    noisier than ANCHOR_MAX_RELATIVE_SD of that is refused whatever its value, so buying it
+    would only take epsilon from the histogram. Public: bounds, epsilon and n.
+    """
+    limit = ANCHOR_MAX_RELATIVE_SD * (hi - lo) / 2.0
+    return math.sqrt(private_mean_variance(lo=lo, hi=hi, epsilon=epsilon, n=n)) <= limit

@@ -323,8 +323,8 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     from shared import selection
     from shared.randomizer import (
         build_mechanism,
-        default_mean_share,
         default_split,
+        release_mean_share,
         split_prior_epsilon,
     )
 
@@ -336,8 +336,10 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     built = {}
     for key in ("rp_auto", "rp_auto_d"):
         built[key] = mechanisms.VARIANTS[key].build(ctx, {}, np.random.default_rng(9))
-    eps_hist, eps_mean = split_prior_epsilon(eps1, default_mean_share(0.5))
-    assert eps_mean is not None and eps_hist + eps_mean <= eps1
+    share = release_mean_share(eps1, eps2, n=y.size, lo=0.0, hi=1.0)
+    assert share == 0.0  # 1,500 labels: a mean from 30% of eps1 could never pass the gate
+    eps_hist, eps_mean = split_prior_epsilon(eps1, share)
+    assert eps_mean is None and eps_hist == eps1
     bins = selection.adaptive_bins(y.size, eps_hist, max_bins=ctx.bins)
     prior = mechanisms.private_histogram(
         y, lo=0.0, hi=1.0, bins=bins, epsilon=eps_hist, rng=np.random.default_rng(9)
@@ -366,7 +368,7 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
 def test_network_dim_variants_use_the_measured_model_dim() -> None:
     """RP-auto-net / auto-net: the network's model_dim is measured from features alone and is
     what their releases use; without it the variants are skipped, never silently defaulted."""
-    from shared.randomizer import build_mechanism, default_mean_share, split_prior_epsilon
+    from shared.randomizer import build_mechanism, release_mean_share, split_prior_epsilon
 
     ds = data.make_linear(n=600, d=5)
     split = models.prepare(ds.x[:480], ds.x[480:], lo=ds.lo, hi=ds.hi, standardize=False)
@@ -387,14 +389,17 @@ def test_network_dim_variants_use_the_measured_model_dim() -> None:
         lo=ds.lo,
         hi=ds.hi,
         bins=rp.params["bins"],
-        epsilon=split_prior_epsilon(rp.epsilon1, default_mean_share(1.0))[0],
+        epsilon=split_prior_epsilon(
+            rp.epsilon1, release_mean_share(rp.epsilon1, rp.epsilon2, n=y.size, lo=ds.lo, hi=ds.hi)
+        )[0],
         rng=np.random.default_rng(runner._seed("mechanism", 0, 1.0, "rp_auto_net")),
     )
     _, expected = build_mechanism(
         prior, epsilon=rp.epsilon2, mechanism="rpwithprior", n=y.size, model_dim=1000
     )
     assert rp.randomizer.public_params() == expected.public_params()
-    assert rp.message_label_mean is not None and ds.lo <= rp.message_label_mean.value <= ds.hi
+    # 480 labels: a mean from 30% of RPWithPrior's small epsilon1 could never pass the gate.
+    assert rp.message_label_mean is None
     assert cell["auto_net"].built.message_mechanism in ("rpwithprior", "rr_on_bins")
 
 

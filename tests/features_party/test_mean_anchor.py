@@ -19,7 +19,7 @@ from features_party.mean_anchor import (
     message_label_mean,
 )
 from features_party.training import fit_encoder, fit_model
-from shared.mechanisms.private_mean import private_mean_variance
+from shared.mechanisms.private_mean import anchor_can_use, private_mean_variance
 from shared.message import MessageHeader, NoisyHistogram
 
 values = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
@@ -151,3 +151,22 @@ def test_fit_model_anchors_a_shrunk_model_on_the_label_mean() -> None:
     assert "mean_anchor" not in plain.metrics and plain.offset == 0.0
     restored = pickle.loads(pickle.dumps(anchored))
     np.testing.assert_allclose(restored.predict_matrix(X), anchored.predict_matrix(X))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.floats(min_value=1e-4, max_value=10.0),
+    st.integers(min_value=1, max_value=10**6),
+    st.floats(min_value=0.0, max_value=1.0),
+)
+def test_a_mean_the_labels_party_would_not_buy_is_always_gated(
+    epsilon: float, n: int, position: float
+) -> None:
+    """``anchor_can_use`` False -> the features party's gate shuts for every possible m: the
+    labels party's skip never throws away a mean the anchor would have used."""
+    lo, hi = -3.0, 400.0
+    if anchor_can_use(lo=lo, hi=hi, epsilon=epsilon, n=n):
+        return
+    variance = private_mean_variance(lo=lo, hi=hi, epsilon=epsilon, n=n)
+    value = lo + position * (hi - lo)
+    assert anchor_of(value, variance, [value + 1.0], lo=lo, hi=hi).gated
