@@ -253,11 +253,15 @@ def test_epsilon1_buys_the_histogram_and_the_label_mean_exactly(
 def test_no_mean_is_bought_where_the_features_party_could_never_use_it() -> None:
     """1,595 labels in [0, 1]: at epsilon 0.05 (90% of epsilon1 = 0.045 on the mean, noise sd
     0.022 <= 0.05) the mean is bought; RPWithPrior's epsilon1 = 0.025 at 0.3 would leave it
-    0.0075 (sd 0.12 > 0.05 of the range, which no m passes): the histogram keeps it all."""
+    0.0075 (sd 0.12 > 0.05 of the range, which no m passes): the histogram keeps it all.
+    An explicit RPWithPrior release never buys one."""
     assert release_mean_share(0.045, 0.005, n=1595, lo=0.0, hi=1.0) == pytest.approx(0.9)
     assert release_mean_share(0.025, 0.275, n=1595, lo=0.0, hi=1.0) == 0.0
     assert release_mean_share(0.025, 0.275, n=100_000, lo=0.0, hi=1.0) == pytest.approx(0.3)
     assert release_mean_share(0.2, 2.0, n=100_000, lo=0.0, hi=1.0) == 0.0  # none from 2 on
+    # RPWithPrior keeps its deliberately small epsilon1 for the histogram.
+    rp = release_mean_share(0.045, 0.005, n=100_000, lo=0.0, hi=1.0, mechanism="rpwithprior")
+    assert rp == 0.0
 
 
 @pytest.mark.parametrize("mechanism", ["auto", "rpwithprior"])

@@ -331,7 +331,7 @@ def _pipeline(
         else:
             eps1, eps2 = split_of(ctx)
         dim = dim_of(ctx)
-        share = release_mean_share(eps1, eps2, n=n, lo=ctx.lo, hi=ctx.hi)
+        share = release_mean_share(eps1, eps2, n=n, lo=ctx.lo, hi=ctx.hi, mechanism=mechanism)
         eps_hist, eps_mean = split_prior_epsilon(eps1, share)
         bins, prior = _adaptive_prior(ctx, priors, rng, eps_hist)
         label_mean = None

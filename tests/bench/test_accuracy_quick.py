@@ -336,8 +336,8 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     built = {}
     for key in ("rp_auto", "rp_auto_d"):
         built[key] = mechanisms.VARIANTS[key].build(ctx, {}, np.random.default_rng(9))
-    share = release_mean_share(eps1, eps2, n=y.size, lo=0.0, hi=1.0)
-    assert share == 0.0  # 1,500 labels: a mean from 30% of eps1 could never pass the gate
+    share = release_mean_share(eps1, eps2, n=y.size, lo=0.0, hi=1.0, mechanism="rpwithprior")
+    assert share == 0.0  # RPWithPrior keeps its small epsilon1 for the histogram
     eps_hist, eps_mean = split_prior_epsilon(eps1, share)
     assert eps_mean is None and eps_hist == eps1
     bins = selection.adaptive_bins(y.size, eps_hist, max_bins=ctx.bins)
@@ -390,7 +390,10 @@ def test_network_dim_variants_use_the_measured_model_dim() -> None:
         hi=ds.hi,
         bins=rp.params["bins"],
         epsilon=split_prior_epsilon(
-            rp.epsilon1, release_mean_share(rp.epsilon1, rp.epsilon2, n=y.size, lo=ds.lo, hi=ds.hi)
+            rp.epsilon1,
+            release_mean_share(
+                rp.epsilon1, rp.epsilon2, n=y.size, lo=ds.lo, hi=ds.hi, mechanism="rpwithprior"
+            ),
         )[0],
         rng=np.random.default_rng(runner._seed("mechanism", 0, 1.0, "rp_auto_net")),
     )
@@ -398,8 +401,7 @@ def test_network_dim_variants_use_the_measured_model_dim() -> None:
         prior, epsilon=rp.epsilon2, mechanism="rpwithprior", n=y.size, model_dim=1000
     )
     assert rp.randomizer.public_params() == expected.public_params()
-    # 480 labels: a mean from 30% of RPWithPrior's small epsilon1 could never pass the gate.
-    assert rp.message_label_mean is None
+    assert rp.message_label_mean is None  # RPWithPrior releases buy no DP mean
     assert cell["auto_net"].built.message_mechanism in ("rpwithprior", "rr_on_bins")
 
 

@@ -182,7 +182,9 @@ def test_release_default_bins_are_adaptive_and_model_dim_is_accepted(client):
     ids = [f"x{i:04d}" for i in range(1600)]
     register(client, "ds", ids)
     put_labels(client, "ds", [(i, float(k % 10)) for k, i in enumerate(ids)])
-    created = release(client, "ds", epsilon=1.0, epsilon_histogram=0.08, params={"model_dim": 8})
+    created = release(
+        client, "ds", epsilon=1.0, epsilon_histogram=0.08, mechanism="auto", params={"model_dim": 8}
+    )
     assert created.status_code == 201, created.text
     meta = created.json()
     eps_hist, eps_mean = split_prior_epsilon(0.08, default_mean_share(1.0))
