@@ -445,3 +445,27 @@ def test_the_papers_network_is_anchored_on_a_messages_label_mean() -> None:
     shift = float(np.mean(anchored - plain))
     assert shift > 0.3 * (ds.hi - ds.lo)
     assert abs(float(np.mean(anchored)) - goal) < 0.05 * (ds.hi - ds.lo)
+
+
+def test_the_features_partys_auto_row_averages_every_split() -> None:
+    """A split whose release offered only raw targets is filed under the features party's
+    "auto" row too (that is what it chose), so the product row averages every split; a
+    variant that never offers both transforms gets no "auto" row."""
+
+    def record(variant: str, transform: str, trial: int, mse: float) -> runner.Record:
+        return runner.Record(
+            dataset="toy", model="auto", variant=variant, transform=transform, epsilon=0.05,
+            trial=trial, n_train=100, n_test=20, test_mse=mse,
+        )  # fmt: skip
+
+    cells = report.aggregate(
+        [
+            record("auto", "auto", 0, 1.0),
+            record("auto", "auto", 1, 3.0),
+            record("auto", "raw", 2, 2.0),  # only raw targets were on offer in this split
+            record("laplace", "raw", 0, 5.0),
+        ]
+    )
+    product = cells[("auto", 100, "auto", "auto", 0.05)]
+    assert (product.k, product.mean) == (3, 2.0)
+    assert ("auto", 100, "laplace", "auto", 0.05) not in cells
