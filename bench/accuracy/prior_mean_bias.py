@@ -26,8 +26,8 @@ from shared.mechanisms.histogram import private_histogram
 from shared.mechanisms.private_mean import private_mean_variance
 from shared.randomizer import (
     DEFAULT_BINS,
-    default_mean_share,
     default_split,
+    release_mean_share,
     split_prior_epsilon,
 )
 from shared.selection import adaptive_bins
@@ -46,7 +46,7 @@ class Row:
     bias: float  # mean over draws of (prior mean - label mean), label units
     mse_share: float  # E[(prior mean - label mean)^2] / Var(y)
     dp_constant_share: float  # the DP constant's expected squared error / Var(y)
-    message_mean_share: float  # the message's DP label mean (MEAN_SHARE of epsilon1) / Var(y)
+    message_mean_share: float  # the message's DP label mean / Var(y); nan where none is bought
 
 
 def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> list[Row]:
@@ -55,8 +55,9 @@ def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> li
     n, variance, width = int(y.size), float(y.var()), dataset.hi - dataset.lo
     rows = []
     for eps in epsilons:
-        eps1 = default_split(eps, n=n, mechanism="auto")[0]
-        eps_hist, eps_mean = split_prior_epsilon(eps1, default_mean_share(eps))
+        eps1, eps2 = default_split(eps, n=n, mechanism="auto")
+        share = release_mean_share(eps1, eps2, n=n, lo=dataset.lo, hi=dataset.hi)
+        eps_hist, eps_mean = split_prior_epsilon(eps1, share)
         bins = adaptive_bins(n, eps_hist, max_bins=DEFAULT_BINS)
         errors = np.array(
             [
@@ -103,7 +104,7 @@ def render(rows: Sequence[Row], *, draws: int) -> str:
         "`adaptive_bins` cells, projected onto the simplex; 'bias' is the mean of (prior mean - "
         "label mean) in label units; the shares are squared errors over the label variance. "
         "'message's DP mean' is the exact variance of the label mean the message carries "
-        "(`shared.mechanisms.private_mean`, `default_mean_share` of epsilon1; none from epsilon "
+        "(`shared.mechanisms.private_mean`, `release_mean_share` of epsilon1; none from epsilon "
         "2 on), which the features party "
         "anchors its model on; the DP constant spends the whole epsilon on the mean.",
         "",
