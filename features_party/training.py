@@ -593,7 +593,9 @@ def _fit_model(
     offset = 0.0
     if label_mean is not None:
         anchor = mean_anchor(
-            label_mean, predictions=np.asarray(estimator.predict(X), dtype=np.float64)
+            label_mean,
+            predictions=np.asarray(estimator.predict(X), dtype=np.float64),
+            targets=targets[chosen.transform],
         )
         offset = anchor.offset
         metrics["mean_anchor"] = anchor.to_dict()

@@ -123,7 +123,8 @@ def fit_papers_mlp(
     prediction = mlp.predict(split.z_test).astype(np.float64) * width + centre
     if label_mean is not None:
         fitted = mlp.predict(split.z_train).astype(np.float64) * width + centre
-        prediction = prediction + mean_anchor(label_mean, predictions=fitted).offset
+        anchor = mean_anchor(label_mean, predictions=fitted, targets=targets)
+        prediction = prediction + anchor.offset
     return np.clip(prediction, split.lo, split.hi)
 
 

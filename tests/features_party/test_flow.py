@@ -289,7 +289,7 @@ def test_a_fully_joined_release_is_anchored_on_its_dp_label_mean(labels_party, f
     assert anchor["label_mean_variance"] == pytest.approx(
         private_mean_variance(lo=0.0, hi=100.0, epsilon=header.label_mean_epsilon, n=600)
     )
-    assert 0.0 <= anchor["weight"] <= 1.0
+    assert 0.0 <= anchor["weight"] <= 1.0 and anchor["prediction_mean_variance"] >= 0.0
     gap = anchor["label_mean"] - anchor["prediction_mean"]
     assert anchor["offset"] == pytest.approx(anchor["weight"] * gap)
     predictions = features.post(

@@ -17,6 +17,7 @@ from features_party.mean_anchor import (
     MeanAnchor,
     mean_anchor,
     message_label_mean,
+    pooled_weight,
 )
 from features_party.training import fit_encoder, fit_model
 from shared.mechanisms.private_mean import anchor_can_use, private_mean_variance
@@ -96,6 +97,87 @@ def test_risk_under_laplace_noise_matches_the_documented_figures(
         assert risk < 0.25 * error**2
 
 
+def test_pooled_floor_closed_form() -> None:
+    """A constant model fitted to targets whose mean has noise variance U = s^2 / n = 9 V: the
+    gap is within sqrt(2 V), so shrinkage alone moves nothing, and the floor U / (U + V) = 0.9
+    applies, gate or no gate."""
+    n = 400
+    targets = np.where(np.arange(n) % 2 == 0, 2.0 - 60.0, 2.0 + 60.0)  # mean 2, s^2 = 3600
+    predictions = np.full(n, 2.0)
+    variance = 3600.0 / n / 9.0  # U = 9, V = 1
+    label_mean = LabelMean(value=3.0, variance=variance, lo=-WIDE, hi=WIDE)
+    anchor = mean_anchor(label_mean, predictions=predictions, targets=targets)
+    assert anchor.prediction_mean_variance == pytest.approx(9.0)
+    assert anchor.weight == pytest.approx(0.9) and anchor.offset == pytest.approx(0.9)
+    assert mean_anchor(label_mean, predictions=predictions).offset == 0.0  # shrinkage only
+    gated_mean = LabelMean(value=3.0, variance=variance, lo=2.5, hi=3.5)  # sd 1 > 0.1 * 0.5
+    gated = mean_anchor(gated_mean, predictions=predictions, targets=targets)
+    assert gated.gated and gated.weight == pytest.approx(0.9)
+    # Where shrinkage asks for more than the floor, shrinkage wins.
+    far = LabelMean(value=12.0, variance=variance, lo=-WIDE, hi=WIDE)
+    assert mean_anchor(far, predictions=predictions, targets=targets).weight == pytest.approx(
+        1 - SHRINKAGE / 100.0
+    )
+
+
+def test_pooled_weight_edges() -> None:
+    assert pooled_weight(3.0, 1.0) == pytest.approx(0.75)
+    assert pooled_weight(0.0, 1.0) == 0.0  # a noiseless model mean: m adds nothing
+    assert pooled_weight(0.0, 0.0) == 1.0  # an exact m
+    assert pooled_weight(float("inf"), 1.0) == 1.0
+    assert pooled_weight(1.0, float("inf")) == 0.0
+    assert pooled_weight(float("inf"), float("inf")) == 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values,
+    st.floats(min_value=0.0, max_value=1e6),
+    st.lists(st.tuples(values, values), min_size=1, max_size=20),
+)
+def test_with_targets_the_shift_still_goes_towards_the_mean_and_never_past_it(
+    value: float, variance: float, rows: list[tuple[float, float]]
+) -> None:
+    predictions, targets = (np.array(column) for column in zip(*rows, strict=True))
+    label_mean = LabelMean(value=value, variance=variance, lo=-WIDE, hi=WIDE)
+    anchor = mean_anchor(label_mean, predictions=predictions, targets=targets)
+    gap = value - float(np.mean(predictions))
+    assert 0.0 <= anchor.weight <= 1.0 and anchor.prediction_mean_variance >= 0.0
+    assert abs(anchor.offset) <= abs(gap) * (1 + 1e-12)
+    assert anchor.offset * gap >= 0.0
+
+
+@pytest.mark.parametrize(
+    ("model_variance", "error", "bound"),
+    [(1.0, 0.0, 0.7), (1.0, 2.0, 1.25), (10.0, 0.0, 1.0), (10.0, 3.0, 1.05), (0.1, 0.0, 0.4)],
+)
+def test_risk_of_a_noisy_model_mean_is_cut_by_the_floor(
+    model_variance: float, error: float, bound: float
+) -> None:
+    """Monte Carlo, in units of V (Laplace noise on m, as ``private_mean``'s): a model mean with
+    noise of variance U and bias ``error`` ends below ``bound``, and below the model alone
+    wherever U >= V (inverse-variance pooling would give U V / (U + V) without bias)."""
+    rng = np.random.default_rng(0)
+    n = 50
+    risks, alone = [], []
+    for _ in range(6_000):
+        targets = rng.normal(0.0, 1.0, n)
+        targets = (targets - targets.mean()) / targets.std() * np.sqrt(model_variance * n)
+        model_mean = error + rng.normal(0.0, np.sqrt(model_variance))
+        label_mean = LabelMean(
+            value=rng.laplace(0.0, 1.0 / np.sqrt(2.0)), variance=1.0, lo=-WIDE, hi=WIDE
+        )
+        anchor = mean_anchor(
+            label_mean, predictions=np.full(n, model_mean), targets=targets + model_mean
+        )
+        risks.append((model_mean + anchor.offset) ** 2)
+        alone.append(model_mean**2)
+    risk = float(np.mean(risks))
+    assert risk <= bound
+    if model_variance >= 1.0:
+        assert risk < float(np.mean(alone))
+
+
 def header(**overrides: object) -> MessageHeader:
     fields: dict[str, object] = {
         "release_id": "r1",
@@ -170,3 +252,29 @@ def test_a_mean_the_labels_party_would_not_buy_is_always_gated(
     variance = private_mean_variance(lo=lo, hi=hi, epsilon=epsilon, n=n)
     value = lo + position * (hi - lo)
     assert anchor_of(value, variance, [value + 1.0], lo=lo, hi=hi).gated
+
+
+def test_fit_model_pools_a_noisy_debiased_mean_with_the_label_mean() -> None:
+    """Debiased targets of a very noisy randomizer (a = 0.05): the model's own mean is off by
+    its noise (U = s^2 / n >> V); the anchored mean is within a few sqrt(V) of the truth."""
+    rng = np.random.default_rng(3)
+    n = 500
+    columns = {"x": rng.normal(size=n)}
+    y = np.full(n, 5.0)
+    noisy = 0.05 * y + 1.0 + rng.normal(0.0, 0.5, n)  # debiased: y + N(0, 10^2)
+    encoder = fit_encoder([("x", "numeric")], columns)
+    X = encoder.encode_columns(columns)
+    label_mean = LabelMean(value=5.01, variance=1e-4, lo=0.0, hi=10.0)
+    fitted = fit_model(
+        X,
+        noisy,
+        encoder=encoder,
+        affine=(0.05, 1.0),
+        model="ridge",
+        label_transform="debiased",
+        label_mean=label_mean,
+    )
+    anchor = fitted.metrics["mean_anchor"]
+    assert anchor["prediction_mean_variance"] == pytest.approx(100.0 / n, rel=0.2)
+    assert anchor["weight"] > 0.99
+    assert np.mean(fitted.predict_matrix(X)) == pytest.approx(5.01, abs=0.01)
