@@ -39,9 +39,11 @@ of variances U and V combine best with weight U / (U + V) on m (inverse-variance
 a biased model mean only raises the optimal weight ((beta^2 + U) / (beta^2 + U + V)), so
 w = max(shrinkage, U / (U + V)). The floor needs no gate: where U > V the model's own mean is
 the noisier of the two whatever m's tail. U is estimated by the mean squared residual of the
-model on its training rows over n: an upper bound of the noise's share (the residual also
-holds the labels' unexplained spread), which errs towards m by at most w^2 V where that spread
-dominates: below 1e-3 of the label variance in every benchmark data set.
+model on its training rows over n. For a model that does not fit the noise it is an upper
+bound of the noise's share (the residual also holds the labels' unexplained spread), which
+errs towards m by at most w^2 V where that spread dominates: below 1e-3 of the label variance
+in every benchmark data set. A model that fits part of the noise (deep boosting) shows a
+smaller residual, and the floor then errs the other way, towards the shrinkage alone.
 
 Everything here reads the message, the model's targets and its own predictions on its training
 features: post-processing, no privacy cost.
