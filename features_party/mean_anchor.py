@@ -35,9 +35,9 @@ preserves it too). Debiased targets at small epsilon can be very noisy (RPWithPr
 its a < 1), so U can match or exceed V while the gap g stays within sqrt(2 V) of 0, and the
 shrinkage then moves little or nothing. Two independent unbiased estimates of variances U and V
 combine best with weight U / (U + V) on m (inverse-variance pooling), and a biased model mean
-only raises the optimal weight ((beta^2 + U) / (beta^2 + U + V)), so w = max(shrinkage, U / (U
-+ V)). The floor needs no gate: where U > V the model's own mean is the noisier of the two
-whatever m's tail. Measured (product pipeline, Crime, 10 splits): at epsilon 0.3, where the
+only raises the optimal weight ((beta^2 + U) / (beta^2 + U + V)), so w = max(shrinkage,
+U / (U + V)). The floor needs no gate: where U > V the model's own mean is the noisier of the
+two whatever m's tail. Measured (product pipeline, Crime, 10 splits): at epsilon 0.3, where the
 release picks RPWithPrior, 1.018x -> 0.996x the DP constant (8 splits better, none worse); at
 0.1 no change (RR-on-Bins' 2-cell debiased targets are nearly noiseless there: their mean's
 error is bias, which the shrinkage handles). U is estimated by the mean squared residual of the
