@@ -139,7 +139,10 @@ def prediction_mean_variance(predictions: np.ndarray, targets: np.ndarray | None
     """U: mean squared training residual / n, a bound on the variance of the model's mean."""
     if targets is None or predictions.size < 2:
         return 0.0
-    residual = np.asarray(targets, dtype=np.float64) - predictions
+    targets = np.asarray(targets, dtype=np.float64)
+    if targets.shape != predictions.shape:
+        raise ValueError(f"targets {targets.shape} do not match predictions {predictions.shape}")
+    residual = targets - predictions
     return float(np.mean(residual**2) / predictions.size)
 
 

@@ -120,6 +120,12 @@ def test_pooled_floor_closed_form() -> None:
     )
 
 
+def test_targets_must_match_the_predictions() -> None:
+    label_mean = LabelMean(value=1.0, variance=1.0, lo=-WIDE, hi=WIDE)
+    with pytest.raises(ValueError, match="do not match"):
+        mean_anchor(label_mean, predictions=np.zeros(3), targets=np.zeros(1))
+
+
 def test_pooled_weight_edges() -> None:
     assert pooled_weight(3.0, 1.0) == pytest.approx(0.75)
     assert pooled_weight(0.0, 1.0) == 0.0  # a noiseless model mean: m adds nothing
