@@ -128,11 +128,11 @@ def shrinkage_weight(gap: float, variance: float) -> float:
 
 def pooled_weight(model_variance: float, variance: float) -> float:
     """U / (U + V): the weight on m that pools two independent unbiased estimates best."""
-    if not model_variance > 0.0:
-        return 1.0 if variance == 0.0 else 0.0
-    if not math.isfinite(model_variance):
-        return 1.0 if math.isfinite(variance) else 0.0
-    return model_variance / (model_variance + variance) if math.isfinite(variance) else 0.0
+    if math.isinf(variance):
+        return 0.0
+    if variance == 0.0 or math.isinf(model_variance):
+        return 1.0
+    return model_variance / (model_variance + variance)
 
 
 def prediction_mean_variance(predictions: np.ndarray, targets: np.ndarray | None) -> float:

@@ -260,6 +260,29 @@ def split_prior_epsilon(epsilon1: float, mean_share: float) -> tuple[float, floa
     return eps_hist, eps_mean
 
 
+def release_prior_epsilons(
+    epsilon1: float,
+    epsilon2: float,
+    *,
+    n: int,
+    lo: float,
+    hi: float,
+    mechanism: str = "auto",
+    mean_share: float | None = None,
+) -> tuple[float, float | None]:
+    """(epsilon_histogram, epsilon_mean) of a release's epsilon1: the one rule every caller uses.
+
+    ``mean_share`` of epsilon1 (None: ``release_mean_share``) buys the DP label mean, the rest
+    the histogram (:func:`split_prior_epsilon`).
+    """
+    share = (
+        release_mean_share(epsilon1, epsilon2, n=n, lo=lo, hi=hi, mechanism=mechanism)
+        if mean_share is None
+        else mean_share
+    )
+    return split_prior_epsilon(epsilon1, share)
+
+
 def build_mechanism(
     prior: Prior,
     *,
@@ -378,7 +401,7 @@ def label_randomizer(
     Implements RPWithPrior Algorithm 4 / RR-on-Bins Algorithm 3 (see module docstring).
     epsilon1 buys the histogram and, with ``mean_share`` of it (0 <= share < 1; 0: none; None:
     ``release_mean_share``), a DP label mean
-    (:func:`split_prior_epsilon`). ``bins=None`` sizes the histogram by ``adaptive_bins(n,
+    (:func:`release_prior_epsilons`). ``bins=None`` sizes the histogram by ``adaptive_bins(n,
     epsilon_histogram)`` (public); ``model_dim`` is the receiver's model dimension for
     ``mechanism="auto"`` and the recommended transform (default
     ``shared.selection.DEFAULT_MODEL_DIM``). ``epsilon1 = inf`` uses the exact histogram and
@@ -391,12 +414,9 @@ def label_randomizer(
     clipped = domain.clip(check_labels(labels))
     n = int(clipped.size)  # public: the receiver gets one noisy label per example
     dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
-    share = (
-        release_mean_share(eps1, eps2, n=n, lo=domain.lo, hi=domain.hi, mechanism=mechanism)
-        if mean_share is None
-        else mean_share
+    eps_hist, eps_mean = release_prior_epsilons(
+        eps1, eps2, n=n, lo=domain.lo, hi=domain.hi, mechanism=mechanism, mean_share=mean_share
     )
-    eps_hist, eps_mean = split_prior_epsilon(eps1, share)
     cells = adaptive_bins(n, eps_hist, max_bins=DEFAULT_BINS) if bins is None else check_bins(bins)
 
     prior = private_histogram(

@@ -34,8 +34,7 @@ from shared.randomizer import (
     DEFAULT_BINS,
     build_mechanism,
     default_split,
-    release_mean_share,
-    split_prior_epsilon,
+    release_prior_epsilons,
 )
 from shared.selection import adaptive_bins, recommended_transform
 
@@ -319,7 +318,7 @@ def _pipeline(
     The epsilon split is the labels party's default for that mechanism
     (``default_split(mechanism=...)``); ``split_of`` replaces it (RP-auto-t5s: Table 5's, to
     isolate the split).
-    Like the service, it spends ``release_mean_share`` of epsilon1 on a DP label mean (the histogram
+    Like the service, it splits epsilon1 by ``release_prior_epsilons`` (a DP label mean; the histogram
     gets the rest) and carries its message fields (a release the service sends), so the
     features party resolves its ``auto`` transform from the header and anchors its models' mean
     on the DP mean as the service does (the papers' network too: ``models.fit_papers_mlp``)."""
@@ -331,8 +330,9 @@ def _pipeline(
         else:
             eps1, eps2 = split_of(ctx)
         dim = dim_of(ctx)
-        share = release_mean_share(eps1, eps2, n=n, lo=ctx.lo, hi=ctx.hi, mechanism=mechanism)
-        eps_hist, eps_mean = split_prior_epsilon(eps1, share)
+        eps_hist, eps_mean = release_prior_epsilons(
+            eps1, eps2, n=n, lo=ctx.lo, hi=ctx.hi, mechanism=mechanism
+        )
         bins, prior = _adaptive_prior(ctx, priors, rng, eps_hist)
         label_mean = None
         if eps_mean is not None:

@@ -27,8 +27,7 @@ from shared.mechanisms.private_mean import private_mean_variance
 from shared.randomizer import (
     DEFAULT_BINS,
     default_split,
-    release_mean_share,
-    split_prior_epsilon,
+    release_prior_epsilons,
 )
 from shared.selection import adaptive_bins
 
@@ -56,8 +55,7 @@ def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> li
     rows = []
     for eps in epsilons:
         eps1, eps2 = default_split(eps, n=n, mechanism="auto")
-        share = release_mean_share(eps1, eps2, n=n, lo=dataset.lo, hi=dataset.hi)
-        eps_hist, eps_mean = split_prior_epsilon(eps1, share)
+        eps_hist, eps_mean = release_prior_epsilons(eps1, eps2, n=n, lo=dataset.lo, hi=dataset.hi)
         bins = adaptive_bins(n, eps_hist, max_bins=DEFAULT_BINS)
         errors = np.array(
             [
