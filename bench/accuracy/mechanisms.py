@@ -318,8 +318,8 @@ def _pipeline(
     The epsilon split is the labels party's default for that mechanism
     (``default_split(mechanism=...)``); ``split_of`` replaces it (RP-auto-t5s: Table 5's, to
     isolate the split).
-    Like the service, it splits epsilon1 by ``release_prior_epsilons`` (a DP label mean; the histogram
-    gets the rest) and carries its message fields (a release the service sends), so the
+    Like the service, it splits epsilon1 by ``release_prior_epsilons`` (a DP label mean; the
+    histogram gets the rest) and carries its message fields (a release the service sends), so the
     features party resolves its ``auto`` transform from the header and anchors its models' mean
     on the DP mean as the service does (the papers' network too: ``models.fit_papers_mlp``)."""
 
