@@ -22,7 +22,8 @@ from bench.naive_algorithm1 import naive_optimal_interval, naive_optimal_interva
 from shared.mechanisms.histogram import Prior
 from shared.mechanisms.rp_with_prior import choose_parameters, optimal_interval
 from shared.mechanisms.rr_on_bins import optimal_bins
-from shared.randomizer import default_split, label_randomizer
+from shared.plan import default_split
+from shared.randomizer import label_randomizer
 from shared.rng import SystemRandom
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engine_speed.md"

@@ -197,6 +197,9 @@ class JobRunner:
         # "auto" is resolved by the exact training criterion under the message's public
         # parameters, not by noisy validation (see resolve_label_transform), with the d the
         # randomizer was chosen for (criterion_model_dim).
+        # A message of format >= 4 carries the labels party's recommendation: read, not redone.
+        if transform == "auto" and header.recommended_transform is not None:
+            transform = header.recommended_transform
         transform = resolve_label_transform(
             transform,
             mechanism=header.mechanism,

@@ -24,7 +24,7 @@ can be degenerate, and a gate on its spread shut the anchor exactly where the ra
 was furthest off). With few labels a Laplace tail draw of m can cost more than the bias it
 corrects (measured on Crime, n = 1,595, with 30% of epsilon1 = 0.045 on the mean: one split
 went from 1.0x to 3.6x the constant's test MSE): the release therefore spends most of epsilon1
-on the mean at small epsilon (``shared.randomizer.default_mean_share``), and the gate refuses a
+on the mean at small epsilon (``shared.plan.default_mean_share``), and the gate refuses a
 mean too noisy to be worth it.
 
 The pooled floor. The shrinkage above treats the model's mean as fixed and asks only whether m
@@ -94,7 +94,10 @@ def message_label_mean(header: MessageHeader, *, n_joined: int) -> LabelMean | N
         return None
     return LabelMean(
         value=header.label_mean,
-        variance=private_mean_variance(
+        # Carried by messages of format >= 4; derived the same way for older ones.
+        variance=header.label_mean_variance
+        if header.label_mean_variance is not None
+        else private_mean_variance(
             lo=header.label_min, hi=header.label_max, epsilon=header.label_mean_epsilon, n=header.n
         ),
         lo=header.label_min,

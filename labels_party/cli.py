@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 
 
@@ -100,7 +101,7 @@ def verify_command(args: argparse.Namespace) -> int:
     for problem in report.problems:
         print(f"PROBLEM: {problem}", file=sys.stderr)
     for name, spent in sorted(report.spent.items()):
-        print(f"dataset {name}: epsilon spent {spent!r}")
+        print(f"dataset {name}: epsilon spent {amounts.text(spent)}")
     status = "OK" if report.ok else f"FAILED ({len(report.problems)} problem(s))"
     print(f"ledger {status}: {report.entries} entries, head {report.head_hash}")
     return 0 if report.ok else 1

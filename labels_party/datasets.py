@@ -11,15 +11,16 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from fractions import Fraction
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
-from labels_party import ledger
+from labels_party import accountant, ledger
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets, releases
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
+from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.mechanisms.histogram import bin_edges
 
@@ -35,7 +36,6 @@ MAX_BINS = 4096
 OPEN, RELEASED = "open", "released"
 # Budget comparisons allow this relative slack so that, e.g., ten spends of 0.1 fit a budget
 # of 1.0 despite binary rounding (1e-9 of the budget: far below any meaningful epsilon).
-BUDGET_RTOL = 1e-9
 
 
 def utc_now() -> str:
@@ -52,33 +52,6 @@ def check_name(name: str) -> str:
     return name
 
 
-def budget_left(*, budget: float, spent: float) -> float:
-    return max(budget - spent, 0.0)
-
-
-def fits_budget(*, budget: float, spent: float, requested: float) -> bool:
-    """Whether spending ``requested`` more keeps the total within the budget (see BUDGET_RTOL).
-
-    Compared exactly (rationals): a float sum would absorb a spend below half an ulp of
-    ``spent`` and overflow to inf near the float maximum, letting either slip past the limit.
-    """
-    limit = Fraction(budget) * (1 + Fraction(BUDGET_RTOL))
-    return Fraction(spent) + Fraction(requested) <= limit
-
-
-def add_spend(spent: float, *amounts: float) -> float:
-    """The recorded total after spending ``amounts``: the exact sum, rounded UP to a float.
-
-    So the recorded ``epsilon_spent`` is never below what the ledger entries add up to, however
-    small each spend (a float sum would round tiny spends away and let them repeat for free).
-    """
-    exact = Fraction(spent) + sum((Fraction(a) for a in amounts), Fraction(0))
-    total = float(exact)
-    if Fraction(total) < exact:
-        total = math.nextafter(total, math.inf)
-    return total
-
-
 @dataclass(frozen=True, kw_only=True)
 class DatasetRow:
     """One row of ``datasets``."""
@@ -90,6 +63,8 @@ class DatasetRow:
     default_label: float
     epsilon_budget: float
     epsilon_spent: float
+    epsilon_budget_exact: str | None
+    epsilon_spent_exact: str | None
     state: str
     n_examples: int
     n_labels: int
@@ -109,12 +84,18 @@ class DatasetSpec:
     label_min: float
     label_max: float
     default_label: float
-    epsilon_budget: float
+    epsilon_budget: Decimal
 
     def __post_init__(self) -> None:
         errors: list[FieldError] = []
         check_name(self.name)
-        for field in ("label_min", "label_max", "default_label", "epsilon_budget"):
+        try:
+            budget = amounts.exact(self.epsilon_budget, name="epsilon_budget")
+        except InvalidParameterError as exc:
+            errors.append(FieldError(field="epsilon_budget", message=str(exc)))
+        else:
+            object.__setattr__(self, "epsilon_budget", budget)
+        for field in ("label_min", "label_max", "default_label"):
             if not math.isfinite(getattr(self, field)):
                 errors.append(FieldError(field=field, message="must be a finite number"))
         if not errors:
@@ -136,8 +117,6 @@ class DatasetSpec:
                 errors.append(
                     FieldError(field="default_label", message="must lie in [label_min, label_max]")
                 )
-            if self.epsilon_budget <= 0:
-                errors.append(FieldError(field="epsilon_budget", message="must be > 0"))
         if errors:
             raise BadInputError("invalid dataset", errors)
 
@@ -166,8 +145,8 @@ def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> Datas
                 label_min=spec.label_min,
                 label_max=spec.label_max,
                 default_label=spec.default_label,
-                epsilon_budget=spec.epsilon_budget,
-                epsilon_spent=0.0,
+                **accountant.columns("epsilon_budget", spec.epsilon_budget),
+                **accountant.columns("epsilon_spent", amounts.ZERO),
                 state=OPEN,
                 n_examples=0,
                 n_labels=0,
@@ -182,13 +161,13 @@ def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> Datas
             release_id=None,
             kind=ledger.KIND_DATASET,
             mechanism=None,
-            epsilon=0.0,
+            epsilon=amounts.ZERO,
             actor_role=actor_role,
             parameters={
                 "label_min": spec.label_min,
                 "label_max": spec.label_max,
                 "default_label": spec.default_label,
-                "epsilon_budget": spec.epsilon_budget,
+                "epsilon_budget": amounts.text(spec.epsilon_budget),
             },
             message_sha256=None,
         )
@@ -227,9 +206,7 @@ def public_view(row: DatasetRow, release_ids: list[str], *, role: str) -> dict[s
         "label_min": row.label_min,
         "label_max": row.label_max,
         "default_label": row.default_label,
-        "epsilon_budget": row.epsilon_budget,
-        "epsilon_spent": row.epsilon_spent,
-        "epsilon_left": budget_left(budget=row.epsilon_budget, spent=row.epsilon_spent),
+        **accountant.Budget.of(row).public(),
         "state": row.state,
         "n_examples": row.n_examples,
         "releases": release_ids,

@@ -23,11 +23,13 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, TextIO
 
 from sqlalchemy import Connection, func, insert, select
 
 from labels_party.db.models import PART_HEAD, datasets, ledger, message_chunks, releases
+from shared import epsilon as amounts
 
 GENESIS_HASH = "0" * 64
 KIND_DATASET, KIND_HISTOGRAM, KIND_RANDOMIZER = "dataset", "histogram", "randomizer"
@@ -45,7 +47,6 @@ COLUMNS = (
     "prev_hash",
     "entry_hash",
 )
-_TOTAL_TOLERANCE = 1e-9
 
 
 def canonical_json(value: Any) -> str:
@@ -54,9 +55,35 @@ def canonical_json(value: Any) -> str:
 
 
 def entry_hash(entry: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of every field but ``entry_hash`` itself."""
+    """sha256 of the canonical JSON of every field but ``entry_hash`` itself.
+
+    An entry with an exact amount commits to its decimal text as ``epsilon`` (and ``delta`` when
+    it has one); an older entry to its float, as it was written.
+    """
     payload = {key: entry[key] for key in COLUMNS if key != "entry_hash"}
+    if entry.get("epsilon_exact") is not None:
+        payload["epsilon"] = entry["epsilon_exact"]
+    if entry.get("delta_exact") is not None:
+        payload["delta"] = entry["delta_exact"]
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+
+
+def amount(entry: dict[str, Any]) -> Decimal:
+    """The entry's epsilon, exactly (an older entry's float at its exact binary value)."""
+    return stored_amount(entry.get("epsilon_exact"), entry["epsilon"])
+
+
+def delta(entry: dict[str, Any]) -> Decimal:
+    """The entry's delta (0 when it has none)."""
+    text = entry.get("delta_exact")
+    return Decimal(text) if text is not None else Decimal(0)
+
+
+def stored_amount(exact_text: str | None, legacy: float | None) -> Decimal:
+    """An amount as stored: its exact text, else (an older database) its float taken exactly."""
+    if exact_text is not None:
+        return Decimal(exact_text)
+    return Decimal(0) if legacy is None else Decimal(float(legacy))
 
 
 def head(conn: Connection) -> tuple[int, str]:
@@ -75,12 +102,13 @@ def append(
     release_id: str | None,
     kind: str,
     mechanism: str | None,
-    epsilon: float,
+    epsilon: Decimal,
     actor_role: str,
     parameters: dict[str, Any],
     message_sha256: str | None,
+    delta: Decimal | None = None,
 ) -> dict[str, Any]:
-    """Append one entry (call inside a write transaction)."""
+    """Append one entry with an exact amount (call inside a write transaction)."""
     seq, prev = head(conn)
     entry: dict[str, Any] = {
         "seq": seq + 1,
@@ -90,6 +118,8 @@ def append(
         "kind": kind,
         "mechanism": mechanism,
         "epsilon": float(epsilon),
+        "epsilon_exact": amounts.text(epsilon),
+        "delta_exact": None if delta is None else amounts.text(delta),
         "actor_role": actor_role,
         "parameters": canonical_json(parameters),
         "message_sha256": message_sha256,
@@ -113,8 +143,20 @@ def entries(
 
 
 def public_entry(entry: dict[str, Any]) -> dict[str, Any]:
-    """An entry as the API returns it (parameters parsed back into an object)."""
-    return {**entry, "parameters": json.loads(entry["parameters"])}
+    """An entry as the API returns it: parameters parsed, amounts as exact decimal strings."""
+    out = {key: value for key, value in entry.items() if key not in _EXACT_COLUMNS}
+    out["epsilon"] = _text(amount(entry))
+    if entry.get("delta_exact") is not None:
+        out["delta"] = entry["delta_exact"]
+    out["parameters"] = json.loads(entry["parameters"])
+    return out
+
+
+_EXACT_COLUMNS = ("epsilon_exact", "delta_exact")
+
+
+def _text(value: Decimal) -> str:
+    return "0" if value == 0 else amounts.text(value)
 
 
 @dataclass
@@ -123,7 +165,7 @@ class VerifyReport:
 
     entries: int = 0
     head_hash: str = GENESIS_HASH
-    spent: dict[str, float] = field(default_factory=dict)
+    spent: dict[str, Decimal] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -141,7 +183,7 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
     report = VerifyReport()
     problems = report.problems
     prev, expected_seq = GENESIS_HASH, 1
-    spends: dict[str, list[float]] = defaultdict(list)
+    spends: dict[str, list[Decimal]] = defaultdict(list)
     created: dict[str, dict[str, Any]] = {}
     by_release: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for entry in _iter_ledger(conn):
@@ -155,17 +197,23 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
         if entry_hash(entry) != entry["entry_hash"]:
             problems.append(f"entry seq {seq}: entry_hash does not match its content")
         prev = entry["entry_hash"]
-        epsilon = entry["epsilon"]
-        if not (isinstance(epsilon, float | int) and math.isfinite(epsilon) and epsilon >= 0):
+        try:
+            epsilon = amount(entry)
+            valid = epsilon.is_finite() and epsilon >= 0 and delta(entry) >= 0
+        except (ArithmeticError, TypeError, ValueError):
+            valid = False
+        if not valid:
             problems.append(f"entry seq {seq}: epsilon is not a finite number >= 0")
             continue
+        if entry.get("epsilon_exact") is not None and float(epsilon) != entry["epsilon"]:
+            problems.append(f"entry seq {seq}: epsilon column disagrees with its exact amount")
         kind = entry["kind"]
         if kind == KIND_DATASET:
             if entry["dataset"] in created:
                 problems.append(f"entry seq {seq}: dataset {entry['dataset']!r} created twice")
             created[entry["dataset"]] = json.loads(entry["parameters"])
         elif kind in (KIND_HISTOGRAM, KIND_RANDOMIZER):
-            spends[entry["dataset"]].append(float(epsilon))
+            spends[entry["dataset"]].append(epsilon)
             release_id = entry["release_id"]
             if release_id is None:
                 problems.append(f"entry seq {seq}: a spend without a release id")
@@ -179,23 +227,37 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
 
     stored = {row.name: row for row in conn.execute(select(datasets))}
     for name, row in stored.items():
-        spent = math.fsum(spends.get(name, []))
+        spent = amounts.add(*spends.get(name, []))
         report.spent[name] = spent
         params = created.get(name)
+        budget = stored_amount(row.epsilon_budget_exact, row.epsilon_budget)
+        for key in ("epsilon_budget", "epsilon_spent"):
+            exact_text = getattr(row, f"{key}_exact")
+            if exact_text is not None and float(Decimal(exact_text)) != getattr(row, key):
+                problems.append(f"dataset {name!r}: {key} disagrees with its exact amount")
         if params is None:
             problems.append(f"dataset {name!r}: no creation entry in the ledger")
         else:
-            for key in ("label_min", "label_max", "default_label", "epsilon_budget"):
+            for key in ("label_min", "label_max", "default_label"):
                 if params.get(key) != getattr(row, key):
                     problems.append(f"dataset {name!r}: {key} differs from its creation entry")
-        if abs(spent - row.epsilon_spent) > _TOTAL_TOLERANCE * max(1.0, spent):
+            if _param_amount(params.get("epsilon_budget")) != budget:
+                problems.append(f"dataset {name!r}: epsilon_budget differs from its creation entry")
+        if row.epsilon_spent_exact is not None:
+            recorded = Decimal(row.epsilon_spent_exact)
+            agrees = recorded == spent and float(recorded) == row.epsilon_spent
+        else:  # an older database: the float total was the exact sum rounded up
+            recorded = Decimal(row.epsilon_spent)
+            agrees = _rounded_up(spent) == row.epsilon_spent
+        if not agrees:
             problems.append(
-                f"dataset {name!r}: ledger total {spent!r} != recorded epsilon_spent "
-                f"{row.epsilon_spent!r}"
+                f"dataset {name!r}: ledger total {_text(spent)} != recorded epsilon_spent "
+                f"{_text(recorded)}"
             )
-        budget = params["epsilon_budget"] if params else row.epsilon_budget
-        if spent > budget * (1 + _TOTAL_TOLERANCE):
-            problems.append(f"dataset {name!r}: spent {spent!r} exceeds the budget {budget!r}")
+        if spent > budget:
+            problems.append(
+                f"dataset {name!r}: spent {_text(spent)} exceeds the budget {_text(budget)}"
+            )
     for name in set(spends) | set(created):
         if name not in stored:
             problems.append(f"ledger names dataset {name!r}, which does not exist")
@@ -215,8 +277,14 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
             problems.append(f"release {rel.id}: missing its histogram or randomizer entry")
             continue
         dataset_name = names_by_id.get(rel.dataset_id)
-        for entry, eps in ((hist, rel.epsilon1), (rand, rel.epsilon2)):
-            if entry["epsilon"] != eps:
+        charged = (
+            stored_amount(rel.epsilon1_exact, rel.epsilon1),
+            stored_amount(rel.epsilon2_exact, rel.epsilon2),
+        )
+        if rel.epsilon_exact is not None and amounts.add(*charged) != Decimal(rel.epsilon_exact):
+            problems.append(f"release {rel.id}: epsilon1 + epsilon2 != its epsilon")
+        for entry, eps in ((hist, charged[0]), (rand, charged[1])):
+            if amount(entry) != eps:
                 problems.append(f"release {rel.id}: {entry['kind']} entry epsilon != release")
             if entry["message_sha256"] != rel.message_sha256:
                 problems.append(f"release {rel.id}: {entry['kind']} entry sha256 != release")
@@ -233,6 +301,20 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
         if release_id not in seen:
             problems.append(f"a message is stored for unknown release {release_id}")
     return report
+
+
+def _param_amount(value: Any) -> Decimal | None:
+    """A budget as recorded in a creation entry: decimal text, or an older entry's float."""
+    if isinstance(value, str):
+        return Decimal(value)
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        return Decimal(value)
+    return None
+
+
+def _rounded_up(exact: Decimal) -> float:
+    nearest = float(exact)
+    return math.nextafter(nearest, math.inf) if Decimal(nearest) < exact else nearest
 
 
 def _check_message(conn: Connection, rel: Any) -> list[str]:
@@ -274,14 +356,14 @@ def _check_message(conn: Connection, rel: Any) -> list[str]:
 def export_csv(conn: Connection, out: TextIO) -> int:
     """Write every entry as CSV (header row first); returns the number of entries."""
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    writer.writerow((*COLUMNS, "delta"))
     count = 0
     for entry in _iter_ledger(conn):
         row = []
         for key in COLUMNS:
-            value = entry[key]
-            row.append("" if value is None else repr(value) if isinstance(value, float) else value)
-        writer.writerow(row)
+            value = _text(amount(entry)) if key == "epsilon" else entry[key]
+            row.append("" if value is None else value)
+        writer.writerow([*row, entry.get("delta_exact") or ""])
         count += 1
     return count
 

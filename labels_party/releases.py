@@ -24,15 +24,16 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
 from sqlalchemy import insert, select, update
 
+from labels_party import accountant, ledger
 from labels_party import datasets as ds
-from labels_party import ledger
 from labels_party.db.engine import Database
 from labels_party.db.models import (
     PART_HEAD,
@@ -42,19 +43,16 @@ from labels_party.db.models import (
     message_chunks,
     releases,
 )
+from labels_party.db.models import ledger as ledger_table
 from labels_party.errors import ConflictError, FieldError, NotFoundError
 from labels_party.parsing import gc_paused
-from shared.errors import BudgetExceededError
+from shared import epsilon as amounts
 from shared.message import MessageHeader, NoisyHistogram, body_sha256, encode_binary
-from shared.randomizer import (
-    Release,
-    default_split,
-    label_randomizer,
-    split_epsilon,
-)
+from shared.plan import ReleasePlan, plan_release
+from shared.randomizer import Release, execute
 from shared.rng import Rng, SystemRandom
 
-Randomizer = Callable[..., Release]
+Randomizer = Callable[[ReleasePlan, np.ndarray, Rng], Release]
 RngFactory = Callable[[], Rng]
 
 CHUNK_BYTES = 1 << 20  # one stored blob of the binary message (label chunks stay 8-aligned)
@@ -66,13 +64,29 @@ RELEASE_ID_PATTERN = r"^rel_[0-9a-f]{24}$"
 
 @dataclass(frozen=True, kw_only=True)
 class ReleaseRequest:
-    """A validated release request (``params`` holds only the options the caller gave)."""
+    """A release request (``options`` holds only the mechanism options the caller gave)."""
 
-    mechanism: str
-    epsilon: float
-    epsilon_histogram: float | None = None
+    epsilon: Decimal
+    mechanism: str = "auto"
+    epsilon_histogram: Decimal | None = None
     bins: int | None = None  # None: shared.selection.adaptive_bins(n, epsilon1)
-    params: dict[str, Any] | None = None
+    model_dim: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_for(row: ds.DatasetRow, request: ReleaseRequest, *, n: int) -> ReleasePlan:
+    """The plan of ``request`` on dataset ``row`` with ``n`` registered examples (public)."""
+    return plan_release(
+        n=n,
+        lo=row.label_min,
+        hi=row.label_max,
+        epsilon=request.epsilon,
+        epsilon1=request.epsilon_histogram,
+        mechanism=request.mechanism,
+        bins=request.bins,
+        model_dim=request.model_dim,
+        options=request.options,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,9 +132,34 @@ class ReleaseService:
     ) -> None:
         self._db = db
         self._rng_factory: RngFactory = rng_factory or SystemRandom
-        self._randomizer: Randomizer = randomizer or label_randomizer
+        self._randomizer: Randomizer = randomizer or execute
         self._slots = threading.BoundedSemaphore(concurrency)
         self._commit_delay = commit_delay
+
+    def preview(self, *, dataset: str, request: ReleaseRequest) -> dict[str, Any]:
+        """What ``request`` would spend and leave: its plan; reads no label, spends nothing."""
+        with self._db.read() as conn:
+            row = ds.load(conn, dataset)
+        _check_releasable(row)
+        plan = plan_for(row, request, n=row.n_examples)
+        budget = accountant.Budget.of(row)
+        return {
+            "dry_run": True,
+            "dataset": row.name,
+            "n": row.n_examples,
+            "plan": plan.public(),
+            "budget": {
+                "budget": amounts.text(budget.budget),
+                "spent": amounts.text(budget.spent),
+                "requested": amounts.text(plan.epsilon),
+                "fits": budget.fits(plan.epsilon),
+                "left_after": amounts.text(
+                    accountant.Budget(
+                        budget=budget.budget, spent=amounts.add(budget.spent, plan.epsilon)
+                    ).left
+                ),
+            },
+        }
 
     def create(self, *, dataset: str, request: ReleaseRequest, actor_role: str) -> dict[str, Any]:
         """Randomize, then spend and store in one transaction; returns the release metadata."""
@@ -138,12 +177,8 @@ class ReleaseService:
     def _snapshot(self, name: str, request: ReleaseRequest) -> _Snapshot:
         with self._db.read() as conn:
             row = ds.load(conn, name)
-            _check_budget(row, request.epsilon)
-            if row.n_examples == 0:
-                raise ConflictError(
-                    f"dataset {name!r} has no registered examples to release",
-                    [FieldError(field="dataset", message="no registered examples")],
-                )
+            accountant.Budget.of(row).check(request.epsilon)
+            _check_releasable(row)
             cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
             try:
                 cursor.execute(
@@ -175,29 +210,14 @@ class ReleaseService:
     ) -> dict[str, Any]:
         row = snap.row
         n = snap.labels.size
-        # Either way epsilon1 + epsilon2 <= request.epsilon exactly, so checking the budget for
-        # request.epsilon covers what the ledger charges.
-        if request.epsilon_histogram is None:
-            eps1, eps2 = default_split(request.epsilon, n=n, mechanism=request.mechanism)
-        else:
-            eps1, eps2 = split_epsilon(request.epsilon, request.epsilon_histogram)
+        plan = plan_for(row, request, n=n)
         with self._slots:
-            release = self._randomizer(
-                snap.labels,
-                lo=row.label_min,
-                hi=row.label_max,
-                epsilon1=eps1,
-                epsilon2=eps2,
-                mechanism=request.mechanism,
-                rng=self._rng_factory(),
-                bins=request.bins,
-                **(request.params or {}),
-            )
+            release = self._randomizer(plan, snap.labels, self._rng_factory())
         noisy = np.ascontiguousarray(release.noisy_labels, dtype=np.float64)
         if noisy.shape != (n,) or not np.isfinite(noisy).all():
             raise RuntimeError("the randomizer returned a malformed array")
-        if (release.epsilon1, release.epsilon2) != (eps1, eps2):  # the budget covers these only
-            raise RuntimeError("the randomizer reports other epsilons than it was given")
+        if release.plan is not plan:  # the budget covers this plan's amounts only
+            raise RuntimeError("the randomizer ran another plan than it was given")
         release_id = new_release_id()
         created = datetime.now(UTC)
         created_text = created.isoformat(timespec="microseconds").replace("+00:00", "Z")
@@ -208,8 +228,8 @@ class ReleaseService:
             created=created,
             mechanism=release.mechanism,
             params=params,
-            epsilon1=release.epsilon1,
-            epsilon2=release.epsilon2,
+            epsilon1=plan.epsilon1_float,
+            epsilon2=plan.randomizer_float,
             label_min=row.label_min,
             label_max=row.label_max,
             default_label=row.default_label,
@@ -219,112 +239,114 @@ class ReleaseService:
             model_dim=release.model_dim,
             label_mean=release.label_mean,
             label_mean_epsilon=release.label_mean_epsilon,
+            label_mean_variance=release.label_mean_variance,
+            recommended_transform=release.recommended_transform,
         )
         chunks = _chunks(header, snap.ids_text, noisy)
         digest = hashlib.sha256()
         for chunk in chunks:
             digest.update(chunk["data"])
-        epsilon = release.epsilon1 + release.epsilon2
-        meta = {
+        record = {
             "id": release_id,
-            "dataset": row.name,
-            "mechanism": release.mechanism,
             "requested_mechanism": request.mechanism,
-            "params": params,
-            "bins": release.prior.k,
-            "epsilon1": release.epsilon1,
-            "epsilon2": release.epsilon2,
-            "epsilon": epsilon,
+            "mechanism": release.mechanism,
+            "params": ledger.canonical_json(params),
+            **accountant.columns("epsilon1", plan.epsilon1),
+            **accountant.columns("epsilon2", plan.epsilon2),
+            **accountant.columns("epsilon", plan.epsilon),
             "n": n,
             "created": created_text,
             "message_sha256": header.body_sha256,
             "binary_sha256": digest.hexdigest(),
             "binary_size": sum(chunk["size"] for chunk in chunks),
             "expected_label_mse": _finite_or_none(release.expected_label_mse),
+            "actor_role": actor_role,
         }
-        with self._db.write() as conn:
-            current = ds.load(conn, row.name, for_update=True)
-            if current.data_version != row.data_version:
-                raise _StaleSnapshot
-            _check_budget(current, request.epsilon)
-            conn.execute(
-                insert(releases).values(
-                    id=release_id,
-                    dataset_id=row.id,
-                    requested_mechanism=request.mechanism,
-                    mechanism=release.mechanism,
-                    params=ledger.canonical_json(params),
-                    epsilon1=release.epsilon1,
-                    epsilon2=release.epsilon2,
-                    epsilon=epsilon,
-                    n=n,
-                    created=created_text,
-                    message_sha256=meta["message_sha256"],
-                    binary_sha256=meta["binary_sha256"],
-                    binary_size=meta["binary_size"],
-                    expected_label_mse=meta["expected_label_mse"],
-                    actor_role=actor_role,
-                )
-            )
-            for chunk in chunks:
-                conn.execute(insert(message_chunks).values(release_id=release_id, **chunk))
-            common = {
-                "time": created_text,
-                "dataset": row.name,
-                "release_id": release_id,
-                "actor_role": actor_role,
-                "message_sha256": header.body_sha256,
-            }
-            ledger.append(
-                conn,
+        # The release row stores the floats each step ran at; the exact columns what it paid.
+        record |= {"epsilon1": plan.epsilon1_float, "epsilon2": plan.randomizer_float}
+        charges = [
+            accountant.Charge(
                 kind=ledger.KIND_HISTOGRAM,
                 mechanism="private_histogram",
-                epsilon=release.epsilon1,
+                epsilon=plan.epsilon1,
                 parameters={
                     "bins": release.prior.k,
                     "noise": "discrete_laplace",
                     "sensitivity": 2,
-                    "split": "given" if request.epsilon_histogram is not None else "default",
+                    "split": plan.split,
                     # epsilon1 = the histogram's + the DP label mean's (basic composition).
-                    "histogram_epsilon": release.histogram_epsilon,
-                    "label_mean_epsilon": release.label_mean_epsilon,
+                    "histogram_epsilon": amounts.text(plan.histogram_epsilon),
+                    "label_mean_epsilon": None
+                    if plan.label_mean_epsilon is None
+                    else amounts.text(plan.label_mean_epsilon),
                 },
-                **common,
-            )
-            ledger.append(
-                conn,
+            ),
+            accountant.Charge(
                 kind=ledger.KIND_RANDOMIZER,
                 mechanism=release.mechanism,
-                epsilon=release.epsilon2,
+                epsilon=plan.epsilon2,
                 parameters={
                     "requested_mechanism": request.mechanism,
-                    "options": request.params or {},
+                    "options": _json_safe(dict(plan.options)),
+                    "model_dim": plan.model_dim,
                     "params": params,
                     "n": n,
                     "recommended_transform": release.recommended_transform,
                 },
-                **common,
+            ),
+        ]
+        with self._db.write() as conn:
+            current = ds.load(conn, row.name, for_update=True)
+            if current.data_version != row.data_version:
+                raise _StaleSnapshot
+            accountant.Budget.of(current).check(plan.epsilon)
+            conn.execute(insert(releases).values(dataset_id=row.id, **record))
+            for chunk in chunks:
+                conn.execute(insert(message_chunks).values(release_id=release_id, **chunk))
+            accountant.spend(
+                conn,
+                current,
+                charges,
+                time=created_text,
+                release_id=release_id,
+                actor_role=actor_role,
+                message_sha256=header.body_sha256,
             )
-            conn.execute(
-                update(datasets)
-                .where(datasets.c.id == row.id)
-                .values(
-                    epsilon_spent=ds.add_spend(
-                        current.epsilon_spent, release.epsilon1, release.epsilon2
-                    ),
-                    state=ds.RELEASED,
-                )
-            )
+            conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
             if self._commit_delay:
                 time.sleep(self._commit_delay)
-        return meta
+        return _public(record, dataset=row.name, bins=release.prior.k)
 
 
-def _check_budget(row: ds.DatasetRow, epsilon: float) -> None:
-    if not ds.fits_budget(budget=row.epsilon_budget, spent=row.epsilon_spent, requested=epsilon):
-        raise BudgetExceededError(
-            spent=row.epsilon_spent, requested=epsilon, budget=row.epsilon_budget
+def _check_releasable(row: ds.DatasetRow) -> None:
+    if row.n_examples == 0:
+        raise ConflictError(
+            f"dataset {row.name!r} has no registered examples to release",
+            [FieldError(field="dataset", message="no registered examples")],
         )
+
+
+def _public(record: Any, *, dataset: str, bins: int | None) -> dict[str, Any]:
+    """A release as the API shows it: the exact charges as decimal strings."""
+    get = record.get if isinstance(record, dict) else record._mapping.get
+    return {
+        "id": get("id"),
+        "dataset": dataset,
+        "mechanism": get("mechanism"),
+        "requested_mechanism": get("requested_mechanism"),
+        "params": json.loads(get("params")),
+        "bins": bins,
+        **{
+            key: amounts.text(ledger.stored_amount(get(f"{key}_exact"), get(key)))
+            for key in ("epsilon1", "epsilon2", "epsilon")
+        },
+        "n": get("n"),
+        "created": get("created"),
+        "message_sha256": get("message_sha256"),
+        "binary_sha256": get("binary_sha256"),
+        "binary_size": get("binary_size"),
+        "expected_label_mse": get("expected_label_mse"),
+    }
 
 
 def _chunks(header: MessageHeader, ids_text: str, noisy: np.ndarray) -> list[dict[str, Any]]:
@@ -359,22 +381,19 @@ def release_metadata(db: Database, release_id: str) -> dict[str, Any]:
         raise NotFoundError(
             f"release {release_id!r} not found", [FieldError(field="id", message="unknown release")]
         )
-    return {
-        "id": row.id,
-        "dataset": row.dataset_name,
-        "mechanism": row.mechanism,
-        "requested_mechanism": row.requested_mechanism,
-        "params": json.loads(row.params),
-        "epsilon1": row.epsilon1,
-        "epsilon2": row.epsilon2,
-        "epsilon": row.epsilon,
-        "n": row.n,
-        "created": row.created,
-        "message_sha256": row.message_sha256,
-        "binary_sha256": row.binary_sha256,
-        "binary_size": row.binary_size,
-        "expected_label_mse": row.expected_label_mse,
-    }
+    return _public(row, dataset=row.dataset_name, bins=_bins_of(db, release_id))
+
+
+def _bins_of(db: Database, release_id: str) -> int | None:
+    """The histogram size of a release, from its ledger entry (public)."""
+    with db.read() as conn:
+        text = conn.execute(
+            select(ledger_table.c.parameters).where(
+                ledger_table.c.release_id == release_id,
+                ledger_table.c.kind == ledger.KIND_HISTOGRAM,
+            )
+        ).scalar()
+    return None if text is None else json.loads(text).get("bins")
 
 
 @dataclass(frozen=True, kw_only=True)

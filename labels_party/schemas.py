@@ -6,6 +6,7 @@ and unknown keys are refused, so a typo never silently changes a privacy paramet
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -34,7 +35,11 @@ class DatasetCreate(BaseModel):
     label_min: _Bound
     label_max: _Bound
     default_label: _Bound = Field(description="label of registered examples never labelled")
-    epsilon_budget: float = Field(gt=0, description="total epsilon all releases may spend")
+    epsilon_budget: Decimal = Field(
+        gt=0,
+        description="total epsilon all releases may spend (a JSON number or a decimal string, "
+        "kept as an exact decimal)",
+    )
 
 
 class ReleaseOptions(BaseModel):
@@ -65,11 +70,11 @@ class ReleaseOptions(BaseModel):
         description="the receiver's model dimension (features) for auto; default 10",
     )
 
-    def mechanism_params(self) -> dict[str, object]:
-        """The options passed through to the randomizer (``bins`` apart)."""
+    def mechanism_options(self) -> dict[str, object]:
+        """The mechanism options the caller gave (``bins`` and ``model_dim`` apart)."""
         return {
             key: value
-            for key, value in self.model_dump(exclude={"bins"}).items()
+            for key, value in self.model_dump(exclude={"bins", "model_dim"}).items()
             if value is not None
         }
 
@@ -79,17 +84,26 @@ class ReleaseCreate(BaseModel):
 
     model_config = _STRICT
 
-    mechanism: Literal["rpwithprior", "rr_on_bins", "auto"]
-    epsilon: float = Field(gt=0, description="total epsilon of the release (epsilon1 + epsilon2)")
-    epsilon_histogram: float | None = Field(
+    mechanism: Literal["rpwithprior", "rr_on_bins", "auto"] = "auto"
+    epsilon: Decimal = Field(
+        gt=0,
+        description="total epsilon of the release (epsilon1 + epsilon2), an exact decimal: a "
+        "JSON number (0.1 is the decimal 0.1) or a decimal string",
+    )
+    epsilon_histogram: Decimal | None = Field(
         default=None,
         gt=0,
         description=(
             "epsilon1 (the histogram and, below a total of 2, the DP label mean); "
-            "default: shared.randomizer.default_split"
+            "default: shared.plan.default_split"
         ),
     )
     params: ReleaseOptions = Field(default_factory=ReleaseOptions)
+    dry_run: bool = Field(
+        default=False,
+        description="return the plan (what would be spent on what, and the budget left after) "
+        "without reading labels or spending anything",
+    )
 
     @field_validator("epsilon_histogram")
     @classmethod
@@ -98,6 +112,42 @@ class ReleaseCreate(BaseModel):
         if value is not None and epsilon is not None and not value < epsilon:
             raise ValueError("epsilon_histogram must be < epsilon")
         return value
+
+
+class ReleasePlanPublic(BaseModel):
+    """What a release will spend on what (``shared.plan.ReleasePlan.public``)."""
+
+    mechanism: str
+    n: int
+    epsilon: str
+    epsilon1: str
+    epsilon2: str
+    histogram_epsilon: str
+    label_mean_epsilon: str | None
+    randomizer_epsilon: str
+    split: Literal["default", "given"]
+    bins: int
+    model_dim: int
+    options: dict[str, object]
+    explanation: list[str]
+
+
+class BudgetPreview(BaseModel):
+    budget: str
+    spent: str
+    requested: str
+    fits: bool
+    left_after: str
+
+
+class ReleasePreview(BaseModel):
+    """``dry_run: true``: the plan and the budget after it; nothing is read or spent."""
+
+    dry_run: Literal[True]
+    dataset: str
+    n: int
+    plan: ReleasePlanPublic
+    budget: BudgetPreview
 
 
 class LabelRow(BaseModel):
@@ -130,9 +180,9 @@ class DatasetPublic(BaseModel):
     label_min: float
     label_max: float
     default_label: float
-    epsilon_budget: float
-    epsilon_spent: float
-    epsilon_left: float
+    epsilon_budget: str = Field(description="exact decimal")
+    epsilon_spent: str = Field(description="exact decimal")
+    epsilon_left: str = Field(description="exact decimal")
     state: Literal["open", "released"]
     n_examples: int
     n_labels: int | None = Field(default=None, description="advertiser only")
@@ -161,9 +211,10 @@ class ReleasePublic(BaseModel):
     mechanism: str
     requested_mechanism: str
     params: dict[str, object]
-    epsilon1: float
-    epsilon2: float
-    epsilon: float
+    bins: int | None = Field(description="histogram cells of the release's prior")
+    epsilon1: str = Field(description="exact decimal charged for the histogram and DP mean")
+    epsilon2: str = Field(description="exact decimal charged for the randomizer")
+    epsilon: str = Field(description="epsilon1 + epsilon2, exactly")
     n: int
     created: str
     message_sha256: str = Field(description="header.body_sha256 of the message")
@@ -179,7 +230,8 @@ class LedgerEntry(BaseModel):
     release_id: str | None
     kind: Literal["dataset", "histogram", "randomizer"]
     mechanism: str | None
-    epsilon: float
+    epsilon: str = Field(description="exact decimal")
+    delta: str | None = Field(default=None, description="exact decimal, (epsilon, delta) spends")
     actor_role: str
     parameters: dict[str, object]
     message_sha256: str | None

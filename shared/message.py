@@ -29,9 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from shared.errors import IntegrityError
 
 # Version 2 adds the optional header field ``model_dim``, version 3 the optional DP label mean
-# (``label_mean``, ``label_mean_epsilon``); older messages (without them) are still read.
-FORMAT_VERSION = 3
-SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
+# (``label_mean``, ``label_mean_epsilon``), version 4 the derived public values the receiver
+# uses (``label_mean_variance``, ``recommended_transform``); older messages are still read.
+FORMAT_VERSION = 4
+SUPPORTED_FORMAT_VERSIONS = (1, 2, 3, 4)
 JSON_MEDIA_TYPE = "application/json"
 BINARY_MEDIA_TYPE = "application/vnd.labeldp.message+binary"
 
@@ -103,6 +104,13 @@ class MessageHeader(BaseModel):
     # predictions on it. None: the release spent nothing on it.
     label_mean: float | None = None
     label_mean_epsilon: float | None = Field(default=None, gt=0)
+    # Derived public values the labels party computed and the features party uses as they are
+    # (None in older messages: the receiver derives them from the fields above).
+    # The DP mean's noise variance (``private_mean.private_mean_variance``).
+    label_mean_variance: float | None = Field(default=None, ge=0)
+    # "raw" or "debiased": the training target with the lower C = bias^2 + (model_dim / n) Var
+    # under the noisy prior (``shared.selection.recommended_transform``).
+    recommended_transform: Literal["raw", "debiased"] | None = None
 
     @model_validator(mode="after")
     def _label_mean(self) -> MessageHeader:
@@ -113,6 +121,8 @@ class MessageHeader(BaseModel):
                 raise ValueError("label_mean must lie within [label_min, label_max]")
             if not self.label_mean_epsilon < self.epsilon1:
                 raise ValueError("label_mean_epsilon must be < epsilon1 (it is part of it)")
+        if self.label_mean_variance is not None and self.label_mean is None:
+            raise ValueError("label_mean_variance needs label_mean")
         return self
 
     @property

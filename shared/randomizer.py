@@ -19,63 +19,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from shared.domain import LabelDomain, check_epsilon, check_labels
 from shared.errors import InvalidParameterError
-from shared.mechanisms.histogram import Prior, check_bins, private_histogram
-from shared.mechanisms.private_mean import anchor_can_use, private_mean, private_mean_variance
+from shared.mechanisms.histogram import Prior, private_histogram
+from shared.mechanisms.private_mean import private_mean
+from shared.plan import DEFAULT_BINS, ReleasePlan, check_mechanism, check_n, plan_release
 from shared.rng import Rng
 from shared.selection import (
     DEFAULT_MODEL_DIM,
-    adaptive_bins,
     check_model_dim,
     choose,
     recommended_transform,
 )
-
-MechanismChoice = Literal["rpwithprior", "rr_on_bins", "auto"]
-MECHANISMS: tuple[str, ...] = ("rpwithprior", "rr_on_bins", "auto")
-
-# The histogram size the default split of RR-on-Bins / auto assumes, and the pipeline's cap of
-# ``adaptive_bins``.
-DEFAULT_BINS = 64
-# RR-on-Bins / auto: the histogram never gets more than this share of the total budget once
-# epsilon is large (RR-on-Bins paper, Sec. 3.2 suggests epsilon1 = sqrt(k / n), which is tiny
-# for large n) ...
-MAX_HISTOGRAM_SHARE = 0.25
-# ... but it always gets at least this much absolute epsilon (or 90% of a smaller total): the
-# prior's accuracy must not shrink with the total budget, and below epsilon ~ 0.1 the per-label
-# randomizer carries almost no signal ((e^eps2 - 1) ~ eps2) while the prior's mean, which every
-# mechanism's outputs and the features party's constant model inherit, carries most of it.
-MIN_HISTOGRAM_EPSILON = 0.05
-MAX_SMALL_BUDGET_SHARE = 0.9
-# RPWithPrior needs far less of the prior: its interval is robust to a noisy histogram, while
-# RR-on-Bins outputs the prior's posterior means. epsilon1 = sqrt(k / n) with
-# k = max(1, 4 eps^2), at most 40% of the total (bench/results/split_study.md: the criterion C
-# under the labels' own distribution is best near there on five data sets; measured test MSE in
-# bench/results/accuracy_housing.md, RP-auto at epsilon 0.3). The floor above still applies
-# below epsilon 0.1 and fades out linearly by 0.3. Known weakness: on heavy-tailed labels so
-# cheap a prior can misplace the window in some splits (bench/results/accuracy_nonlinear.md);
-# callers with such labels should pass epsilon1 themselves.
-RP_SCALE_FLOOR = 1.0
-RP_SCALE_PER_EPSILON = 2.0
-RP_MAX_HISTOGRAM_SHARE = 0.4
-RP_FLOOR_FADE = (0.1, 0.3)
-# The share of epsilon1 spent on the DP label mean (the rest buys the histogram), piecewise
-# linear in the TOTAL epsilon between these (epsilon, share) knots and constant beyond them.
-# Why (bench/results/accuracy_ads.md, _crime.md, _housing.md, the product rows): below epsilon
-# ~0.1 the per-label randomizer carries almost nothing and the features party's model is the
-# mean, so the mean gets most of epsilon1 (and the product approaches the DP constant); around
-# 0.3-1 the histogram's mean is what biases the raw targets on sparse labels (ads: 1.01-1.04x
-# the constant without the mean), while the randomizer's epsilon2 is left alone (taking the
-# mean out of it made the features party fall back to the constant on Crime at 0.8 and
-# Housing at 0.3); from 2 on the histogram shapes RR-on-Bins' outputs (ceding 30% of it cost
-# 3-4% on ads at 2-3) and the debiased targets' own mean is precise, so nothing is spent.
-MEAN_SHARE_KNOTS: tuple[tuple[float, float], ...] = ((0.1, 0.9), (0.3, 0.3), (1.0, 0.3), (2.0, 0.0))
 
 
 class LabelMechanism(Protocol):
@@ -135,6 +94,8 @@ class Release:
     label_mean_variance: float | None = None
     # The part of epsilon1 the histogram got (epsilon1 itself when nothing went to the mean).
     histogram_epsilon: float | None = None
+    # The plan this release ran (its exact charges); None only for hand-built releases.
+    plan: ReleasePlan | None = None
 
     @property
     def epsilon(self) -> float:
@@ -144,143 +105,6 @@ class Release:
     @property
     def n(self) -> int:
         return int(self.noisy_labels.size)
-
-
-def check_mechanism(mechanism: str) -> None:
-    """Refuse a mechanism name the pipeline does not know."""
-    if mechanism not in MECHANISMS:
-        raise InvalidParameterError(
-            f"mechanism ({mechanism!r}) must be one of {', '.join(MECHANISMS)}"
-        )
-
-
-def default_split(epsilon: float, *, n: int, mechanism: str = "auto") -> tuple[float, float]:
-    """Split a total epsilon into (epsilon1, epsilon2) from public quantities only.
-
-    Ghazi et al. 2022, Sec. 3.2's epsilon1 = sqrt(k / n), tuned per mechanism (see the constants
-    above). The histogram's part h: ``"rr_on_bins"`` / ``"auto"``: max(min(sqrt(64 / n),
-    0.25 eps), min(0.05, 0.9 eps)); ``"rpwithprior"``: max(min(max(1, 2 eps) / sqrt(n),
-    0.4 eps), f(eps) min(0.05, 0.9 eps)) with f = 1 up to epsilon 0.1, 0 from 0.3, linear
-    between. epsilon1 also pays for the DP label mean (``default_mean_share`` of it,
-    ``label_randomizer``). epsilon1 is rounded up to a multiple of ulp(epsilon), so that
-    epsilon1 + epsilon2 == epsilon exactly.
-    """
-    total = check_epsilon(epsilon)
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
-    check_mechanism(mechanism)
-    floor = min(MIN_HISTOGRAM_EPSILON, MAX_SMALL_BUDGET_SHARE * total)
-    if mechanism == "rpwithprior":
-        scale = max(RP_SCALE_FLOOR, RP_SCALE_PER_EPSILON * total)
-        sqrt_rule = min(scale / math.sqrt(int(n)), RP_MAX_HISTOGRAM_SHARE * total)
-        start, end = RP_FLOOR_FADE
-        floor *= min(1.0, max(0.0, (end - total) / (end - start)))
-    else:
-        sqrt_rule = min(math.sqrt(DEFAULT_BINS / int(n)), MAX_HISTOGRAM_SHARE * total)
-    # A multiple of ulp(total) makes total - epsilon1 exact: the parts add up to the total.
-    step = math.ulp(total)
-    return split_epsilon(total, math.ceil(max(sqrt_rule, floor) / step) * step)
-
-
-def default_mean_share(epsilon: float) -> float:
-    """The share of epsilon1 a release spends on the DP label mean at total ``epsilon``.
-
-    Piecewise linear through ``MEAN_SHARE_KNOTS`` (0.9 up to 0.1, 0.3 from 0.3 to 1, 0 from 2):
-    public, a function of the total epsilon only.
-    """
-    total = check_epsilon(epsilon, allow_inf=True)
-    xs, ys = zip(*MEAN_SHARE_KNOTS, strict=True)
-    return float(np.interp(total, xs, ys)) if math.isfinite(total) else 0.0
-
-
-def split_epsilon(epsilon: float, epsilon1: float) -> tuple[float, float]:
-    """(epsilon1, epsilon2) with epsilon2 > 0 and epsilon1 + epsilon2 <= epsilon EXACTLY.
-
-    ``epsilon - epsilon1`` is rounded to the nearest float, so half the time the two parts
-    would add up to half an ulp more than the total asked for (and charged); epsilon2 is
-    therefore stepped down to the float below whenever the exact sum exceeds ``epsilon``.
-    """
-    total = check_epsilon(epsilon)
-    first = check_epsilon(epsilon1, name="epsilon1")
-    if not first < total:
-        raise InvalidParameterError(f"epsilon1 ({epsilon1!r}) must be < epsilon ({epsilon!r})")
-    second = total - first
-    if Fraction(first) + Fraction(second) > Fraction(total):
-        second = math.nextafter(second, 0.0)
-    if not second > 0.0:
-        raise InvalidParameterError(
-            f"epsilon - epsilon1 ({epsilon!r} - {epsilon1!r}) is not a positive float"
-        )
-    return first, second
-
-
-def release_mean_share(
-    epsilon1: float, epsilon2: float, *, n: int, lo: float, hi: float, mechanism: str = "auto"
-) -> float:
-    """The share of epsilon1 a default release spends on the DP label mean.
-
-    ``default_mean_share(epsilon1 + epsilon2)``; 0 for ``mechanism="rpwithprior"``, whose
-    epsilon1 is kept minimal by design (taking 30% of it for the mean cost RPWithPrior with a
-    network's model_dim 1.06-1.23 against Table 5's 0.82-1.05 on Housing at epsilon 0.3,
-    bench/results/accuracy_housing.md); 0 where that mean would be too noisy for the features
-    party ever to use it (``private_mean.anchor_can_use``: few labels, a small epsilon1), so the
-    histogram keeps all of epsilon1 there. Public quantities only.
-    """
-    if mechanism == "rpwithprior":
-        return 0.0
-    share = default_mean_share(epsilon1 + epsilon2)
-    if share == 0.0 or math.isinf(epsilon1):
-        return share
-    if not anchor_can_use(lo=lo, hi=hi, epsilon=share * epsilon1, n=max(int(n), 1)):
-        return 0.0
-    return share
-
-
-def check_mean_share(mean_share: float) -> float:
-    """The share of epsilon1 spent on the DP label mean: a float in [0, 1)."""
-    share = float(mean_share)
-    if not (math.isfinite(share) and 0.0 <= share < 1.0):
-        raise InvalidParameterError(f"mean_share ({mean_share!r}) must be in [0, 1)")
-    return share
-
-
-def split_prior_epsilon(epsilon1: float, mean_share: float) -> tuple[float, float | None]:
-    """(epsilon_histogram, epsilon_mean) with epsilon_histogram + epsilon_mean <= epsilon1 EXACTLY.
-
-    ``mean_share`` of epsilon1 goes to the DP label mean, the rest to the histogram; share 0
-    spends nothing on the mean (epsilon_mean None). With epsilon1 = inf both are exact (inf).
-    """
-    share = check_mean_share(mean_share)
-    eps1 = check_epsilon(epsilon1, name="epsilon1", allow_inf=True)
-    if share == 0.0:
-        return eps1, None
-    if math.isinf(eps1):
-        return eps1, eps1
-    eps_mean, eps_hist = split_epsilon(eps1, eps1 * share)
-    return eps_hist, eps_mean
-
-
-def release_prior_epsilons(
-    epsilon1: float,
-    epsilon2: float,
-    *,
-    n: int,
-    lo: float,
-    hi: float,
-    mechanism: str = "auto",
-    mean_share: float | None = None,
-) -> tuple[float, float | None]:
-    """(epsilon_histogram, epsilon_mean) of a release's epsilon1: the one rule every caller uses.
-
-    ``mean_share`` of epsilon1 (None: ``release_mean_share``) buys the DP label mean, the rest
-    the histogram (:func:`split_prior_epsilon`).
-    """
-    share = (
-        release_mean_share(epsilon1, epsilon2, n=n, lo=lo, hi=hi, mechanism=mechanism)
-        if mean_share is None
-        else mean_share
-    )
-    return split_prior_epsilon(epsilon1, share)
 
 
 def build_mechanism(
@@ -316,8 +140,8 @@ def build_mechanism(
     if unknown:
         raise InvalidParameterError(f"unknown mechanism parameter(s): {', '.join(sorted(unknown))}")
     dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1):
-        raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
+    if n is not None:
+        check_n(n)
 
     def rp() -> LabelMechanism:
         return rp_with_prior.choose_parameters(
@@ -382,6 +206,93 @@ def build_mechanism(
     return name, candidates[name]
 
 
+@dataclass(frozen=True, kw_only=True)
+class NoisyPrior:
+    """The epsilon1 step's output: the noisy histogram and (if bought) the DP label mean."""
+
+    prior: Prior
+    label_mean: float | None = None
+
+
+def measure(
+    plan: ReleasePlan, labels: np.ndarray, rng: Rng, *, histogram: Prior | None = None
+) -> NoisyPrior:
+    """The epsilon1 step of ``plan`` on the clipped ``labels``: histogram, then the DP mean.
+
+    ``histogram``: a noisy histogram already bought for exactly this plan's cells and histogram
+    epsilon (the accuracy benchmark shares one across the variants of a cell); it is used
+    instead of drawing a new one. Draws in this order, so seeded runs reproduce.
+    """
+    if labels.size != plan.n:
+        raise InvalidParameterError(f"plan is for n = {plan.n} labels, got {labels.size}")
+    if histogram is None:
+        histogram = private_histogram(
+            labels, lo=plan.lo, hi=plan.hi, bins=plan.bins, epsilon=plan.histogram_float, rng=rng
+        )
+    elif histogram.k != plan.bins:
+        raise InvalidParameterError(f"histogram has {histogram.k} cells, the plan {plan.bins}")
+    mean = None
+    if plan.label_mean_float is not None:
+        mean = private_mean(labels, lo=plan.lo, hi=plan.hi, epsilon=plan.label_mean_float, rng=rng)
+    return NoisyPrior(prior=histogram, label_mean=mean)
+
+
+def choose_randomizer(plan: ReleasePlan, measured: NoisyPrior) -> tuple[str, LabelMechanism]:
+    """The epsilon2 randomizer ``plan`` asks for, built from the noisy prior alone."""
+    return build_mechanism(
+        measured.prior,
+        epsilon=plan.randomizer_float,
+        mechanism=plan.mechanism,
+        n=plan.n,
+        model_dim=plan.model_dim,
+        **plan.options,
+    )
+
+
+def execute(
+    plan: ReleasePlan, labels: np.ndarray, rng: Rng, *, histogram: Prior | None = None
+) -> Release:
+    """Run ``plan`` on raw ``labels``: clip, measure the prior, choose, randomize once.
+
+    Implements RPWithPrior Algorithm 4 / RR-on-Bins Algorithm 3 (module docstring). An
+    infinite randomizer epsilon (a non-private plan) releases the clipped labels unchanged.
+    """
+    clipped = LabelDomain(lo=plan.lo, hi=plan.hi).clip(check_labels(labels))
+    measured = measure(plan, clipped, rng, histogram=histogram)
+    anchor: dict[str, Any] = {
+        "histogram_epsilon": plan.histogram_float,
+        "label_mean": measured.label_mean,
+        "label_mean_epsilon": plan.label_mean_float,
+        "label_mean_variance": plan.label_mean_variance,
+    }
+    common: dict[str, Any] = {
+        "prior": measured.prior,
+        "epsilon1": plan.epsilon1_float,
+        "epsilon2": plan.randomizer_float,
+        "lo": plan.lo,
+        "hi": plan.hi,
+        "plan": plan,
+        **anchor,
+    }
+    if math.isinf(plan.randomizer_float):
+        return Release(
+            noisy_labels=clipped, mechanism="none", params={}, expected_label_mse=0.0, **common
+        )
+    name, randomizer = choose_randomizer(plan, measured)
+    noisy = randomizer.randomize(clipped, rng)
+    return Release(
+        noisy_labels=noisy,
+        mechanism=name,
+        params=randomizer.public_params(),
+        expected_label_mse=float(randomizer.expected_squared_error(measured.prior)),
+        recommended_transform=recommended_transform(
+            randomizer, measured.prior, n=plan.n, model_dim=plan.model_dim
+        ),
+        model_dim=plan.model_dim,
+        **common,
+    )
+
+
 def label_randomizer(
     labels: np.ndarray,
     *,
@@ -394,73 +305,41 @@ def label_randomizer(
     bins: int | None = None,
     model_dim: int | None = None,
     mean_share: float | None = None,
+    allow_nonprivate: bool = False,
     **params: Any,
 ) -> Release:
-    """Release (epsilon1 + epsilon2)-label-DP noisy labels with the chosen two-step mechanism.
+    """``execute(plan_release(...), labels, rng)`` for a given (epsilon1, epsilon2).
 
-    Implements RPWithPrior Algorithm 4 / RR-on-Bins Algorithm 3 (see module docstring).
-    epsilon1 buys the histogram and, with ``mean_share`` of it (0 <= share < 1; 0: none; None:
-    ``release_mean_share``), a DP label mean
-    (:func:`release_prior_epsilons`). ``bins=None`` sizes the histogram by ``adaptive_bins(n,
-    epsilon_histogram)`` (public); ``model_dim`` is the receiver's model dimension for
-    ``mechanism="auto"`` and the recommended transform (default
-    ``shared.selection.DEFAULT_MODEL_DIM``). ``epsilon1 = inf`` uses the exact histogram and
-    mean (a known prior, for benchmarks); ``epsilon2 = inf`` releases the clipped labels
-    unchanged (the non-private baseline).
+    A convenience for tests and benchmarks (the services plan from the total). An infinite
+    epsilon1 (exact prior) or epsilon2 (clipped labels unchanged) is refused unless
+    ``allow_nonprivate`` (the benchmarks' non-private rows).
     """
-    domain = LabelDomain(lo=lo, hi=hi)
-    eps1 = check_epsilon(epsilon1, name="epsilon1", allow_inf=True)
-    eps2 = check_epsilon(epsilon2, name="epsilon2", allow_inf=True)
-    clipped = domain.clip(check_labels(labels))
-    n = int(clipped.size)  # public: the receiver gets one noisy label per example
-    dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
-    eps_hist, eps_mean = release_prior_epsilons(
-        eps1, eps2, n=n, lo=domain.lo, hi=domain.hi, mechanism=mechanism, mean_share=mean_share
+    plan = plan_release(
+        n=int(np.asarray(labels).size) or 1,
+        lo=lo,
+        hi=hi,
+        epsilon1=epsilon1,
+        epsilon2=epsilon2,
+        mechanism=mechanism,
+        bins=bins,
+        model_dim=model_dim,
+        mean_share=mean_share,
+        options=params,
+        allow_nonprivate=allow_nonprivate,
     )
-    cells = adaptive_bins(n, eps_hist, max_bins=DEFAULT_BINS) if bins is None else check_bins(bins)
+    return execute(plan, labels, rng)
 
-    prior = private_histogram(
-        clipped, lo=domain.lo, hi=domain.hi, bins=cells, epsilon=eps_hist, rng=rng
-    )
-    anchor: dict[str, float | None] = {"histogram_epsilon": eps_hist}
-    if eps_mean is not None:
-        anchor |= {
-            "label_mean": private_mean(
-                clipped, lo=domain.lo, hi=domain.hi, epsilon=eps_mean, rng=rng
-            ),
-            "label_mean_epsilon": eps_mean,
-            "label_mean_variance": private_mean_variance(
-                lo=domain.lo, hi=domain.hi, epsilon=eps_mean, n=n
-            ),
-        }
-    if math.isinf(eps2):
-        return Release(
-            noisy_labels=clipped,
-            prior=prior,
-            mechanism="none",
-            params={},
-            epsilon1=eps1,
-            epsilon2=eps2,
-            lo=domain.lo,
-            hi=domain.hi,
-            expected_label_mse=0.0,
-            **anchor,
-        )
-    name, randomizer = build_mechanism(
-        prior, epsilon=eps2, mechanism=mechanism, n=n, model_dim=dim, **params
-    )
-    noisy = randomizer.randomize(clipped, rng)
-    return Release(
-        noisy_labels=noisy,
-        prior=prior,
-        mechanism=name,
-        params=randomizer.public_params(),
-        epsilon1=eps1,
-        epsilon2=eps2,
-        lo=domain.lo,
-        hi=domain.hi,
-        expected_label_mse=float(randomizer.expected_squared_error(prior)),
-        recommended_transform=recommended_transform(randomizer, prior, n=n, model_dim=dim),
-        model_dim=dim,
-        **anchor,
-    )
+
+__all__ = [
+    "DEFAULT_BINS",
+    "DEFAULT_MODEL_DIM",
+    "LabelMechanism",
+    "NoisyPrior",
+    "Release",
+    "build_mechanism",
+    "check_mechanism",
+    "choose_randomizer",
+    "execute",
+    "label_randomizer",
+    "measure",
+]

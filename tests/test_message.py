@@ -138,7 +138,7 @@ def test_model_dim_round_trips_and_version_1_messages_are_still_read() -> None:
     ids = ["a", "b"]
     labels = np.array([0.25, 0.75])
     header = make_header(ids, labels, model_dim=115)
-    assert header.format_version == FORMAT_VERSION == 3
+    assert header.format_version == FORMAT_VERSION == 4
     for blob, decode in (
         (b"".join(encode_binary(header, ids, labels)), decode_binary),
         (to_json_message(header, ids, labels), from_json_message),
@@ -166,6 +166,30 @@ def test_label_mean_round_trips_and_version_2_messages_are_still_read() -> None:
     old = make_header(ids, labels, format_version=2)
     decoded = decode_binary(b"".join(encode_binary(old, ids, labels)))[0]
     assert decoded.format_version == 2 and decoded.label_mean is None
+
+
+def test_derived_values_round_trip_and_version_3_messages_are_still_read() -> None:
+    """Format 4 carries the DP mean's variance and the recommended transform (read, not redone)."""
+    ids = ["a", "b"]
+    labels = np.array([0.25, 0.75])
+    header = make_header(
+        ids,
+        labels,
+        label_mean=0.5,
+        label_mean_epsilon=0.03,
+        label_mean_variance=0.125,
+        recommended_transform="debiased",
+    )
+    for blob, decode in (
+        (b"".join(encode_binary(header, ids, labels)), decode_binary),
+        (to_json_message(header, ids, labels), from_json_message),
+    ):
+        decoded = decode(blob)[0]
+        assert (decoded.label_mean_variance, decoded.recommended_transform) == (0.125, "debiased")
+    old = make_header(ids, labels, format_version=3, label_mean=0.5, label_mean_epsilon=0.03)
+    decoded = decode_binary(b"".join(encode_binary(old, ids, labels)))[0]
+    assert decoded.format_version == 3 and decoded.label_mean_variance is None
+    assert decoded.recommended_transform is None
 
 
 @pytest.mark.parametrize(

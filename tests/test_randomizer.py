@@ -11,21 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared import randomizer, selection
+from shared import plan, randomizer, selection
 from shared.errors import InvalidParameterError
 from shared.mechanisms import rp_with_prior
 from shared.mechanisms.histogram import Prior
 from shared.mechanisms.private_mean import private_mean_variance
 from shared.mechanisms.rp_with_prior import RPWithPrior
 from shared.mechanisms.rr_on_bins import RROnBins
-from shared.randomizer import (
-    MEAN_SHARE_KNOTS,
-    build_mechanism,
-    default_mean_share,
-    default_split,
-    label_randomizer,
-    release_mean_share,
-)
+from shared.plan import MEAN_SHARE_KNOTS, default_mean_share, default_split, release_mean_share
+from shared.randomizer import build_mechanism, label_randomizer
 from shared.rng import SystemRandom
 
 
@@ -47,7 +41,7 @@ def test_release_carries_every_public_parameter(labels: np.ndarray, mechanism: s
     )
     assert release.n == labels.size
     assert release.epsilon == pytest.approx(1.1)
-    assert release.prior.k == randomizer.DEFAULT_BINS
+    assert release.prior.k == plan.DEFAULT_BINS
     rebuilt = (RPWithPrior if release.mechanism == "rpwithprior" else RROnBins).from_params(
         release.params
     )
@@ -122,6 +116,7 @@ def test_infinite_epsilon_releases_the_clipped_labels(labels: np.ndarray) -> Non
         epsilon2=math.inf,
         mechanism="auto",
         rng=np.random.default_rng(0),
+        allow_nonprivate=True,
     )
     assert release.mechanism == "none"
     np.testing.assert_array_equal(release.noisy_labels, np.append(labels, 40.0))
@@ -311,8 +306,10 @@ def test_default_bins_are_adaptive_and_explicit_bins_still_win(rng: np.random.Ge
         small, epsilon1=0.05, bins=64, rng=np.random.default_rng(1), **common
     )
     assert explicit.prior.k == 64
-    exact = label_randomizer(small, epsilon1=math.inf, rng=np.random.default_rng(1), **common)
-    assert exact.prior.k == randomizer.DEFAULT_BINS
+    exact = label_randomizer(
+        small, epsilon1=math.inf, rng=np.random.default_rng(1), allow_nonprivate=True, **common
+    )
+    assert exact.prior.k == plan.DEFAULT_BINS
 
 
 def test_pipeline_auto_minimises_c_with_the_public_n(
@@ -413,6 +410,7 @@ def test_release_recommends_a_transform_for_every_mechanism(labels: np.ndarray) 
         epsilon2=math.inf,
         mechanism="auto",
         rng=np.random.default_rng(0),
+        allow_nonprivate=True,
     )
     assert none.recommended_transform == "raw"
 

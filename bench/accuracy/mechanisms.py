@@ -7,7 +7,7 @@ Accounting (total epsilon per cell):
   (``shared.mechanisms.histogram.private_histogram``, exact discrete Laplace) and epsilon2 =
   epsilon - epsilon1 on the per-label randomizer, whose parameters are chosen from that noisy
   prior only. RR-on-Bins, RRWithPrior, Unbiased and ``auto`` share the same histogram at the
-  library's default split (``shared.randomizer.default_split``); RPWithPrior (our automatic
+  library's default split (``shared.plan.default_split``); RPWithPrior (our automatic
   choice) draws its own at the library's RPWithPrior split (a smaller epsilon1), RPWithPrior
   "paper" at the split of the paper's Table 5;
 * the constant baseline is the epsilon-DP mean of the clipped labels
@@ -29,13 +29,8 @@ import numpy as np
 from features_party.mean_anchor import LabelMean
 from shared import selection
 from shared.mechanisms.histogram import Prior, private_histogram
-from shared.mechanisms.private_mean import private_mean, private_mean_variance
-from shared.randomizer import (
-    DEFAULT_BINS,
-    build_mechanism,
-    default_split,
-    release_prior_epsilons,
-)
+from shared.plan import DEFAULT_BINS, default_split, plan_release
+from shared.randomizer import build_mechanism, choose_randomizer, measure
 from shared.selection import adaptive_bins, recommended_transform
 
 GAUSSIAN_DELTA = 1e-5
@@ -310,46 +305,47 @@ def _pipeline(
     dim_of: Callable[[CellContext], int],
     split_of: Callable[[CellContext], tuple[float, float]] | None = None,
 ) -> Callable[..., Built]:
-    """``label_randomizer(mechanism=...)`` as the labels party runs it by default:
-    ``adaptive_bins(n, epsilon1)`` cells, then among the candidates of ``shared.selection``
-    (``"auto"``: RPWithPrior and RR-on-Bins; ``"rpwithprior"``: its (interval, zeta) only) the
-    one whose raw or debiased targets have the least C = bias^2 + (model_dim / n) Var, with the
-    release parameter ``model_dim`` = ``dim_of(ctx)``; records the transform it recommends.
-    The epsilon split is the labels party's default for that mechanism
-    (``default_split(mechanism=...)``); ``split_of`` replaces it (RP-auto-t5s: Table 5's, to
-    isolate the split).
-    Like the service, it splits epsilon1 by ``release_prior_epsilons`` (a DP label mean; the
-    histogram gets the rest) and carries its message fields (a release the service sends), so the
+    """A release exactly as the labels party runs it: ``shared.plan.plan_release`` (the default
+    split for ``mechanism``, or ``split_of``'s: RP-auto-t5s uses Table 5's to isolate the split;
+    adaptive cells; the DP label mean), then ``shared.randomizer.measure`` and
+    ``choose_randomizer`` (the candidate of ``shared.selection`` with the least C = bias^2 +
+    (model_dim / n) Var, ``model_dim`` = ``dim_of(ctx)``). It carries the message fields, so the
     features party resolves its ``auto`` transform from the header and anchors its models' mean
     on the DP mean as the service does (the papers' network too: ``models.fit_papers_mlp``)."""
 
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
         n = int(ctx.y.size)
-        if split_of is None:
-            eps1, eps2 = default_split(ctx.epsilon, n=n, mechanism=mechanism)
-        else:
-            eps1, eps2 = split_of(ctx)
-        dim = dim_of(ctx)
-        eps_hist, eps_mean = release_prior_epsilons(
-            eps1, eps2, n=n, lo=ctx.lo, hi=ctx.hi, mechanism=mechanism
+        split = (
+            {"epsilon": ctx.epsilon}
+            if split_of is None
+            else dict(zip(("epsilon1", "epsilon2"), split_of(ctx), strict=True))
         )
-        bins, prior = _adaptive_prior(ctx, priors, rng, eps_hist)
+        dim = dim_of(ctx)
+        plan = plan_release(
+            n=n, lo=ctx.lo, hi=ctx.hi, mechanism=mechanism, max_bins=ctx.bins, model_dim=dim,
+            **split,
+        )  # fmt: skip
+        # The cell's shared prior, when it was bought with this very histogram epsilon and cells
+        # (a prior paid for with more epsilon than the variant accounts would be dishonest).
+        reuse = plan.bins == ctx.bins and plan.histogram_float == ctx.shared_split[0]
+        measured = measure(plan, ctx.y, rng, histogram=shared_prior(ctx, priors, rng) if reuse
+                           else None)  # fmt: skip
+        name, randomizer = choose_randomizer(plan, measured)
+        prior = measured.prior
         label_mean = None
-        if eps_mean is not None:
+        if measured.label_mean is not None:
             label_mean = LabelMean(
-                value=private_mean(ctx.y, lo=ctx.lo, hi=ctx.hi, epsilon=eps_mean, rng=rng),
-                variance=private_mean_variance(lo=ctx.lo, hi=ctx.hi, epsilon=eps_mean, n=n),
+                value=measured.label_mean,
+                variance=float(plan.label_mean_variance),  # type: ignore[arg-type]
                 lo=ctx.lo,
                 hi=ctx.hi,
             )
-        name, randomizer = build_mechanism(
-            prior, epsilon=eps2, mechanism=mechanism, n=n, model_dim=dim
-        )
         transform = recommended_transform(randomizer, prior, n=n, model_dim=dim)
+        eps1, eps2 = plan.epsilon1_float, plan.randomizer_float
         if mechanism == "auto":
-            built = _built(randomizer, eps1, eps2, chosen=name, transform=transform, bins=bins)
+            built = _built(randomizer, eps1, eps2, chosen=name, transform=transform, bins=plan.bins)
         else:
-            built = _built(randomizer, eps1, eps2, transform=transform, bins=bins)
+            built = _built(randomizer, eps1, eps2, transform=transform, bins=plan.bins)
         return dataclasses.replace(
             built,
             message_mechanism=name,

@@ -24,12 +24,7 @@ import numpy as np
 from bench.accuracy import data, study_cli
 from shared.mechanisms.histogram import private_histogram
 from shared.mechanisms.private_mean import private_mean_variance
-from shared.randomizer import (
-    DEFAULT_BINS,
-    default_split,
-    release_prior_epsilons,
-)
-from shared.selection import adaptive_bins
+from shared.plan import plan_release
 
 EPSILONS = (0.05, 0.1, 0.3, 0.5, 1.0, 2.0)
 OUT = Path(__file__).resolve().parents[1] / "results" / "prior_mean_bias.md"
@@ -54,9 +49,9 @@ def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> li
     n, variance, width = int(y.size), float(y.var()), dataset.hi - dataset.lo
     rows = []
     for eps in epsilons:
-        eps1, eps2 = default_split(eps, n=n, mechanism="auto")
-        eps_hist, eps_mean = release_prior_epsilons(eps1, eps2, n=n, lo=dataset.lo, hi=dataset.hi)
-        bins = adaptive_bins(n, eps_hist, max_bins=DEFAULT_BINS)
+        plan = plan_release(n=n, lo=dataset.lo, hi=dataset.hi, epsilon=eps, mechanism="auto")
+        eps1, eps_hist, eps_mean = plan.epsilon1_float, plan.histogram_float, plan.label_mean_float
+        bins = plan.bins
         errors = np.array(
             [
                 float(np.dot(prior.probs, prior.midpoints)) - float(y.mean())

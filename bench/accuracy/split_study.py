@@ -9,11 +9,11 @@ from each exactly as a release does (``shared.selection.choose``, model_dim 10, 
 epsilon - epsilon1), and scores the choice under the labels' exact distribution (256 cells):
 C = bias^2 + (d / n) Var, the criterion ``shared.selection`` ranks randomizers by. That is
 what a prior bought with epsilon1 is worth; the rest of the budget is what the randomizer
-gets. The table compares ``shared.randomizer.default_split`` for RPWithPrior with the split
+gets. The table compares ``shared.plan.default_split`` for RPWithPrior with the split
 RR-on-Bins and ``auto`` keep (which RPWithPrior used before this study) and with the best
 epsilon1 of the grid for that very data set (an oracle: it reads the labels, so no release may
 use it). epsilon1 here is the whole prior budget: below a total epsilon of 2 a release also
-spends part of it on the DP label mean (``shared.randomizer.release_mean_share``), which this
+spends part of it on the DP label mean (``shared.plan.release_mean_share``), which this
 study of the histogram-vs-randomizer split does not model.
 """
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from bench.accuracy import data, study_cli
 from shared.mechanisms.histogram import Prior, private_histogram
-from shared.randomizer import DEFAULT_BINS, default_split
+from shared.plan import DEFAULT_BINS, default_split
 from shared.selection import adaptive_bins, choose, score
 
 EPSILONS = (0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
@@ -133,7 +133,7 @@ def render(rows: Sequence[Row], *, draws: int) -> str:
         "chooses from an epsilon1-DP prior with epsilon2 = epsilon - epsilon1, scored under the "
         f"training labels' exact distribution ({EXACT_CELLS} cells). 'best' is the best epsilon1 "
         "of the grid for that data set (an oracle that reads the labels); 'RP split' is "
-        "`shared.randomizer.default_split(mechanism='rpwithprior')`, max(min(max(1, 2 eps) / "
+        "`shared.plan.default_split(mechanism='rpwithprior')`, max(min(max(1, 2 eps) / "
         "sqrt(n), 0.4 eps), fading floor); 'auto split' is the split RR-on-Bins and `auto` keep "
         "(and RPWithPrior used before), max(min(sqrt(64 / n), eps / 4), min(0.05, 0.9 eps)). "
         "Ratios are C / C(best): 1.00 is the oracle (below 1.00: the rule's epsilon1 lies off "

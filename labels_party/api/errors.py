@@ -31,6 +31,7 @@ from labels_party.errors import (
     ServiceUnavailableError,
     UnsupportedMediaTypeError,
 )
+from shared import epsilon as amounts
 from shared import http_errors
 from shared.errors import BudgetExceededError, InvalidParameterError
 from shared.http_errors import internal_error_body
@@ -68,7 +69,7 @@ _ENGINE_FIELDS = {
     "select": "params.select",
     "outside": "params.outside",
 }
-_LEADING_NAME = re.compile(r"^([a-z_][a-z0-9_]*)\b")
+_LEADING_NAME = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)\b")
 
 
 def error_body(detail: str, errors: list[FieldError] | None = None, **extra: Any) -> dict[str, Any]:
@@ -79,7 +80,10 @@ def error_body(detail: str, errors: list[FieldError] | None = None, **extra: Any
 def engine_field(message: str) -> str:
     """The request field an engine ``InvalidParameterError`` is about (``params`` if unclear)."""
     match = _LEADING_NAME.match(message)
-    return _ENGINE_FIELDS.get(match.group(1), "params") if match else "params"
+    if not match:
+        return "params"
+    name = match.group(1)
+    return _ENGINE_FIELDS.get(name, name if name.startswith("params.") else "params")
 
 
 def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -131,14 +135,15 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(BudgetExceededError)
     async def _budget(_request: Request, exc: BudgetExceededError) -> JSONResponse:
+        left = amounts.text(exc.left)
         return JSONResponse(
             error_body(
                 str(exc),
-                [FieldError(field="epsilon", message=f"only {exc.left:g} of the budget is left")],
-                spent=exc.spent,
-                requested=exc.requested,
-                left=exc.left,
-                budget=exc.budget,
+                [FieldError(field="epsilon", message=f"only {left} of the budget is left")],
+                spent=amounts.text(exc.spent),
+                requested=amounts.text(exc.requested),
+                left=left,
+                budget=amounts.text(exc.budget),
             ),
             status_code=409,
         )

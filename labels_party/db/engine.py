@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 
 from labels_party.db.models import metadata
@@ -60,8 +60,23 @@ def make_engine(database_url: str, *, lock_timeout: float = 120.0) -> Engine:
 
 
 def create_schema(engine: Engine) -> None:
-    """Create missing tables (idempotent)."""
+    """Create missing tables and add missing nullable columns (idempotent).
+
+    A database written by an older release gains the columns added since (each nullable, read
+    as "not recorded"), so it keeps working; nothing is ever dropped or rewritten.
+    """
     metadata.create_all(engine)
+    inspector = inspect(engine)
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            present = {column["name"] for column in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in present:
+                    continue
+                if not column.nullable:
+                    raise RuntimeError(f"cannot add the non-null column {table.name}.{column.name}")
+                kind = column.type.compile(dialect=engine.dialect)
+                conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
 
 
 class Database:

@@ -35,6 +35,10 @@ datasets = Table(
     Column("default_label", Double, nullable=False),
     Column("epsilon_budget", Double, nullable=False),
     Column("epsilon_spent", Double, nullable=False, default=0.0),
+    # The exact decimal amounts (labels_party.accountant); NULL in databases written before
+    # them, where the float above is read at its exact binary value.
+    Column("epsilon_budget_exact", Text, nullable=True),
+    Column("epsilon_spent_exact", Text, nullable=True),
     Column("state", String(16), nullable=False, default="open"),
     Column("n_examples", BigInteger, nullable=False, default=0),
     Column("n_labels", BigInteger, nullable=False, default=0),
@@ -66,6 +70,10 @@ releases = Table(
     Column("epsilon1", Double, nullable=False),
     Column("epsilon2", Double, nullable=False),
     Column("epsilon", Double, nullable=False),
+    # The exact charges (decimal text; NULL before exact amounts): epsilon1 + epsilon2 = epsilon.
+    Column("epsilon1_exact", Text, nullable=True),
+    Column("epsilon2_exact", Text, nullable=True),
+    Column("epsilon_exact", Text, nullable=True),
     Column("n", BigInteger, nullable=False),
     Column("created", String(40), nullable=False),
     Column("message_sha256", String(64), nullable=False),  # header.body_sha256
@@ -99,6 +107,10 @@ ledger = Table(
     Column("kind", String(16), nullable=False),  # dataset | histogram | randomizer
     Column("mechanism", String(32), nullable=True),
     Column("epsilon", Double, nullable=False),
+    # The exact amount (decimal text) and delta of an (epsilon, delta) spend; NULL in entries
+    # written before exact amounts (hashed with the float, as they were).
+    Column("epsilon_exact", Text, nullable=True),
+    Column("delta_exact", Text, nullable=True),
     Column("actor_role", String(16), nullable=False),
     Column("parameters", Text, nullable=False),  # canonical JSON
     Column("message_sha256", String(64), nullable=True),

@@ -321,12 +321,8 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     at the labels party's RPWithPrior split, not the one RR-on-Bins / auto share, with the
     histogram's part of epsilon1 (the rest buys the DP label mean, as in the service)."""
     from shared import selection
-    from shared.randomizer import (
-        build_mechanism,
-        default_split,
-        release_mean_share,
-        split_prior_epsilon,
-    )
+    from shared.plan import default_split, release_mean_share, split_prior_epsilon
+    from shared.randomizer import build_mechanism
 
     rng = np.random.default_rng(5)
     y = np.clip(rng.exponential(0.2, size=1500), 0.0, 1.0)
@@ -368,7 +364,8 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
 def test_network_dim_variants_use_the_measured_model_dim() -> None:
     """RP-auto-net / auto-net: the network's model_dim is measured from features alone and is
     what their releases use; without it the variants are skipped, never silently defaulted."""
-    from shared.randomizer import build_mechanism, release_mean_share, split_prior_epsilon
+    from shared.plan import release_mean_share, split_prior_epsilon
+    from shared.randomizer import build_mechanism
 
     ds = data.make_linear(n=600, d=5)
     split = models.prepare(ds.x[:480], ds.x[480:], lo=ds.lo, hi=ds.hi, standardize=False)

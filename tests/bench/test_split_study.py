@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bench.accuracy import data, split_study
-from shared.randomizer import default_mean_share
+from shared.plan import default_mean_share
 
 
 def test_the_oracle_is_never_beaten_on_the_grid_and_the_report_names_both_rules(

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import math
+from decimal import Decimal
 
 import numpy as np
 import pytest
 
 from labels_party.releases import ReleaseService
+from shared.epsilon import float_at_most
+from shared.mechanisms.private_mean import private_mean_variance
 from shared.message import BINARY_MEDIA_TYPE, decode_binary, from_json_message
-from shared.randomizer import (
-    Release,
-    default_mean_share,
-    default_split,
-    label_randomizer,
-    split_prior_epsilon,
-)
+from shared.plan import default_mean_share, default_split, split_prior_epsilon
+from shared.randomizer import Release, execute
 from tests.labels_party.conftest import (
     ADV,
     OPS,
@@ -31,7 +28,7 @@ from tests.labels_party.conftest import (
 
 def test_dataset_create_and_read(client):
     created = create_dataset(client, "clicks", epsilon_budget=2.5)
-    assert created["state"] == "open" and created["epsilon_left"] == 2.5
+    assert created["state"] == "open" and created["epsilon_left"] == "2.5"
     again = client.post(
         "/v1/datasets",
         json={"name": "clicks", "label_min": 0, "label_max": 1, "default_label": 0,
@@ -42,7 +39,7 @@ def test_dataset_create_and_read(client):
     assert again.json()["errors"][0]["field"] == "name"
     for headers in (ADV, PUB, OPS):
         view = client.get("/v1/datasets/clicks", headers=headers).json()
-        assert view["epsilon_budget"] == 2.5 and view["n_examples"] == 0
+        assert view["epsilon_budget"] == "2.5" and view["n_examples"] == 0
         assert ("n_labels" in view) == (headers is ADV)
 
 
@@ -115,9 +112,9 @@ def test_csv_and_ndjson_streams(client):
 
 
 def _capture_randomizer(seen: list[np.ndarray]):
-    def fake(labels, **kwargs) -> Release:
+    def fake(plan, labels, rng) -> Release:
         seen.append(np.array(labels, copy=True))
-        return label_randomizer(labels, **kwargs)
+        return execute(plan, labels, rng)
 
     return fake
 
@@ -145,7 +142,7 @@ def test_release_message_is_stored_once_and_both_encodings_agree(client):
     created = release(client, "ds", epsilon=1.0, epsilon_histogram=0.25, params={"bins": 32})
     assert created.status_code == 201, created.text
     meta = created.json()
-    assert meta["epsilon1"] == 0.25 and meta["epsilon2"] == 0.75 and meta["epsilon"] == 1.0
+    assert (meta["epsilon1"], meta["epsilon2"], meta["epsilon"]) == ("0.25", "0.75", "1")
     assert meta["n"] == 3000 and meta["mechanism"] == "rpwithprior"
     assert client.get(f"/v1/releases/{meta['id']}", headers=PUB).json() == meta
 
@@ -170,7 +167,7 @@ def test_release_message_is_stored_once_and_both_encodings_agree(client):
 
     assert hashlib.sha256(binary_1.content).hexdigest() == meta["binary_sha256"]
     # pulling again cost nothing
-    assert client.get("/v1/datasets/ds", headers=OPS).json()["epsilon_spent"] == 1.0
+    assert client.get("/v1/datasets/ds", headers=OPS).json()["epsilon_spent"] == "1"
     unacceptable = client.get(url, headers={**PUB, "accept": "text/html"})
     assert unacceptable.status_code == 406
 
@@ -187,7 +184,10 @@ def test_release_default_bins_are_adaptive_and_model_dim_is_accepted(client):
     )
     assert created.status_code == 201, created.text
     meta = created.json()
-    eps_hist, eps_mean = split_prior_epsilon(0.08, default_mean_share(1.0))
+    # The decimal 0.08 runs at the largest float not above it (the float 0.08 is above it).
+    eps1 = float_at_most(Decimal("0.08"))
+    assert eps1 < 0.08 and Decimal(eps1) <= Decimal("0.08")
+    eps_hist, eps_mean = split_prior_epsilon(eps1, default_mean_share(1.0))
     bins = adaptive_bins(1600, eps_hist)
     assert bins < 64  # few cells: n epsilon_histogram is small
     message = client.get(f"/v1/releases/{meta['id']}/message", headers=PUB)
@@ -195,17 +195,25 @@ def test_release_default_bins_are_adaptive_and_model_dim_is_accepted(client):
     assert len(header.histogram.probs) == bins
     assert header.model_dim == 8  # the features party resolves its transform with the same d
     # epsilon1 also bought the DP label mean the features party anchors on (format 3).
-    assert header.format_version == 3 and header.label_mean_epsilon == eps_mean
+    assert header.format_version == 4 and header.label_mean_epsilon == eps_mean
+    # format 4: the derived values the features party reads instead of recomputing.
+    assert header.label_mean_variance == private_mean_variance(
+        lo=0.0, hi=100.0, epsilon=eps_mean, n=1600
+    )
+    assert header.recommended_transform in ("raw", "debiased")
     assert header.label_mean is not None and 0.0 <= header.label_mean <= 100.0
     entries = client.get("/v1/ledger", headers=OPS).json()
     randomizer = [e for e in entries["entries"] if e["kind"] == "randomizer"][-1]
-    assert randomizer["parameters"]["options"] == {"model_dim": 8}
+    assert randomizer["parameters"]["options"] == {}
+    assert randomizer["parameters"]["model_dim"] == 8
     assert randomizer["parameters"]["recommended_transform"] in ("raw", "debiased")
     histogram = [e for e in entries["entries"] if e["kind"] == "histogram"][-1]
     assert histogram["parameters"]["bins"] == bins
-    assert histogram["epsilon"] == 0.08  # the whole epsilon1: histogram + mean
-    assert histogram["parameters"]["histogram_epsilon"] == eps_hist
-    assert histogram["parameters"]["label_mean_epsilon"] == eps_mean
+    assert histogram["epsilon"] == "0.08"  # the whole epsilon1: histogram + mean, exactly
+    mean_charge = Decimal(histogram["parameters"]["label_mean_epsilon"])
+    assert mean_charge == Decimal(eps_mean)  # the float the mean ran at, exactly
+    hist_charge = Decimal(histogram["parameters"]["histogram_epsilon"])
+    assert hist_charge + mean_charge == Decimal("0.08") and hist_charge >= Decimal(eps_hist)
 
 
 def test_release_freezes_the_dataset_and_spends_budget(client):
@@ -223,12 +231,17 @@ def test_release_freezes_the_dataset_and_spends_budget(client):
     over = release(client, "ds", epsilon=0.6)
     assert over.status_code == 409
     body = over.json()
-    assert body["spent"] == 1.5 and body["requested"] == 0.6 and body["budget"] == 2.0
-    assert math.isclose(body["left"], 0.5)
+    assert (body["spent"], body["requested"], body["left"], body["budget"]) == (
+        "1.5",
+        "0.6",
+        "0.5",
+        "2",
+    )
+    assert "request at most epsilon 0.5" in body["detail"] and "top up" in body["detail"]
     assert body["errors"][0]["field"] == "epsilon"
     assert release(client, "ds", epsilon=0.5).status_code == 201
     view = client.get("/v1/datasets/ds", headers=OPS).json()
-    assert view["state"] == "released" and view["epsilon_left"] == 0.0
+    assert view["state"] == "released" and view["epsilon_left"] == "0"
     assert len(view["releases"]) == 2
 
 
@@ -295,11 +308,14 @@ def test_the_default_split_is_the_engines_for_the_releases_mechanism(client, mec
     ids = [f"x{i:04d}" for i in range(2500)]
     register(client, "ds", ids)
     rel = release(client, "ds", epsilon=1.0, mechanism=mechanism).json()
-    assert (rel["epsilon1"], rel["epsilon2"]) == default_split(1.0, n=2500, mechanism=mechanism)
+    eps1 = default_split(1.0, n=2500, mechanism=mechanism)[0]
+    # epsilon1 is the split's float exactly, epsilon2 the rest of the decimal 1, exactly.
+    assert Decimal(rel["epsilon1"]) == Decimal(eps1)
+    assert Decimal(rel["epsilon1"]) + Decimal(rel["epsilon2"]) == Decimal(rel["epsilon"]) == 1
     if mechanism == "rpwithprior":  # sqrt(4 / 2500): a cheaper prior than RR-on-Bins'
-        assert rel["epsilon1"] == pytest.approx(0.04)
+        assert float(rel["epsilon1"]) == pytest.approx(0.04)
     else:  # min(sqrt(64 / 2500), 0.25)
-        assert rel["epsilon1"] == pytest.approx(0.16)
+        assert float(rel["epsilon1"]) == pytest.approx(0.16)
 
 
 def test_ledger_endpoint_and_metrics(client):
@@ -309,11 +325,11 @@ def test_ledger_endpoint_and_metrics(client):
     page = client.get("/v1/ledger", headers=OPS).json()
     kinds = [(e["kind"], e["epsilon"]) for e in page["entries"]]
     assert kinds == [
-        ("dataset", 0.0),
+        ("dataset", "0"),
         ("histogram", rel["epsilon1"]),
         ("randomizer", rel["epsilon2"]),
     ]
-    assert page["entries"][0]["parameters"]["epsilon_budget"] == 3.0
+    assert page["entries"][0]["parameters"]["epsilon_budget"] == "3"
     assert all(e["release_id"] == rel["id"] for e in page["entries"][1:])
     assert all(e["message_sha256"] == rel["message_sha256"] for e in page["entries"][1:])
     assert all(e["actor_role"] == "advertiser" for e in page["entries"][1:])

@@ -106,7 +106,7 @@ CASES = [
      "epsilon"),
     ("release epsilon inf", _release('{"mechanism": "rpwithprior", "epsilon": 1e999}'), 422,
      "epsilon"),
-    ("release epsilon string", _release('{"mechanism": "rpwithprior", "epsilon": "1"}'), 422,
+    ("release epsilon not a decimal", _release('{"epsilon": "1x"}'), 422,
      "epsilon"),
     ("release epsilon missing", _release('{"mechanism": "rpwithprior"}'), 422, "epsilon"),
     ("release unknown mechanism", _release('{"mechanism": "laplace", "epsilon": 1}'), 422,

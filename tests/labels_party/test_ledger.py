@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import sqlite3
+from decimal import Decimal
 
 import pytest
 
@@ -36,7 +37,7 @@ def _verify(db_path) -> tuple[int, str]:
 def test_verify_passes_and_reports_totals(populated):
     code, out = _verify(populated)
     assert code == 0, out
-    assert "dataset one: epsilon spent 2.0" in out and "dataset two: epsilon spent 0.5" in out
+    assert "dataset one: epsilon spent 2\n" in out and "dataset two: epsilon spent 0.5" in out
     assert "ledger OK: 8 entries" in out
 
 
@@ -51,11 +52,23 @@ def test_entry_hash_is_a_chain():
 
 
 TAMPERING = [
-    ("epsilon lowered", "UPDATE ledger SET epsilon = epsilon / 2 WHERE seq = 4", "entry_hash"),
+    ("epsilon lowered",
+     "UPDATE ledger SET epsilon = epsilon / 2, epsilon_exact = '0.0001' WHERE seq = 4",
+     "entry_hash"),
+    ("epsilon float column lowered", "UPDATE ledger SET epsilon = epsilon / 2 WHERE seq = 4",
+     "disagrees"),
     ("entry deleted", "DELETE FROM ledger WHERE seq = (SELECT max(seq) FROM ledger)", "missing"),
     ("middle entry deleted", "DELETE FROM ledger WHERE seq = 3", "seq"),
-    ("spent rewritten", "UPDATE datasets SET epsilon_spent = 0.5 WHERE name = 'one'", "total"),
-    ("budget raised", "UPDATE datasets SET epsilon_budget = 99 WHERE name = 'two'", "budget"),
+    ("spent rewritten",
+     "UPDATE datasets SET epsilon_spent = 0.5, epsilon_spent_exact = '0.5' WHERE name = 'one'",
+     "total"),
+    ("spent float column rewritten",
+     "UPDATE datasets SET epsilon_spent = 0.5 WHERE name = 'one'", "disagrees"),
+    ("budget raised",
+     "UPDATE datasets SET epsilon_budget = 99, epsilon_budget_exact = '99' WHERE name = 'two'",
+     "budget"),
+    ("budget float column raised", "UPDATE datasets SET epsilon_budget = 99 WHERE name = 'two'",
+     "budget"),
     ("bounds widened", "UPDATE datasets SET label_max = 1e9 WHERE name = 'one'", "label_max"),
     ("message altered",
      "UPDATE message_chunks SET data = zeroblob(size) WHERE part = 2 AND seq = "
@@ -64,6 +77,9 @@ TAMPERING = [
      "(SELECT min(id) FROM releases)", "no stored message"),
     ("release epsilon rewritten",
      "UPDATE releases SET epsilon2 = 0.1 WHERE id = (SELECT min(id) FROM releases)", "epsilon"),
+    ("release charge rewritten",
+     "UPDATE releases SET epsilon2_exact = '0.1' WHERE id = (SELECT min(id) FROM releases)",
+     "epsilon"),
 ]  # fmt: skip
 
 
@@ -84,14 +100,22 @@ def test_verify_detects_a_consistently_rehashed_forgery(populated):
     with contextlib.closing(sqlite3.connect(populated)) as conn:
         conn.row_factory = sqlite3.Row
         rows = [dict(r) for r in conn.execute("SELECT * FROM ledger ORDER BY seq")]
-        rows[-1]["epsilon"] = rows[-1]["epsilon"] / 10
+        forged = Decimal(rows[-1]["epsilon_exact"]) / 10
+        rows[-1]["epsilon"], rows[-1]["epsilon_exact"] = float(forged), str(forged)
         prev = ledger.GENESIS_HASH
         for row in rows:
             row["prev_hash"] = prev
             row["entry_hash"] = prev = ledger.entry_hash(row)
             conn.execute(
-                "UPDATE ledger SET epsilon = ?, prev_hash = ?, entry_hash = ? WHERE seq = ?",
-                (row["epsilon"], row["prev_hash"], row["entry_hash"], row["seq"]),
+                "UPDATE ledger SET epsilon = ?, epsilon_exact = ?, prev_hash = ?, entry_hash = ? "
+                "WHERE seq = ?",
+                (
+                    row["epsilon"],
+                    row["epsilon_exact"],
+                    row["prev_hash"],
+                    row["entry_hash"],
+                    row["seq"],
+                ),  # fmt: skip
             )
         conn.commit()
     code, out = _verify(populated)
@@ -108,7 +132,7 @@ def test_export_writes_every_entry_as_csv(populated, tmp_path):
     assert all(rows[i]["prev_hash"] == rows[i - 1]["entry_hash"] for i in range(1, len(rows)))
     spent_one = sum(float(r["epsilon"]) for r in rows if r["dataset"] == "one")
     assert spent_one == pytest.approx(2.0)
-    assert json.loads(rows[0]["parameters"])["epsilon_budget"] == 3.0
+    assert json.loads(rows[0]["parameters"])["epsilon_budget"] == "3"
     to_stdout = cli("ledger", "export", "--db", str(populated))
     assert list(csv.DictReader(io.StringIO(to_stdout.stdout))) == rows
 

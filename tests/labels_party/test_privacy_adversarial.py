@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-import math
 import re
-from fractions import Fraction
+from decimal import Decimal
 
 import numpy as np
 
-from labels_party import datasets as ds
 from tests.labels_party.conftest import (
     OPS,
     create_dataset,
@@ -20,15 +18,69 @@ from tests.labels_party.conftest import (
 )
 
 
-def _exact_ledger_total(db_path, dataset: str) -> Fraction:
-    spends = [r["epsilon"] for r in ledger_rows(db_path) if r["dataset"] == dataset]
-    return sum((Fraction(e) for e in spends), Fraction(0))
+def _exact_ledger_total(db_path, dataset: str) -> Decimal:
+    rows = [r for r in ledger_rows(db_path) if r["dataset"] == dataset]
+    return sum((Decimal(r["epsilon_exact"]) for r in rows), Decimal(0))
 
 
-def test_recorded_spend_never_rounds_below_the_ledger(client, db_path):
-    """Spends below half an ulp of the running total must still move the recorded total."""
-    create_dataset(client, "tiny", epsilon_budget=1.0)
-    register(client, "tiny", [f"e{i}" for i in range(20)])
+def _verify_totals(db_path) -> dict[str, Decimal]:
+    from labels_party.db.engine import Database, make_engine
+    from labels_party.ledger import verify
+
+    db = Database(make_engine(f"sqlite:///{db_path}"))
+    with db.read() as conn:
+        report = verify(conn)
+    db.engine.dispose()
+    assert report.ok, report.problems
+    return report.spent
+
+
+def _small_dataset(client, name: str, budget: object) -> None:
+    create_dataset(client, name, epsilon_budget=budget)
+    register(client, name, [f"e{i}" for i in range(20)])
+
+
+def test_ten_releases_of_a_tenth_fill_a_budget_of_one_exactly(client, db_path):
+    """0.1 is the decimal 0.1: ten fit a budget of 1, and then nothing more, however small."""
+    _small_dataset(client, "tenths", 1)
+    for _ in range(10):
+        response = release(client, "tenths", epsilon=0.1)
+        assert response.status_code == 201, response.text
+    view = client.get("/v1/datasets/tenths", headers=OPS).json()
+    assert (view["epsilon_spent"], view["epsilon_left"]) == ("1", "0")
+    refused = release(client, "tenths", epsilon=1e-12)
+    assert refused.status_code == 409
+    body = refused.json()
+    assert (body["spent"], body["requested"], body["left"]) == ("1", "0.000000000001", "0")
+    assert "spent 1, requested 0.000000000001, left 0 of 1" in body["detail"]
+    assert body["errors"][0]["field"] == "epsilon"
+    # What the database stores and what verify recomputes agree exactly.
+    assert _exact_ledger_total(db_path, "tenths") == Decimal(1)
+    assert _verify_totals(db_path)["tenths"] == Decimal(1)
+
+
+def test_a_budget_spent_in_one_release_refuses_anything_more(client):
+    _small_dataset(client, "four", 4)
+    assert release(client, "four", epsilon=4).status_code == 201
+    for tiny in (1e-9, 1e-12, "0.000000000000000000000000001"):
+        refused = release(client, "four", epsilon=tiny)
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["left"] == "0"
+
+
+def test_a_huge_budget_is_exact_too(client, db_path):
+    """1e300 spent in one release leaves exactly 0: no relative slack lets 1e6 through."""
+    _small_dataset(client, "huge", 1e300)
+    assert release(client, "huge", epsilon=1e300).status_code == 201, "the whole budget fits"
+    assert client.get("/v1/datasets/huge", headers=OPS).json()["epsilon_left"] == "0"
+    for more in (1e6, 1000, 50):
+        assert release(client, "huge", epsilon=more).status_code == 409
+    assert _verify_totals(db_path)["huge"] == Decimal("1e300")
+
+
+def test_spends_below_half_an_ulp_are_recorded_exactly(client, db_path):
+    """Spends a float total would round away are kept: the recorded total is the exact sum."""
+    _small_dataset(client, "tiny", 2)
     body = {"mechanism": "rr_on_bins", "epsilon": 1.0, "epsilon_histogram": 0.5}
     assert release(client, "tiny", **body).status_code == 201
     for _ in range(12):
@@ -36,30 +88,7 @@ def test_recorded_spend_never_rounds_below_the_ledger(client, db_path):
                            epsilon_histogram=5e-18)  # fmt: skip
         assert response.status_code == 201, response.text
     spent = client.get("/v1/datasets/tiny", headers=OPS).json()["epsilon_spent"]
-    assert Fraction(spent) >= _exact_ledger_total(db_path, "tiny") > 1
-
-
-def test_budget_check_is_exact_at_the_limit():
-    """A spend the float sum would absorb must not slip past a budget that is full."""
-    for budget in np.linspace(1.0, 1.9, 2001):
-        limit = Fraction(float(budget)) * (1 + Fraction(ds.BUDGET_RTOL))
-        spent = float(limit)
-        if Fraction(spent) > limit:
-            spent = math.nextafter(spent, 0.0)
-        gap = limit - Fraction(spent)
-        half_ulp = Fraction(math.ulp(spent)) / 2
-        if gap < half_ulp / 2:  # a spend in (gap, half an ulp) overshoots yet rounds away
-            requested = float((gap + half_ulp) / 2)
-            break
-    assert spent + requested == spent  # the float sum absorbs it ...
-    assert not ds.fits_budget(budget=float(budget), spent=spent, requested=requested)
-    assert ds.fits_budget(budget=float(budget), spent=spent, requested=float(gap) / 2)
-
-
-def test_budget_check_does_not_overflow_near_the_float_maximum():
-    huge = 1.7e308
-    assert not ds.fits_budget(budget=huge, spent=1e308, requested=1e308)
-    assert ds.add_spend(1e308, 1e307) >= 1.1e308
+    assert Decimal(spent) == _exact_ledger_total(db_path, "tiny") == Decimal("1.00000000000000012")
 
 
 def test_label_ingest_logs_no_label_count(client, caplog):

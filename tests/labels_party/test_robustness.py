@@ -11,6 +11,7 @@ import gzip
 import json
 import threading
 import warnings
+from decimal import Decimal
 
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
@@ -114,7 +115,7 @@ def test_denormal_and_tiny_epsilons_are_charged_or_refused_naming_epsilon(
         before = _state(prepared, db_path)
         response = release(prepared, "ds", mechanism=mechanism, epsilon=epsilon)
         if response.status_code == 201:  # realisable: then it is charged like any release
-            assert _state(prepared, db_path)[2] > before[2]
+            assert Decimal(_state(prepared, db_path)[2]) > Decimal(before[2])
             continue
         assert response.status_code == 422, response.text
         # epsilon_histogram was not given: the field at fault is epsilon (the default split)
@@ -133,7 +134,8 @@ def test_documented_bodies_match_what_the_parsers_accept(client):
     id_items = parts["ExamplesBatch"]["properties"]["example_ids"]["items"]
     assert id_items["pattern"] and id_items["maxLength"] == 128
     release_props = parts["ReleaseCreate"]["properties"]
-    assert "exclusiveMinimum" in release_props["epsilon"]
+    # epsilon: a positive JSON number or a decimal string (an exact amount)
+    assert any("exclusiveMinimum" in option for option in release_props["epsilon"]["anyOf"])
     dataset_props = parts["DatasetCreate"]["properties"]
     assert dataset_props["label_min"]["minimum"] == -dataset_props["label_max"]["maximum"]
     after = next(
@@ -378,7 +380,7 @@ def test_an_unexpected_exception_is_a_json_500_that_never_escapes_the_app(db_pat
         assert response.status_code == 500
         assert response.json()["detail"] and _fields(response)
         assert secret not in response.text
-        assert client.get("/v1/datasets/ds", headers=OPS).json()["epsilon_spent"] == 0
+        assert client.get("/v1/datasets/ds", headers=OPS).json()["epsilon_spent"] == "0"
     assert secret not in caplog.text
 
 

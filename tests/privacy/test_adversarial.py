@@ -22,7 +22,8 @@ from shared.errors import InvalidParameterError
 from shared.mechanisms import rr_on_bins as rr
 from shared.mechanisms.histogram import Prior, private_histogram, project_to_simplex
 from shared.mechanisms.rp_with_prior import RPWithPrior
-from shared.randomizer import build_mechanism, default_split, label_randomizer, split_epsilon
+from shared.plan import default_split, split_epsilon
+from shared.randomizer import build_mechanism, label_randomizer
 from shared.rng import SystemRandom
 
 EXTREME_EPS = [5e-324, 1e-300, 1e-17, 1e-15, 1e-12, 1e-9, 1e-6, 0.01, 0.1, 1 / 3, 1.0, 2.0,

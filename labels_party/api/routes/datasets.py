@@ -33,7 +33,7 @@ async def create_dataset(request: Request, role: Operator, services: ServicesDep
         label_min=float(body.label_min),
         label_max=float(body.label_max),
         default_label=float(body.default_label),
-        epsilon_budget=float(body.epsilon_budget),
+        epsilon_budget=body.epsilon_budget,
     )
     row = await run_in_threadpool(ds.create_dataset, services.db, spec, actor_role=role)
     return ds.public_view(row, [], role=role)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
@@ -16,7 +16,13 @@ from labels_party.api.errors import engine_field
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
 from labels_party.errors import BadInputError, FieldError, NotAcceptableError
-from labels_party.schemas import ZETA_MAX_RATIO, ZETA_MIN_RATIO, ReleaseCreate, ReleasePublic
+from labels_party.schemas import (
+    ZETA_MAX_RATIO,
+    ZETA_MIN_RATIO,
+    ReleaseCreate,
+    ReleasePreview,
+    ReleasePublic,
+)
 from shared.errors import InvalidParameterError
 from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE
 
@@ -27,13 +33,21 @@ ReleasePath = Path(pattern=rel.RELEASE_ID_PATTERN, description="release id")
 @router.post(
     "/v1/datasets/{name}/releases",
     status_code=201,
-    response_model=ReleasePublic,
+    response_model=ReleasePublic | ReleasePreview,
+    responses={200: {"model": ReleasePreview, "description": "dry_run: the plan, nothing spent"}},
     openapi_extra=json_body_doc(ReleaseCreate),
 )
 async def create_release(
-    request: Request, role: Advertiser, services: ServicesDep, name: str = NamePath
+    request: Request,
+    response: Response,
+    role: Advertiser,
+    services: ServicesDep,
+    name: str = NamePath,
 ) -> Any:
-    """Randomize every registered example's label and store the one message, spending epsilon."""
+    """Randomize every registered example's label and store the one message, spending epsilon.
+
+    With ``dry_run`` the plan is returned (200) and nothing is read or spent.
+    """
     require_json(request.headers.get("content-type"))
     body = parse_model(ReleaseCreate, await request.body())
     if body.params.zeta is not None:
@@ -44,9 +58,15 @@ async def create_release(
         epsilon=body.epsilon,
         epsilon_histogram=body.epsilon_histogram,
         bins=body.params.bins,
-        params=body.params.mechanism_params(),
+        model_dim=body.params.model_dim,
+        options=body.params.mechanism_options(),
     )
     try:
+        if body.dry_run:
+            response.status_code = 200
+            return await run_in_threadpool(
+                services.releases.preview, dataset=name, request=request_
+            )
         meta = await run_in_threadpool(
             services.releases.create, dataset=name, request=request_, actor_role=role
         )

@@ -1,0 +1,144 @@
+"""Exact privacy amounts: epsilons (and deltas) as decimals, the one budget arithmetic.
+
+A budget is a promise about real numbers, so amounts are kept as exact decimals and added with
+no rounding: a JSON number ``0.1`` is the decimal 0.1 (its shortest text, never the float's
+binary expansion), ten spends of 0.1 fill a budget of 1 exactly and nothing more fits after
+them. A Python ``float`` handed to :func:`exact` is taken at its exact binary value (every float
+is a finite decimal), which is what the engine's floats really are.
+
+The engine runs on floats. The privacy rule linking the two worlds: a step charged the decimal
+``d`` runs at :func:`float_at_most` ``(d)``, the largest float not above ``d``, so an
+epsilon-DP step is never run at more epsilon than it is charged for.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import (
+    Clamped,
+    Context,
+    Decimal,
+    DivisionByZero,
+    Inexact,
+    InvalidOperation,
+    Overflow,
+    Rounded,
+    Subnormal,
+    Underflow,
+)
+from fractions import Fraction
+
+import numpy as np
+
+from shared.errors import InvalidParameterError
+
+Amount = Decimal
+AmountLike = Decimal | str | int | float
+
+# Enough digits for any sum of float-valued amounts (a float's exact expansion spans at most
+# about 1,100 digits), with every rounding trapped: a sum that could not be exact raises.
+_EXACT = Context(
+    prec=10_000,
+    Emax=100_000,
+    Emin=-100_000,
+    traps=[Inexact, Rounded, InvalidOperation, DivisionByZero, Overflow, Underflow, Clamped],
+)
+_EXACT.traps[Subnormal] = False
+ZERO = Decimal(0)
+INFINITY = Decimal("Infinity")
+# Text longer than this is refused before it is parsed (an amount is a number, not a document).
+_MAX_TEXT = 1200
+
+
+def exact(value: AmountLike, *, name: str = "epsilon", allow_inf: bool = False) -> Decimal:
+    """``value`` as an exact decimal amount > 0 (or >= 0 with ``name`` ending in ``_spent``).
+
+    Decimals and integers are taken as they are; strings are parsed as decimals; floats at their
+    exact binary value. NaN, a negative or zero amount, and infinity (unless ``allow_inf``) are
+    refused with an :class:`InvalidParameterError` naming ``name``.
+    """
+    if isinstance(value, bool):
+        raise InvalidParameterError(f"{name} ({value!r}) must be a number")
+    if isinstance(value, Decimal):
+        amount = value
+    elif isinstance(value, int | np.integer):
+        amount = Decimal(int(value))
+    elif isinstance(value, float | np.floating):
+        amount = Decimal(float(value))
+    elif isinstance(value, str):
+        text = value.strip()
+        if not text or len(text) > _MAX_TEXT:
+            raise InvalidParameterError(f"{name} ({value!r}) must be a decimal number")
+        try:
+            amount = Decimal(text)
+        except InvalidOperation:
+            raise InvalidParameterError(f"{name} ({value!r}) must be a decimal number") from None
+    else:
+        raise InvalidParameterError(f"{name} ({value!r}) must be a number")
+    if amount.is_nan() or amount <= 0:
+        raise InvalidParameterError(f"{name} ({value!r}) must be > 0")
+    if amount.is_infinite() and not allow_inf:
+        raise InvalidParameterError(f"{name} ({value!r}) must be finite")
+    return amount
+
+
+def from_json_number(value: float) -> Decimal:
+    """The decimal a JSON number denotes, from the float a JSON parser made of it.
+
+    The shortest text that reads back as the same float (``repr``): ``0.1`` -> 0.1.
+    """
+    return Decimal(repr(float(value)))
+
+
+def add(*amounts: Decimal) -> Decimal:
+    """The exact sum (raises if it could not be exact: never, for float-sized amounts)."""
+    total = ZERO
+    for amount in amounts:
+        total = _EXACT.add(total, amount)
+    return total
+
+
+def subtract(a: Decimal, b: Decimal) -> Decimal:
+    """The exact difference ``a - b``."""
+    return _EXACT.subtract(a, b)
+
+
+def float_at_most(amount: Decimal) -> float:
+    """The largest float <= ``amount`` (inf for an infinite amount): what a step may run at."""
+    if amount.is_infinite():
+        return math.inf if amount > 0 else -math.inf
+    nearest = float(amount)
+    if Decimal(nearest) > amount:
+        nearest = math.nextafter(nearest, -math.inf)
+    return nearest
+
+
+def exact_fraction(amount: Decimal) -> Fraction:
+    """The amount as a Fraction (exact; for comparisons with floats)."""
+    return Fraction(amount)
+
+
+def text(amount: Decimal) -> str:
+    """The canonical text of an amount: plain notation, no trailing zeros ("0.1", "4", "1E+300").
+
+    Exponents beyond +-30 keep scientific notation so huge or tiny amounts stay short; the text
+    always parses back to the same decimal.
+    """
+    if amount.is_infinite():
+        return "Infinity"
+    normal = amount.normalize(_EXACT)
+    exponent = normal.as_tuple().exponent
+    assert isinstance(exponent, int)
+    if -30 <= exponent <= 30 and normal.adjusted() <= 30:
+        return format(normal, "f")
+    return str(normal)
+
+
+def left(*, budget: Decimal, spent: Decimal) -> Decimal:
+    """What is left of ``budget`` after ``spent`` (never below 0)."""
+    return max(subtract(budget, spent), ZERO)
+
+
+def fits(*, budget: Decimal, spent: Decimal, requested: Decimal) -> bool:
+    """Whether spending ``requested`` more keeps the total within ``budget``: exact, no slack."""
+    return add(spent, requested) <= budget

@@ -1,0 +1,412 @@
+"""A release's plan: what one release will spend on what, decided from public inputs only.
+
+Implements the epsilon split of Liu & Huang, RPWithPrior, Algorithm 4 and Ghazi et al. 2022,
+Algorithm 3 (LabelRandomizer: epsilon1 on a private histogram, epsilon2 on the randomizer), with
+this project's additions: the DP label mean bought with part of epsilon1, and adaptive histogram
+cells. :func:`plan_release` is the ONE place those choices are made; the labels-party service,
+the release preview, the Spark job and the accuracy benchmark all run what it returns
+(``shared.randomizer.execute``).
+
+Privacy of the split (basic composition). The plan charges exact decimals
+(``shared.epsilon``): epsilon1 = histogram + mean and epsilon2, adding up to the requested
+total EXACTLY. Each step runs at a float no larger than its charge (``float_at_most``), the
+histogram is epsilon_h-label-DP, the mean epsilon_m-label-DP, the randomizer epsilon2-DP for any
+parameters, and every parameter is post-processing of the first two; so the message is
+(epsilon_h + epsilon_m + epsilon2) <= total label-DP. The plan reads n, the public bounds and the
+request, never a label.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from shared import epsilon as amounts
+from shared.domain import LabelDomain, check_epsilon
+from shared.errors import InvalidParameterError
+from shared.mechanisms.histogram import check_bins
+from shared.mechanisms.private_mean import anchor_can_use, private_mean_variance
+from shared.selection import DEFAULT_MODEL_DIM, adaptive_bins, check_model_dim
+
+MECHANISMS: tuple[str, ...] = ("rpwithprior", "rr_on_bins", "auto")
+# The options each requested mechanism reads (``model_dim`` and ``bins`` apply to every one).
+MECHANISM_OPTIONS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "rpwithprior": frozenset({"select", "zeta", "outside"}),
+        "rr_on_bins": frozenset({"loss", "max_bins"}),
+        "auto": frozenset({"select", "zeta", "outside", "loss", "max_bins"}),
+    }
+)
+
+# The histogram size the default split of RR-on-Bins / auto assumes, and the cap of
+# ``adaptive_bins``.
+DEFAULT_BINS = 64
+# RR-on-Bins / auto: the histogram never gets more than this share of the total budget once
+# epsilon is large (RR-on-Bins paper, Sec. 3.2 suggests epsilon1 = sqrt(k / n), which is tiny
+# for large n) ...
+MAX_HISTOGRAM_SHARE = 0.25
+# ... but it always gets at least this much absolute epsilon (or 90% of a smaller total): the
+# prior's accuracy must not shrink with the total budget, and below epsilon ~ 0.1 the per-label
+# randomizer carries almost no signal ((e^eps2 - 1) ~ eps2) while the prior's mean, which every
+# mechanism's outputs and the features party's constant model inherit, carries most of it.
+MIN_HISTOGRAM_EPSILON = 0.05
+MAX_SMALL_BUDGET_SHARE = 0.9
+# RPWithPrior needs far less of the prior: its interval is robust to a noisy histogram, while
+# RR-on-Bins outputs the prior's posterior means. epsilon1 = sqrt(k / n) with
+# k = max(1, 4 eps^2), at most 40% of the total (bench/results/split_study.md). The floor above
+# still applies below epsilon 0.1 and fades out linearly by 0.3. Known weakness: on heavy-tailed
+# labels so cheap a prior can misplace the window (bench/results/accuracy_nonlinear.md); callers
+# with such labels should pass epsilon1 themselves.
+RP_SCALE_FLOOR = 1.0
+RP_SCALE_PER_EPSILON = 2.0
+RP_MAX_HISTOGRAM_SHARE = 0.4
+RP_FLOOR_FADE = (0.1, 0.3)
+# The share of epsilon1 spent on the DP label mean (the rest buys the histogram), piecewise
+# linear in the TOTAL epsilon between these (epsilon, share) knots and constant beyond them.
+# Why (bench/results/accuracy_ads.md, _crime.md, _housing.md): below epsilon ~0.1 the features
+# party's model is the mean, so the mean gets most of epsilon1; around 0.3-1 the histogram's
+# mean biases the raw targets on sparse labels; from 2 on the histogram shapes RR-on-Bins'
+# outputs and nothing is spent on the mean.
+MEAN_SHARE_KNOTS: tuple[tuple[float, float], ...] = ((0.1, 0.9), (0.3, 0.3), (1.0, 0.3), (2.0, 0.0))
+
+
+def check_mechanism(mechanism: str) -> str:
+    """Refuse a mechanism name the pipeline does not know."""
+    if mechanism not in MECHANISMS:
+        raise InvalidParameterError(
+            f"mechanism ({mechanism!r}) must be one of {', '.join(MECHANISMS)}"
+        )
+    return mechanism
+
+
+def check_n(n: int) -> int:
+    """The number of examples: an integer >= 1."""
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
+    return int(n)
+
+
+def default_split(epsilon: float, *, n: int, mechanism: str = "auto") -> tuple[float, float]:
+    """Split a total epsilon into (epsilon1, epsilon2) floats from public quantities only.
+
+    Ghazi et al. 2022, Sec. 3.2's epsilon1 = sqrt(k / n), tuned per mechanism (see the constants
+    above). The histogram's part h: ``"rr_on_bins"`` / ``"auto"``: max(min(sqrt(64 / n),
+    0.25 eps), min(0.05, 0.9 eps)); ``"rpwithprior"``: max(min(max(1, 2 eps) / sqrt(n),
+    0.4 eps), f(eps) min(0.05, 0.9 eps)) with f = 1 up to epsilon 0.1, 0 from 0.3, linear
+    between. epsilon1 is rounded up to a multiple of ulp(epsilon), so that
+    epsilon1 + epsilon2 == epsilon exactly.
+    """
+    total = check_epsilon(epsilon)
+    count = check_n(n)
+    check_mechanism(mechanism)
+    floor = min(MIN_HISTOGRAM_EPSILON, MAX_SMALL_BUDGET_SHARE * total)
+    if mechanism == "rpwithprior":
+        scale = max(RP_SCALE_FLOOR, RP_SCALE_PER_EPSILON * total)
+        sqrt_rule = min(scale / math.sqrt(count), RP_MAX_HISTOGRAM_SHARE * total)
+        start, end = RP_FLOOR_FADE
+        floor *= min(1.0, max(0.0, (end - total) / (end - start)))
+    else:
+        sqrt_rule = min(math.sqrt(DEFAULT_BINS / count), MAX_HISTOGRAM_SHARE * total)
+    # A multiple of ulp(total) makes total - epsilon1 exact: the parts add up to the total.
+    step = math.ulp(total)
+    return split_epsilon(total, math.ceil(max(sqrt_rule, floor) / step) * step)
+
+
+def split_epsilon(epsilon: float, epsilon1: float) -> tuple[float, float]:
+    """(epsilon1, epsilon2) floats with epsilon2 > 0 and epsilon1 + epsilon2 <= epsilon EXACTLY.
+
+    epsilon2 is the largest float not above the exact difference.
+    """
+    total = check_epsilon(epsilon)
+    first = check_epsilon(epsilon1, name="epsilon1")
+    if not first < total:
+        raise InvalidParameterError(f"epsilon1 ({epsilon1!r}) must be < epsilon ({epsilon!r})")
+    second = total - first
+    if Fraction(first) + Fraction(second) > Fraction(total):
+        second = math.nextafter(second, 0.0)
+    if not second > 0.0:
+        raise InvalidParameterError(
+            f"epsilon - epsilon1 ({epsilon!r} - {epsilon1!r}) is not a positive float"
+        )
+    return first, second
+
+
+def default_mean_share(epsilon: float) -> float:
+    """The share of epsilon1 a release spends on the DP label mean at total ``epsilon``.
+
+    Piecewise linear through ``MEAN_SHARE_KNOTS`` (0.9 up to 0.1, 0.3 from 0.3 to 1, 0 from 2):
+    public, a function of the total epsilon only.
+    """
+    total = check_epsilon(epsilon, allow_inf=True)
+    xs, ys = zip(*MEAN_SHARE_KNOTS, strict=True)
+    return float(np.interp(total, xs, ys)) if math.isfinite(total) else 0.0
+
+
+def check_mean_share(mean_share: float) -> float:
+    """The share of epsilon1 spent on the DP label mean: a float in [0, 1)."""
+    share = float(mean_share)
+    if not (math.isfinite(share) and 0.0 <= share < 1.0):
+        raise InvalidParameterError(f"mean_share ({mean_share!r}) must be in [0, 1)")
+    return share
+
+
+def release_mean_share(
+    epsilon1: float, epsilon2: float, *, n: int, lo: float, hi: float, mechanism: str = "auto"
+) -> float:
+    """The share of epsilon1 a default release spends on the DP label mean.
+
+    ``default_mean_share(epsilon1 + epsilon2)``; 0 for ``mechanism="rpwithprior"``, whose
+    epsilon1 is kept minimal by design (bench/results/accuracy_housing.md); 0 where that mean
+    would be too noisy for the features party ever to use it (``private_mean.anchor_can_use``),
+    so the histogram keeps all of epsilon1 there. Public quantities only.
+    """
+    if mechanism == "rpwithprior":
+        return 0.0
+    share = default_mean_share(epsilon1 + epsilon2)
+    if share == 0.0 or math.isinf(epsilon1):
+        return share
+    if not anchor_can_use(lo=lo, hi=hi, epsilon=share * epsilon1, n=max(int(n), 1)):
+        return 0.0
+    return share
+
+
+def split_prior_epsilon(epsilon1: float, mean_share: float) -> tuple[float, float | None]:
+    """(epsilon_histogram, epsilon_mean) floats with their sum <= epsilon1 EXACTLY.
+
+    ``mean_share`` of epsilon1 goes to the DP label mean, the rest to the histogram; share 0
+    spends nothing on the mean (epsilon_mean None). With epsilon1 = inf both are inf.
+    """
+    share = check_mean_share(mean_share)
+    eps1 = check_epsilon(epsilon1, name="epsilon1", allow_inf=True)
+    if share == 0.0:
+        return eps1, None
+    if math.isinf(eps1):
+        return eps1, eps1
+    eps_mean, eps_hist = split_epsilon(eps1, eps1 * share)
+    return eps_hist, eps_mean
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleasePlan:
+    """Everything one release will do and spend, fixed before any label is read.
+
+    ``epsilon``, ``epsilon1`` (histogram + mean) and ``epsilon2`` (randomizer) are the exact
+    decimal charges, ``epsilon1 + epsilon2 == epsilon``. The ``*_float`` fields are what each step
+    runs at, never above its charge.
+    """
+
+    n: int
+    lo: float
+    hi: float
+    mechanism: str  # the requested mechanism: "auto" | "rpwithprior" | "rr_on_bins"
+    epsilon: Decimal
+    epsilon1: Decimal
+    epsilon2: Decimal
+    histogram_epsilon: Decimal
+    label_mean_epsilon: Decimal | None
+    epsilon1_float: float  # the largest float <= epsilon1; histogram + mean floats <= it
+    histogram_float: float
+    label_mean_float: float | None
+    randomizer_float: float  # the largest float <= epsilon2
+    bins: int
+    model_dim: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+    split: str = "default"  # "default" | "given"
+    explanation: tuple[str, ...] = ()
+
+    @property
+    def nonprivate(self) -> bool:
+        return self.epsilon.is_infinite()
+
+    @property
+    def label_mean_variance(self) -> float | None:
+        """The DP mean's noise variance (public): what the features party weighs it by."""
+        if self.label_mean_float is None:
+            return None
+        return private_mean_variance(
+            lo=self.lo, hi=self.hi, epsilon=self.label_mean_float, n=self.n
+        )
+
+    def public(self) -> dict[str, Any]:
+        """The plan as the API shows it (amounts as exact decimal strings)."""
+
+        def show(amount: Decimal | None) -> str | None:
+            return None if amount is None else amounts.text(amount)
+
+        return {
+            "mechanism": self.mechanism,
+            "n": self.n,
+            "epsilon": show(self.epsilon),
+            "epsilon1": show(self.epsilon1),
+            "epsilon2": show(self.epsilon2),
+            "histogram_epsilon": show(self.histogram_epsilon),
+            "label_mean_epsilon": show(self.label_mean_epsilon),
+            "randomizer_epsilon": show(self.epsilon2),
+            "split": self.split,
+            "bins": self.bins,
+            "model_dim": self.model_dim,
+            "options": dict(self.options),
+            "explanation": list(self.explanation),
+        }
+
+
+def check_options(mechanism: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that apply to ``mechanism``; any other (given, not None) is refused by name."""
+    allowed = MECHANISM_OPTIONS[check_mechanism(mechanism)]
+    given = {key: value for key, value in options.items() if value is not None}
+    known = frozenset().union(*MECHANISM_OPTIONS.values())
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise InvalidParameterError(f"unknown mechanism parameter(s): {', '.join(unknown)}")
+    for key in sorted(given):
+        if key not in allowed:
+            applies = sorted(m for m, keys in MECHANISM_OPTIONS.items() if key in keys)
+            raise InvalidParameterError(
+                f"params.{key} does not apply to mechanism {mechanism!r} (only to "
+                f"{', '.join(applies)})"
+            )
+    return given
+
+
+def plan_release(
+    *,
+    n: int,
+    lo: float,
+    hi: float,
+    epsilon: Decimal | str | float | None = None,
+    mechanism: str = "auto",
+    epsilon1: Decimal | str | float | None = None,
+    epsilon2: Decimal | str | float | None = None,
+    bins: int | None = None,
+    max_bins: int = DEFAULT_BINS,
+    model_dim: int | None = None,
+    mean_share: float | None = None,
+    options: Mapping[str, Any] | None = None,
+    allow_nonprivate: bool = False,
+) -> ReleasePlan:
+    """The one function that decides a release: the split, the mean's share, cells, options.
+
+    Give ``epsilon`` (the total; epsilon1 from :func:`default_split` unless ``epsilon1`` is
+    given) or ``epsilon1`` and ``epsilon2`` (then the total is their exact sum). Amounts are
+    exact decimals (``shared.epsilon.exact``: a float is its exact binary value, a string or
+    Decimal its decimal). ``mean_share`` None: :func:`release_mean_share`. ``bins`` None:
+    ``adaptive_bins(n, histogram epsilon, max_bins=max_bins)``. ``options`` must apply to the
+    requested mechanism (:data:`MECHANISM_OPTIONS`). An infinite amount (no noise: the
+    benchmarks' non-private rows) needs ``allow_nonprivate=True``; no service passes it.
+    """
+    count = check_n(n)
+    domain = LabelDomain(lo=lo, hi=hi)
+    check_mechanism(mechanism)
+    opts = check_options(mechanism, options or {})
+    dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
+    inf_ok = bool(allow_nonprivate)
+    lines: list[str] = []
+    if epsilon is not None:
+        if epsilon2 is not None:
+            raise InvalidParameterError("give epsilon or epsilon2, not both")
+        total = amounts.exact(epsilon, allow_inf=inf_ok)
+        if epsilon1 is None:
+            if total.is_infinite():
+                raise InvalidParameterError("an infinite epsilon needs epsilon1 and epsilon2")
+            rule_total = float(total)
+            first = amounts.exact(default_split(rule_total, n=count, mechanism=mechanism)[0])
+            split = "default"
+            lines.append(
+                f"epsilon1 {_short(first)} of {_short(total)} by the default split for "
+                f"{mechanism} at n = {count} (histogram ~ sqrt(k / n), with a floor at small "
+                "epsilon)"
+            )
+        else:
+            first = amounts.exact(epsilon1, name="epsilon1", allow_inf=inf_ok)
+            split = "given"
+            lines.append(f"epsilon1 {_short(first)} as requested")
+        if not first < total:
+            raise InvalidParameterError(
+                f"epsilon1 ({amounts.text(first)}) must be < epsilon ({amounts.text(total)})"
+            )
+        second = amounts.subtract(total, first) if not total.is_infinite() else total
+    else:
+        if epsilon1 is None or epsilon2 is None:
+            raise InvalidParameterError("give epsilon, or both epsilon1 and epsilon2")
+        first = amounts.exact(epsilon1, name="epsilon1", allow_inf=inf_ok)
+        second = amounts.exact(epsilon2, name="epsilon2", allow_inf=inf_ok)
+        total = (
+            amounts.add(first, second)
+            if not (first.is_infinite() or second.is_infinite())
+            else amounts.INFINITY
+        )
+        split = "given"
+        lines.append(f"epsilon1 {_short(first)} and epsilon2 {_short(second)} as requested")
+    f1 = amounts.float_at_most(first)
+    f2 = amounts.float_at_most(second)
+    if not (f1 > 0.0 and f2 > 0.0):
+        raise InvalidParameterError(
+            f"epsilon1 ({amounts.text(first)}) and epsilon2 ({amounts.text(second)}) must each "
+            "be at least the smallest positive float"
+        )
+    share = (
+        release_mean_share(f1, f2, n=count, lo=domain.lo, hi=domain.hi, mechanism=mechanism)
+        if mean_share is None
+        else check_mean_share(mean_share)
+    )
+    hist_float, mean_float = split_prior_epsilon(f1, share)
+    if mean_float is None:
+        hist_amount, mean_amount = first, None
+    elif first.is_infinite():
+        hist_amount, mean_amount = first, first
+    else:
+        mean_amount = amounts.exact(mean_float, name="label_mean_epsilon")
+        hist_amount = amounts.subtract(first, mean_amount)
+        lines.append(
+            f"{share:.0%} of epsilon1 buys the DP label mean the features party anchors on"
+        )
+    if mean_float is None:
+        lines.append("no DP label mean: the histogram gets all of epsilon1")
+    cells = (
+        adaptive_bins(count, hist_float, max_bins=max_bins) if bins is None else check_bins(bins)
+    )
+    lines.append(
+        f"{cells} histogram cells"
+        + (" (adaptive: about n epsilon_h / 4, a power of two)" if bins is None else "")
+    )
+    lines.append(
+        f"epsilon2 {_short(second)} on the randomizer "
+        + (
+            "(RPWithPrior or RR-on-Bins, whichever the noisy prior predicts trains better for "
+            f"a model of dimension {dim})"
+            if mechanism == "auto"
+            else f"({mechanism})"
+        )
+    )
+    return ReleasePlan(
+        n=count,
+        lo=domain.lo,
+        hi=domain.hi,
+        mechanism=mechanism,
+        epsilon=total,
+        epsilon1=first,
+        epsilon2=second,
+        histogram_epsilon=hist_amount,
+        label_mean_epsilon=mean_amount,
+        epsilon1_float=f1,
+        histogram_float=hist_float,
+        label_mean_float=mean_float,
+        randomizer_float=f2,
+        bins=cells,
+        model_dim=dim,
+        options=MappingProxyType(opts),
+        split=split,
+        explanation=tuple(lines),
+    )
+
+
+def _short(amount: Decimal) -> str:
+    """An amount for a human sentence (6 significant digits; the exact value is in the plan)."""
+    return "inf" if amount.is_infinite() else f"{float(amount):.6g}"
