@@ -312,6 +312,10 @@ def plan_release(
         if epsilon2 is not None:
             raise InvalidParameterError("give epsilon or epsilon2, not both")
         total = amounts.exact(epsilon, allow_inf=inf_ok)
+        if not amounts.float_at_most(total) > 0.0:
+            raise InvalidParameterError(
+                f"epsilon ({amounts.text(total)}) is below the smallest positive float"
+            )
         if epsilon1 is None:
             if total.is_infinite():
                 raise InvalidParameterError("an infinite epsilon needs epsilon1 and epsilon2")

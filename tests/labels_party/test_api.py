@@ -20,6 +20,7 @@ from tests.labels_party.conftest import (
     PUB,
     create_dataset,
     csv_body,
+    ledger_rows,
     put_labels,
     register,
     release,
@@ -381,3 +382,65 @@ def test_metrics_text_escapes_label_values():
     text = Metrics().render(datasets=[('we"ird\\name', 0.5, 1.0)])
     assert 'labeldp_epsilon_spent{dataset="we\\"ird\\\\name"} 0.5' in text
     assert text.endswith("\n")
+
+
+def test_a_dry_run_returns_the_plan_and_spends_nothing(client, db_path):
+    """The preview: what a release would spend on what, and the budget after it."""
+    create_dataset(client, epsilon_budget=2)
+    register(client, "ds", [f"p{i}" for i in range(800)])
+    put_labels(client, "ds", [(f"p{i}", float(i % 50)) for i in range(800)])
+    before = (client.get("/v1/datasets/ds", headers=OPS).json(), ledger_rows(db_path))
+    response = client.post(
+        "/v1/datasets/ds/releases", json={"epsilon": "0.5", "dry_run": True}, headers=ADV
+    )
+    assert response.status_code == 200, response.text
+    preview = response.json()
+    plan = preview["plan"]
+    assert preview["dry_run"] is True and preview["n"] == 800 and plan["mechanism"] == "auto"
+    assert Decimal(plan["epsilon1"]) + Decimal(plan["epsilon2"]) == Decimal("0.5")
+    assert plan["explanation"] and plan["bins"] >= 2
+    assert preview["budget"] == {
+        "budget": "2",
+        "spent": "0",
+        "requested": "0.5",
+        "fits": True,
+        "left_after": "1.5",
+    }
+    after = (client.get("/v1/datasets/ds", headers=OPS).json(), ledger_rows(db_path))
+    assert after == before  # nothing read into the ledger, nothing spent, still open
+    # The release made next charges exactly what the preview said.
+    made = release(client, "ds", epsilon="0.5", mechanism="auto").json()
+    assert (made["epsilon1"], made["epsilon2"]) == (plan["epsilon1"], plan["epsilon2"])
+    assert made["bins"] == plan["bins"]
+    # A preview past the budget says so, still without spending.
+    over = client.post(
+        "/v1/datasets/ds/releases", json={"epsilon": 1.6, "dry_run": True}, headers=ADV
+    ).json()
+    assert over["budget"]["fits"] is False and over["budget"]["left_after"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "option", "value"),
+    [
+        ("rr_on_bins", "zeta", 5.0),
+        ("rr_on_bins", "select", "mse"),
+        ("rpwithprior", "loss", "absolute"),
+    ],
+)
+def test_an_option_of_another_mechanism_is_a_422_naming_it(client, mechanism, option, value):
+    create_dataset(client)
+    register(client, "ds", ["a", "b"])
+    for dry_run in (True, False):
+        response = client.post(
+            "/v1/datasets/ds/releases",
+            json={
+                "epsilon": 1,
+                "mechanism": mechanism,
+                "params": {option: value},
+                "dry_run": dry_run,
+            },
+            headers=ADV,
+        )
+        assert response.status_code == 422, response.text
+        assert response.json()["errors"][0]["field"] == f"params.{option}"
+    assert client.get("/v1/datasets/ds", headers=OPS).json()["epsilon_spent"] == "0"

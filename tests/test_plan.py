@@ -1,0 +1,157 @@
+"""The release plan: exact charges, floats never above them, one place for every split rule."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared import epsilon as amounts
+from shared.errors import InvalidParameterError
+from shared.plan import (
+    MECHANISM_OPTIONS,
+    MECHANISMS,
+    default_split,
+    plan_release,
+    release_mean_share,
+    split_prior_epsilon,
+)
+from shared.randomizer import execute, label_randomizer
+
+epsilons = st.one_of(
+    st.decimals(min_value=Decimal("1e-6"), max_value=Decimal(50), places=6),
+    st.floats(min_value=1e-6, max_value=50.0),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    total=epsilons,
+    n=st.integers(min_value=1, max_value=10**8),
+    mechanism=st.sampled_from(MECHANISMS),
+)
+def test_charges_add_up_exactly_and_no_step_runs_above_its_charge(total, n, mechanism) -> None:
+    plan = plan_release(n=n, lo=0.0, hi=10.0, epsilon=total, mechanism=mechanism)
+    assert plan.epsilon == amounts.exact(total)
+    assert amounts.add(plan.epsilon1, plan.epsilon2) == plan.epsilon
+    mean = plan.label_mean_epsilon or Decimal(0)
+    assert amounts.add(plan.histogram_epsilon, mean) == plan.epsilon1
+    # Each float a step runs at is at most its exact charge.
+    assert Decimal(plan.histogram_float) <= plan.histogram_epsilon
+    assert Decimal(plan.randomizer_float) <= plan.epsilon2
+    assert Decimal(plan.epsilon1_float) <= plan.epsilon1
+    if plan.label_mean_float is not None:
+        assert Decimal(plan.label_mean_float) <= plan.label_mean_epsilon
+    assert plan.histogram_float > 0 and plan.randomizer_float > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    total=st.floats(min_value=1e-4, max_value=20.0),
+    n=st.integers(min_value=1, max_value=10**7),
+    mechanism=st.sampled_from(MECHANISMS),
+)
+def test_a_float_total_runs_at_the_default_split_floats_exactly(total, n, mechanism) -> None:
+    """The plan of a float total reproduces the engine's float split bit for bit."""
+    plan = plan_release(n=n, lo=0.0, hi=1.0, epsilon=total, mechanism=mechanism)
+    assert (plan.epsilon1_float, plan.randomizer_float) == default_split(
+        total, n=n, mechanism=mechanism
+    )
+    share = release_mean_share(
+        plan.epsilon1_float, plan.randomizer_float, n=n, lo=0.0, hi=1.0, mechanism=mechanism
+    )
+    assert (plan.histogram_float, plan.label_mean_float) == split_prior_epsilon(
+        plan.epsilon1_float, share
+    )
+
+
+def test_a_decimal_total_is_that_decimal() -> None:
+    plan = plan_release(n=1000, lo=0.0, hi=1.0, epsilon="0.1")
+    assert plan.epsilon == Decimal("0.1") and plan.public()["epsilon"] == "0.1"
+    # ten of them make exactly 1
+    assert amounts.add(*[plan.epsilon] * 10) == 1
+
+
+def test_an_explicit_epsilon1_is_charged_as_given() -> None:
+    plan = plan_release(n=500, lo=0.0, hi=1.0, epsilon="1", epsilon1="0.1", mechanism="rr_on_bins")
+    assert (plan.epsilon1, plan.epsilon2, plan.split) == (Decimal("0.1"), Decimal("0.9"), "given")
+    assert plan.epsilon1_float == math.nextafter(0.1, 0)  # the float 0.1 is above 0.1
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "option"),
+    [
+        (m, option)
+        for m in MECHANISMS
+        for option in ("select", "zeta", "outside", "loss", "max_bins")
+        if option not in MECHANISM_OPTIONS[m]
+    ],
+)
+def test_an_option_that_does_not_apply_is_refused_by_name(mechanism: str, option: str) -> None:
+    value = {"select": "mse", "zeta": 1.0, "outside": "project", "loss": "squared", "max_bins": 4}
+    with pytest.raises(InvalidParameterError, match=rf"params\.{option} does not apply"):
+        plan_release(
+            n=100, lo=0.0, hi=1.0, epsilon=1.0, mechanism=mechanism, options={option: value[option]}
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"epsilon": 0}, "epsilon"),
+        ({"epsilon": -1}, "epsilon"),
+        ({"epsilon": "NaN"}, "epsilon"),
+        ({"epsilon": "1x"}, "epsilon"),
+        ({"epsilon": math.inf}, "finite"),
+        ({"epsilon": 1, "epsilon1": 1}, "epsilon1"),
+        ({"epsilon": 1, "epsilon1": 2}, "epsilon1"),
+        ({"epsilon1": 0.5}, "epsilon"),
+        ({"epsilon1": math.inf, "epsilon2": 1.0}, "finite"),
+        ({"epsilon": 1, "mechanism": "laplace"}, "mechanism"),
+        ({"epsilon": 1, "n": 0}, "n"),
+        ({"epsilon": 1, "options": {"mystery": 1}}, "unknown mechanism parameter"),
+        ({"epsilon": "1e-400"}, "smallest positive float"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_value(kwargs, match) -> None:
+    args = {"n": 100, "lo": 0.0, "hi": 1.0, **kwargs}
+    with pytest.raises(InvalidParameterError, match=match):
+        plan_release(**args)
+
+
+def test_non_private_plans_need_the_explicit_flag() -> None:
+    labels = np.linspace(0.0, 1.0, 50)
+    for eps1, eps2 in ((math.inf, 1.0), (1.0, math.inf)):
+        with pytest.raises(InvalidParameterError, match="finite"):
+            label_randomizer(
+                labels, lo=0, hi=1, epsilon1=eps1, epsilon2=eps2, mechanism="auto", rng=None
+            )
+    plan = plan_release(
+        n=50, lo=0.0, hi=1.0, epsilon1=1.0, epsilon2=math.inf, allow_nonprivate=True
+    )
+    assert plan.nonprivate
+    release = execute(plan, labels, np.random.default_rng(0))
+    np.testing.assert_array_equal(release.noisy_labels, labels)
+
+
+def test_the_explanation_says_what_each_part_buys() -> None:
+    plan = plan_release(n=5000, lo=0.0, hi=400.0, epsilon="0.5")
+    text = " ".join(plan.explanation)
+    assert "default split" in text and "DP label mean" in text and "histogram cells" in text
+    public = plan.public()
+    assert public["randomizer_epsilon"] == public["epsilon2"]
+    assert Decimal(public["epsilon1"]) + Decimal(public["epsilon2"]) == Decimal("0.5")
+
+
+def test_execute_runs_the_plan_it_was_given() -> None:
+    labels = np.random.default_rng(3).uniform(0, 10, size=400)
+    plan = plan_release(n=400, lo=0.0, hi=10.0, epsilon=2, mechanism="rr_on_bins")
+    release = execute(plan, labels, np.random.default_rng(1))
+    assert release.plan is plan and release.prior.k == plan.bins
+    assert (release.epsilon1, release.epsilon2) == (plan.epsilon1_float, plan.randomizer_float)
+    with pytest.raises(InvalidParameterError, match="n = 400"):
+        execute(plan, labels[:10], np.random.default_rng(1))
