@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal, Self
 from urllib.parse import quote
 
@@ -281,9 +282,10 @@ class DatasetInfo(_Lenient):
     label_min: float
     label_max: float
     default_label: float
-    epsilon_budget: float
-    epsilon_spent: float = 0.0
-    epsilon_left: float | None = None
+    # Exact decimal amounts (the service sends decimal strings).
+    epsilon_budget: Decimal
+    epsilon_spent: Decimal = Decimal(0)
+    epsilon_left: Decimal | None = None
 
 
 class ReleaseInfo(_Lenient):
@@ -293,9 +295,9 @@ class ReleaseInfo(_Lenient):
     dataset: str
     mechanism: str
     params: dict[str, Any] = {}
-    epsilon1: float
-    epsilon2: float
-    epsilon: float
+    epsilon1: Decimal  # the exact charges: epsilon1 + epsilon2 == epsilon
+    epsilon2: Decimal
+    epsilon: Decimal
     n: int
     message_sha256: str | None = None
     expected_label_mse: float | None = None
@@ -427,22 +429,55 @@ class LabelsPartyClient(_ServiceClient):
         self,
         name: str,
         *,
-        epsilon: float,
-        mechanism: Literal["rpwithprior", "rr_on_bins", "auto"] | str = "auto",
-        epsilon_histogram: float | None = None,
+        epsilon: Decimal | float | str,
+        mechanism: str = "auto",
+        epsilon_histogram: Decimal | float | str | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> ReleaseInfo:
-        """``POST /v1/datasets/{name}/releases`` (advertiser): spend epsilon, store ONE message."""
-        body: dict[str, Any] = {"mechanism": mechanism, "epsilon": epsilon}
-        if epsilon_histogram is not None:
-            body["epsilon_histogram"] = epsilon_histogram
-        if params:
-            body["params"] = dict(params)
+        """``POST /v1/datasets/{name}/releases`` (advertiser): spend epsilon, store ONE message.
+
+        Amounts: a float is sent as a JSON number (0.1 is the decimal 0.1), a Decimal or string
+        as a decimal string, exactly.
+        """
+        body = _release_body(epsilon, mechanism, epsilon_histogram, params)
         return ReleaseInfo.model_validate(
             self._json(
                 "POST", f"/v1/datasets/{_segment(name)}/releases", idempotent=False, json_body=body
             )
         )
+
+    def preview_release(
+        self,
+        name: str,
+        *,
+        epsilon: Decimal | float | str,
+        mechanism: str = "auto",
+        epsilon_histogram: Decimal | float | str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The plan of a release (``dry_run``): what it would spend on what; spends nothing."""
+        body = _release_body(epsilon, mechanism, epsilon_histogram, params) | {"dry_run": True}
+        return self._json(
+            "POST", f"/v1/datasets/{_segment(name)}/releases", idempotent=True, json_body=body
+        )
+
+
+def _amount(value: Decimal | float | str) -> float | str:
+    return str(value) if isinstance(value, Decimal) else value
+
+
+def _release_body(
+    epsilon: Decimal | float | str,
+    mechanism: str,
+    epsilon_histogram: Decimal | float | str | None,
+    params: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"mechanism": mechanism, "epsilon": _amount(epsilon)}
+    if epsilon_histogram is not None:
+        body["epsilon_histogram"] = _amount(epsilon_histogram)
+    if params:
+        body["params"] = dict(params)
+    return body
 
 
 # --------------------------------------------------------------------------------------------

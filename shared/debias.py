@@ -22,21 +22,14 @@ from typing import Any
 import numpy as np
 
 from shared.errors import InvalidParameterError
+from shared.mechanisms import registry
 from shared.mechanisms.histogram import Prior
 from shared.message import MessageHeader
 
 
 def mechanism_from_params(mechanism: str, params: Mapping[str, Any]) -> Any:
     """Rebuild the epsilon2 randomizer named ``mechanism`` from its public parameters."""
-    if mechanism == "rpwithprior":
-        from shared.mechanisms.rp_with_prior import RPWithPrior
-
-        return RPWithPrior.from_params(dict(params))
-    if mechanism == "rr_on_bins":
-        from shared.mechanisms.rr_on_bins import RROnBins
-
-        return RROnBins.from_params(dict(params))
-    raise InvalidParameterError(f"mechanism ({mechanism!r}) has no randomizer to rebuild")
+    return registry.get(mechanism).from_params(dict(params))
 
 
 def mechanism_from_header(header: MessageHeader) -> Any:

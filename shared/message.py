@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.errors import IntegrityError
+from shared.mechanisms import registry
 
 # Version 2 adds the optional header field ``model_dim``, version 3 the optional DP label mean
 # (``label_mean``, ``label_mean_epsilon``), version 4 the derived public values the receiver
@@ -44,7 +45,9 @@ _BODY_DOMAIN = b"labeldp-body-v1\n"
 EXAMPLE_ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 _EXAMPLE_ID_RE = re.compile(EXAMPLE_ID_PATTERN)
 
-MechanismName = Literal["rpwithprior", "rr_on_bins", "none"]
+# "none" (an un-randomized benchmark message) or a registered mechanism
+# (``shared.mechanisms.registry``), checked when the header is read.
+NO_MECHANISM = "none"
 ParamValue = float | int | str | bool | list[float] | None
 
 
@@ -85,7 +88,7 @@ class MessageHeader(BaseModel):
     release_id: str
     dataset: str
     created: datetime
-    mechanism: MechanismName
+    mechanism: str
     params: dict[str, ParamValue]
     epsilon1: float = Field(gt=0)
     epsilon2: float = Field(gt=0)
@@ -111,6 +114,13 @@ class MessageHeader(BaseModel):
     # "raw" or "debiased": the training target with the lower C = bias^2 + (model_dim / n) Var
     # under the noisy prior (``shared.selection.recommended_transform``).
     recommended_transform: Literal["raw", "debiased"] | None = None
+
+    @field_validator("mechanism")
+    @classmethod
+    def _mechanism(cls, name: str) -> str:
+        if name != NO_MECHANISM and name not in registry.names():
+            raise ValueError(f"mechanism {name!r} is not a registered mechanism")
+        return name
 
     @model_validator(mode="after")
     def _label_mean(self) -> MessageHeader:

@@ -31,19 +31,26 @@ import numpy as np
 from shared import epsilon as amounts
 from shared.domain import LabelDomain, check_epsilon
 from shared.errors import InvalidParameterError
+from shared.mechanisms import registry
 from shared.mechanisms.histogram import check_bins
 from shared.mechanisms.private_mean import anchor_can_use, private_mean_variance
 from shared.selection import DEFAULT_MODEL_DIM, adaptive_bins, check_model_dim
 
-MECHANISMS: tuple[str, ...] = ("rpwithprior", "rr_on_bins", "auto")
-# The options each requested mechanism reads (``model_dim`` and ``bins`` apply to every one).
-MECHANISM_OPTIONS: Mapping[str, frozenset[str]] = MappingProxyType(
-    {
-        "rpwithprior": frozenset({"select", "zeta", "outside"}),
-        "rr_on_bins": frozenset({"loss", "max_bins"}),
-        "auto": frozenset({"select", "zeta", "outside", "loss", "max_bins"}),
-    }
-)
+AUTO = "auto"
+
+
+def mechanisms() -> tuple[str, ...]:
+    """What a release may request: every registered mechanism, and ``auto``."""
+    return (*registry.names(), AUTO)
+
+
+def mechanism_options(mechanism: str) -> frozenset[str]:
+    """The options a requested mechanism reads (``auto``: every family's); ``model_dim`` and
+    ``bins`` are plan inputs of their own and apply to every mechanism."""
+    if mechanism == AUTO:
+        return frozenset().union(*(f.options for f in registry.families() if f.in_auto))
+    return registry.get(mechanism).options
+
 
 # The histogram size the default split of RR-on-Bins / auto assumes, and the cap of
 # ``adaptive_bins``.
@@ -79,11 +86,16 @@ MEAN_SHARE_KNOTS: tuple[tuple[float, float], ...] = ((0.1, 0.9), (0.3, 0.3), (1.
 
 def check_mechanism(mechanism: str) -> str:
     """Refuse a mechanism name the pipeline does not know."""
-    if mechanism not in MECHANISMS:
+    if mechanism not in mechanisms():
         raise InvalidParameterError(
-            f"mechanism ({mechanism!r}) must be one of {', '.join(MECHANISMS)}"
+            f"mechanism ({mechanism!r}) must be one of {', '.join(mechanisms())}"
         )
     return mechanism
+
+
+def _light_prior(mechanism: str) -> bool:
+    """Whether the requested family needs little of the prior (registry.MechanismFamily)."""
+    return mechanism != AUTO and registry.get(mechanism).light_prior
 
 
 def check_n(n: int) -> int:
@@ -107,7 +119,7 @@ def default_split(epsilon: float, *, n: int, mechanism: str = "auto") -> tuple[f
     count = check_n(n)
     check_mechanism(mechanism)
     floor = min(MIN_HISTOGRAM_EPSILON, MAX_SMALL_BUDGET_SHARE * total)
-    if mechanism == "rpwithprior":
+    if _light_prior(mechanism):
         scale = max(RP_SCALE_FLOOR, RP_SCALE_PER_EPSILON * total)
         sqrt_rule = min(scale / math.sqrt(count), RP_MAX_HISTOGRAM_SHARE * total)
         start, end = RP_FLOOR_FADE
@@ -162,12 +174,12 @@ def release_mean_share(
 ) -> float:
     """The share of epsilon1 a default release spends on the DP label mean.
 
-    ``default_mean_share(epsilon1 + epsilon2)``; 0 for ``mechanism="rpwithprior"``, whose
-    epsilon1 is kept minimal by design (bench/results/accuracy_housing.md); 0 where that mean
+    ``default_mean_share(epsilon1 + epsilon2)``; 0 for a ``light_prior`` family (RPWithPrior),
+    whose epsilon1 is kept minimal by design (bench/results/accuracy_housing.md); 0 where that mean
     would be too noisy for the features party ever to use it (``private_mean.anchor_can_use``),
     so the histogram keeps all of epsilon1 there. Public quantities only.
     """
-    if mechanism == "rpwithprior":
+    if _light_prior(mechanism):
         return 0.0
     share = default_mean_share(epsilon1 + epsilon2)
     if share == 0.0 or math.isinf(epsilon1):
@@ -205,7 +217,7 @@ class ReleasePlan:
     n: int
     lo: float
     hi: float
-    mechanism: str  # the requested mechanism: "auto" | "rpwithprior" | "rr_on_bins"
+    mechanism: str  # the requested mechanism: "auto" or a registered one
     epsilon: Decimal
     epsilon1: Decimal
     epsilon2: Decimal
@@ -259,15 +271,15 @@ class ReleasePlan:
 
 def check_options(mechanism: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The options that apply to ``mechanism``; any other (given, not None) is refused by name."""
-    allowed = MECHANISM_OPTIONS[check_mechanism(mechanism)]
+    allowed = mechanism_options(check_mechanism(mechanism))
     given = {key: value for key, value in options.items() if value is not None}
-    known = frozenset().union(*MECHANISM_OPTIONS.values())
+    known = frozenset().union(*(f.options for f in registry.families()))
     unknown = sorted(set(given) - known)
     if unknown:
         raise InvalidParameterError(f"unknown mechanism parameter(s): {', '.join(unknown)}")
     for key in sorted(given):
         if key not in allowed:
-            applies = sorted(m for m, keys in MECHANISM_OPTIONS.items() if key in keys)
+            applies = sorted(f.name for f in registry.families() if key in f.options)
             raise InvalidParameterError(
                 f"params.{key} does not apply to mechanism {mechanism!r} (only to "
                 f"{', '.join(applies)})"
@@ -298,7 +310,7 @@ def plan_release(
     exact decimals (``shared.epsilon.exact``: a float is its exact binary value, a string or
     Decimal its decimal). ``mean_share`` None: :func:`release_mean_share`. ``bins`` None:
     ``adaptive_bins(n, histogram epsilon, max_bins=max_bins)``. ``options`` must apply to the
-    requested mechanism (:data:`MECHANISM_OPTIONS`). An infinite amount (no noise: the
+    requested mechanism (:func:`mechanism_options`). An infinite amount (no noise: the
     benchmarks' non-private rows) needs ``allow_nonprivate=True``; no service passes it.
     """
     count = check_n(n)

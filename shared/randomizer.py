@@ -19,15 +19,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from shared.domain import LabelDomain, check_epsilon, check_labels
 from shared.errors import InvalidParameterError
+from shared.mechanisms import registry
 from shared.mechanisms.histogram import Prior, private_histogram
 from shared.mechanisms.private_mean import private_mean
-from shared.plan import DEFAULT_BINS, ReleasePlan, check_mechanism, check_n, plan_release
+from shared.mechanisms.registry import LabelMechanism
+from shared.plan import (
+    DEFAULT_BINS,
+    ReleasePlan,
+    check_mechanism,
+    check_n,
+    check_options,
+    plan_release,
+)
 from shared.rng import Rng
 from shared.selection import (
     DEFAULT_MODEL_DIM,
@@ -35,38 +44,6 @@ from shared.selection import (
     choose,
     recommended_transform,
 )
-
-
-class LabelMechanism(Protocol):
-    """What the pipeline needs from an epsilon2 randomizer."""
-
-    def randomize(self, labels: np.ndarray, rng: Rng) -> np.ndarray: ...
-
-    def public_params(self) -> dict[str, Any]: ...
-
-    def expected_squared_error(self, prior: Prior) -> float: ...
-
-
-@dataclass(frozen=True)
-class _RROnBinsUnderHistogram:
-    """RR-on-Bins with its squared error measured under the piecewise-uniform prior.
-
-    Phi is constant on each histogram cell (its cuts are cell edges), so for y uniform in a cell
-    E[(y~ - y)^2] = E[(y~ - midpoint)^2] + width^2 / 12: the cross term vanishes because y~
-    depends on y only through the cell.
-    """
-
-    inner: Any
-
-    def randomize(self, labels: np.ndarray, rng: Rng) -> np.ndarray:
-        return self.inner.randomize(labels, rng)
-
-    def public_params(self) -> dict[str, Any]:
-        return self.inner.public_params()
-
-    def expected_squared_error(self, prior: Prior) -> float:
-        within_cell = float(np.dot(prior.probs, np.diff(prior.edges) ** 2) / 12.0)
-        return float(self.inner.expected_loss(prior.midpoints, prior.probs)) + within_cell
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,88 +95,37 @@ def build_mechanism(
 ) -> tuple[str, LabelMechanism]:
     """Choose the epsilon-DP randomizer and its parameters from the (noisy) prior alone.
 
-    ``"rpwithprior"`` with ``n`` and no ``select``: the RPWithPrior candidate of
-    ``shared.selection.candidate_mechanisms`` (every zeta of the grid, or only ``zeta``; both
-    interval rules) whose raw or debiased targets minimise C = bias^2 + (model_dim / n) Var,
-    as ``"auto"`` does restricted to RPWithPrior (the least-label-MSE interval is often a
-    narrow one whose projection bias no amount of data removes: bench/results/
-    accuracy_housing.md). ``"rpwithprior"`` with ``select="mse"`` / ``"paper"``, or without
-    ``n``: ``rp_with_prior.choose_parameters`` with that rule (default "mse", least label MSE).
-    ``"rr_on_bins"``: the least-label-MSE optimal bins. ``"auto"`` with ``n``:
-    the RPWithPrior or RR-on-Bins candidate (``shared.selection.candidate_mechanisms``) whose
-    raw or debiased targets minimise C = bias^2 + (model_dim / n) Var under the prior, a proxy
-    for the test MSE of a model fitted on them (model_dim defaults to ``DEFAULT_MODEL_DIM``);
-    without ``n``, the lower expected label MSE of the two (Theorem 5 makes that RR-on-Bins
-    almost always). Everything read here is public: the choice is post-processing.
+    A registered ``mechanism`` (``shared.mechanisms.registry``): its family's ``build`` (for
+    RPWithPrior with ``n`` and no ``select``, the candidate with the least training criterion C
+    = bias^2 + (model_dim / n) Var; for RR-on-Bins the least-label-MSE optimal bins).
+    ``"auto"`` with ``n``: the candidate of every family (``shared.selection.choose``) whose raw
+    or debiased targets minimise C; without ``n``, the family default with the lower expected
+    label MSE. Everything read here is public: the choice is post-processing.
     """
-    from shared.mechanisms import rp_with_prior, rr_on_bins
-
     eps = check_epsilon(epsilon, name="epsilon2")
-    check_mechanism(mechanism)
-    unknown = set(params) - {"select", "zeta", "outside", "loss", "max_bins"}
-    if unknown:
-        raise InvalidParameterError(f"unknown mechanism parameter(s): {', '.join(sorted(unknown))}")
     dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
     if n is not None:
         check_n(n)
-
-    def rp() -> LabelMechanism:
-        return rp_with_prior.choose_parameters(
-            prior,
-            epsilon=eps,
-            select=params.get("select") or "mse",
-            zeta=params.get("zeta"),
-            outside=params.get("outside", "project"),
-        )
-
-    def rr() -> LabelMechanism:
-        return _RROnBinsUnderHistogram(
-            rr_on_bins.optimal_bins_for_prior(
-                prior,
-                epsilon=eps,
-                loss=params.get("loss", "squared"),
-                max_bins=params.get("max_bins"),
-            )
-        )
-
-    if mechanism == "rpwithprior":
-        if n is None or params.get("select") is not None:
-            return "rpwithprior", rp()
-        return "rpwithprior", choose(
-            prior,
-            epsilon=eps,
-            n=int(n),
-            model_dim=dim,
-            zeta=params.get("zeta"),
-            outside=params.get("outside", "project"),
-            families=("rpwithprior",),
-        ).mechanism
-    if mechanism == "rr_on_bins":
-        return "rr_on_bins", rr()
+    if mechanism != "auto":
+        family = registry.get(mechanism)
+        options = check_options(mechanism, params)
+        return family.name, family.build(prior, epsilon=eps, n=n, model_dim=dim, **options)
+    options = check_options("auto", params)
     if n is not None:
-        best = choose(
-            prior,
-            epsilon=eps,
-            n=int(n),
-            model_dim=dim,
-            zeta=params.get("zeta"),
-            select=params.get("select"),
-            outside=params.get("outside", "project"),
-            loss=params.get("loss", "squared"),
-            max_bins=params.get("max_bins"),
-        )
-        if best.name == "rr_on_bins":
-            return best.name, _RROnBinsUnderHistogram(best.mechanism)
+        best = choose(prior, epsilon=eps, n=int(n), model_dim=dim, **options)
         return best.name, best.mechanism
     candidates: dict[str, LabelMechanism] = {}
     refusals: list[str] = []
-    for name, build in (("rpwithprior", rp), ("rr_on_bins", rr)):
+    for family in registry.families():
+        if not family.in_auto:
+            continue
+        mine = {k: v for k, v in options.items() if k in family.options}
         try:
-            candidates[name] = build()
+            candidates[family.name] = family.build(prior, epsilon=eps, **mine)
         except InvalidParameterError as exc:
-            # A candidate that cannot be realised exactly at this epsilon (e.g. RPWithPrior at
+            # A family that cannot be realised exactly at this epsilon (e.g. RPWithPrior at
             # epsilon2 ~ 1e-13) is skipped; the refusal depends on the noisy prior only.
-            refusals.append(f"{name}: {exc}")
+            refusals.append(f"{family.name}: {exc}")
     if not candidates:
         raise InvalidParameterError("no mechanism can be built: " + "; ".join(refusals))
     name = min(candidates, key=lambda key: candidates[key].expected_squared_error(prior))

@@ -37,7 +37,7 @@ import numpy as np
 
 from shared.domain import check_epsilon
 from shared.errors import InvalidParameterError
-from shared.mechanisms import rp_with_prior, rr_on_bins
+from shared.mechanisms import registry
 from shared.mechanisms.histogram import Prior
 
 TRANSFORMS: tuple[str, ...] = ("raw", "debiased")
@@ -49,10 +49,6 @@ TRANSFORMS: tuple[str, ...] = ("raw", "debiased")
 # the best k on every one. The papers' MLP wants k ~ 100-1000, but it is not a product model.
 DEFAULT_MODEL_DIM = 10
 MAX_MODEL_DIM = 10**9
-# RR-on-Bins candidates: optimal bins capped at these counts (None: uncapped optimum).
-RR_CAPS: tuple[int | None, ...] = (None, 1, 2, 4, 8, 16, 32)
-INTERVAL_RULES: tuple[str, ...] = ("paper", "mse")
-FAMILIES: tuple[str, ...] = ("rpwithprior", "rr_on_bins")
 # Histogram sizes of :func:`adaptive_bins`.
 MIN_ADAPTIVE_BINS = 2
 MAX_ADAPTIVE_BINS = 64
@@ -93,43 +89,9 @@ def check_model_dim(model_dim: Any) -> int:
     return int(model_dim)
 
 
-def _unwrap(mechanism: Any) -> Any:
-    """The pipeline wraps RR-on-Bins to measure it under the histogram; look through that."""
-    return getattr(mechanism, "inner", mechanism)
-
-
 def conditional_moments(mechanism: Any, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """E[noisy | y] and Var(noisy | y) of an RPWithPrior or RR-on-Bins (module docstring)."""
-    m = _unwrap(mechanism)
-    y = np.asarray(y, dtype=np.float64)
-    if isinstance(m, rp_with_prior.RPWithPrior):
-        delta = math.exp(-m.epsilon)
-        width = m.a2 - m.a1 + 2.0 * m.zeta
-        w = delta * width / m.gamma
-        centre = 0.5 * (m.a1 + m.a2)
-        p = np.clip(y, m.a1, m.a2)
-        mean = w * centre + (1.0 - w) * p
-        second = w * (centre**2 + width**2 / 12.0) + (1.0 - w) * (p**2 + m.zeta**2 / 3.0)
-        if m.outside == "uniform":
-            outside = (y < m.a1) | (y > m.a2)
-            mean = np.where(outside, centre, mean)
-            second = np.where(outside, centre**2 + width**2 / 12.0, second)
-    elif isinstance(m, rr_on_bins.RROnBins):
-        v = m.output_values
-        keep, other = m.keep_probability, m.other_probability
-        chosen = v[m.phi(y)]
-        mean = other * v.sum() + (keep - other) * chosen
-        second = other * float(np.dot(v, v)) + (keep - other) * chosen**2
-    else:
-        raise InvalidParameterError(f"no moments for {type(m).__name__}")
-    return mean, np.maximum(second - mean**2, 0.0)
-
-
-def _breaks(mechanism: Any) -> np.ndarray:
-    m = _unwrap(mechanism)
-    if isinstance(m, rp_with_prior.RPWithPrior):
-        return np.array([m.a1, m.a2])
-    return np.asarray(m.thresholds, dtype=np.float64)
+    """E[noisy | y] and Var(noisy | y) of a registered mechanism (its own closed form)."""
+    return mechanism.conditional_moments(np.asarray(y, dtype=np.float64))
 
 
 def quadrature(prior: Prior, breaks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -165,9 +127,9 @@ def score(mechanism: Any, prior: Prior, *, n: int, model_dim: int) -> dict[str, 
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
         raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
     scale = check_model_dim(model_dim) / int(n)
-    y, w = quadrature(prior, _breaks(mechanism))
-    mean, var = conditional_moments(mechanism, y)
-    a, b = (float(v) for v in _unwrap(mechanism).affine_expectation())
+    y, w = quadrature(prior, mechanism.breakpoints())
+    mean, var = mechanism.conditional_moments(y)
+    a, b = (float(v) for v in mechanism.affine_expectation())
     targets = {"raw": (mean, var)}
     identity = abs(a - 1.0) <= _MIN_SLOPE and abs(b) <= _MIN_SLOPE
     if math.isfinite(a) and math.isfinite(b) and a > _MIN_SLOPE and not identity:
@@ -192,8 +154,8 @@ def recommended_transform(mechanism: Any, prior: Prior, *, n: int, model_dim: in
 class Candidate:
     """A randomizer, its label transform and its score C."""
 
-    name: str  # "rpwithprior" | "rr_on_bins"
-    mechanism: Any  # RPWithPrior | RROnBins
+    name: str  # a registered mechanism name
+    mechanism: Any  # a registry.LabelMechanism
     score: Score
 
     @property
@@ -205,68 +167,33 @@ class Candidate:
         return self.score.criterion
 
 
-def _rr_caps(max_bins: int | None) -> tuple[int | None, ...]:
-    if max_bins is None:
-        return RR_CAPS
-    return tuple(sorted({c for c in RR_CAPS if c is not None and c < max_bins} | {max_bins}))
-
-
 def candidate_mechanisms(
     prior: Prior,
     *,
     epsilon: float,
-    zeta: float | None = None,
-    select: str | None = None,
-    outside: str = "project",
-    loss: str = "squared",
-    max_bins: int | None = None,
-    families: tuple[str, ...] = FAMILIES,
+    families: tuple[str, ...] | None = None,
+    **options: Any,
 ) -> list[tuple[str, Any]]:
     """The randomizers ``choose`` compares, built from the prior alone.
 
-    RPWithPrior: for each zeta of ``rp_with_prior.zeta_grid`` (or only ``zeta``), Algorithm 1's
-    interval ("paper") and the least-label-MSE interval ("mse") (or only ``select``).
-    RR-on-Bins: the optimal bins for ``loss``, capped at each of ``RR_CAPS`` (or at most
-    ``max_bins``). ``families`` keeps only those mechanisms (the pipeline's explicit
-    ``mechanism="rpwithprior"`` passes ``("rpwithprior",)``). A candidate that cannot be
-    realised exactly at this epsilon is skipped.
+    Each registered family (``shared.mechanisms.registry``, in registration order; only
+    ``families`` if given) contributes its ``candidates`` for its own ``options``: RPWithPrior
+    every zeta of its grid under both interval rules, RR-on-Bins its optimal bins under several
+    caps. A candidate that cannot be realised exactly at this epsilon is skipped.
     """
     eps = check_epsilon(epsilon)
-    rr_on_bins.check_loss(loss)
-    if outside not in rp_with_prior.OUTSIDE_RULES:
-        raise InvalidParameterError(f"outside ({outside!r}) must be one of project, uniform")
-    if select is not None and select not in INTERVAL_RULES:
-        raise InvalidParameterError(f"select ({select!r}) must be one of paper, mse")
-    if isinstance(families, str) or not families or any(f not in FAMILIES for f in families):
+    known = registry.names()
+    auto = tuple(family.name for family in registry.families() if family.in_auto)
+    chosen = auto if families is None else families
+    if isinstance(chosen, str) or not chosen or any(f not in known for f in chosen):
         raise InvalidParameterError(
-            f"families ({families!r}) must be a non-empty subset of {FAMILIES}"
+            f"families ({families!r}) must be a non-empty subset of {known}"
         )
-    zetas = rp_with_prior.zeta_grid(prior) if zeta is None else [rp_with_prior.check_zeta(zeta)]
-    rules = INTERVAL_RULES if select is None else (select,)
     out: list[tuple[str, Any]] = []
-    seen: set[tuple[float, float, float]] = set()
-    for z in zetas if "rpwithprior" in families else ():
-        for rule in rules:
-            try:
-                m = rp_with_prior.choose_parameters(
-                    prior, epsilon=eps, select=rule, zeta=float(z), outside=outside
-                )
-            except InvalidParameterError:
-                continue  # e.g. epsilon too small for the exact sampler: depends on the prior only
-            if (m.a1, m.a2, m.zeta) not in seen:
-                seen.add((m.a1, m.a2, m.zeta))
-                out.append(("rpwithprior", m))
-    bins_seen: set[_RRKey] = set()
-    caps = _rr_caps(rr_on_bins.check_max_bins(max_bins)) if "rr_on_bins" in families else ()
-    for cap in caps:
-        try:
-            m = rr_on_bins.optimal_bins_for_prior(prior, epsilon=eps, loss=loss, max_bins=cap)
-        except InvalidParameterError:
-            continue
-        key = (m.thresholds.tobytes(), m.output_values.tobytes())
-        if key not in bins_seen:
-            bins_seen.add(key)
-            out.append(("rr_on_bins", m))
+    for name in chosen:
+        family = registry.get(name)
+        mine = {k: v for k, v in options.items() if k in family.options and v is not None}
+        out.extend((name, m) for m in family.candidates(prior, epsilon=eps, **mine))
     return out
 
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.plan import (
-    MECHANISM_OPTIONS,
-    MECHANISMS,
     default_split,
+    mechanism_options,
+    mechanisms,
     plan_release,
     release_mean_share,
     split_prior_epsilon,
@@ -32,7 +32,7 @@ epsilons = st.one_of(
 @given(
     total=epsilons,
     n=st.integers(min_value=1, max_value=10**8),
-    mechanism=st.sampled_from(MECHANISMS),
+    mechanism=st.sampled_from(mechanisms()),
 )
 def test_charges_add_up_exactly_and_no_step_runs_above_its_charge(total, n, mechanism) -> None:
     plan = plan_release(n=n, lo=0.0, hi=10.0, epsilon=total, mechanism=mechanism)
@@ -53,7 +53,7 @@ def test_charges_add_up_exactly_and_no_step_runs_above_its_charge(total, n, mech
 @given(
     total=st.floats(min_value=1e-4, max_value=20.0),
     n=st.integers(min_value=1, max_value=10**7),
-    mechanism=st.sampled_from(MECHANISMS),
+    mechanism=st.sampled_from(mechanisms()),
 )
 def test_a_float_total_runs_at_the_default_split_floats_exactly(total, n, mechanism) -> None:
     """The plan of a float total reproduces the engine's float split bit for bit."""
@@ -86,9 +86,9 @@ def test_an_explicit_epsilon1_is_charged_as_given() -> None:
     ("mechanism", "option"),
     [
         (m, option)
-        for m in MECHANISMS
+        for m in mechanisms()
         for option in ("select", "zeta", "outside", "loss", "max_bins")
-        if option not in MECHANISM_OPTIONS[m]
+        if option not in mechanism_options(m)
     ],
 )
 def test_an_option_that_does_not_apply_is_refused_by_name(mechanism: str, option: str) -> None:

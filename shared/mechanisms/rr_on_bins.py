@@ -38,6 +38,7 @@ import numpy as np
 from shared.domain import check_epsilon, check_labels
 from shared.errors import InvalidParameterError
 from shared.mechanisms import _bins_kernels as kernels
+from shared.mechanisms import registry
 from shared.mechanisms.histogram import Prior
 from shared.rng import Rng, SystemRandom
 
@@ -269,6 +270,39 @@ class RROnBins:
         with np.errstate(invalid="ignore"):  # 0 * inf: an impossible output costs nothing
             terms = np.where(matrix > 0.0, matrix * losses, 0.0)
         return float(np.dot(p, terms.sum(axis=1)))
+
+    def output_probability(self, outputs: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """P(output = v | label y) for output values v (0 for a value it never outputs)."""
+        values = np.asarray(outputs, dtype=np.float64)
+        slot = np.clip(np.searchsorted(self.output_values, values), 0, self.d - 1)
+        valid = self.output_values[slot] == values
+        kept = slot == self.phi(y)
+        return np.where(valid, np.where(kept, self.keep_probability, self.other_probability), 0.0)
+
+    def conditional_moments(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """E[output | y] and Var(output | y): output v_Phi(y) with probability keep, each other
+        output with probability other, so the mean is other sum(v) + (keep - other) v_Phi(y)
+        and the second moment other sum(v^2) + (keep - other) v_Phi(y)^2."""
+        v = self.output_values
+        keep, other = self.keep_probability, self.other_probability
+        chosen = v[self.phi(np.asarray(y, dtype=np.float64))]
+        mean = other * v.sum() + (keep - other) * chosen
+        second = other * float(np.dot(v, v)) + (keep - other) * chosen**2
+        return mean, np.maximum(second - mean**2, 0.0)
+
+    def breakpoints(self) -> np.ndarray:
+        """The moments are constant between thresholds."""
+        return np.asarray(self.thresholds, dtype=np.float64)
+
+    def expected_squared_error(self, prior: Prior) -> float:
+        """E[(output - y)^2] for y uniform within each cell of the histogram ``prior``.
+
+        For bins cut at the prior's cell edges (``optimal_bins_for_prior``) Phi is constant on
+        each cell, so E[(o - y)^2] = E[(o - midpoint)^2] + width^2 / 12: the cross term vanishes
+        because o depends on y only through the cell.
+        """
+        within_cell = float(np.dot(prior.probs, np.diff(prior.edges) ** 2) / 12.0)
+        return float(self.expected_loss(prior.midpoints, prior.probs)) + within_cell
 
     def affine_expectation(self) -> tuple[float, float]:
         """(a, b) with E[output | y] = a * output_values[Phi(y)] + b, for debiasing."""
@@ -522,3 +556,62 @@ def optimal_bins_for_prior(
         max_bins=max_bins,
         edges=prior.edges,
     )
+
+
+# --------------------------------------------------------------------- the family
+# RR-on-Bins candidates of ``mechanism="auto"``: optimal bins capped at these counts (None: the
+# uncapped optimum).
+RR_CAPS: tuple[int | None, ...] = (None, 1, 2, 4, 8, 16, 32)
+
+
+def _caps(max_bins: int | None) -> tuple[int | None, ...]:
+    if max_bins is None:
+        return RR_CAPS
+    return tuple(sorted({c for c in RR_CAPS if c is not None and c < max_bins} | {max_bins}))
+
+
+def candidates(
+    prior: Prior, *, epsilon: float, loss: str = "squared", max_bins: int | None = None
+) -> list[RROnBins]:
+    """What ``mechanism="auto"`` compares: the optimal bins for ``loss`` capped at each of
+    ``RR_CAPS`` (or at most ``max_bins``), without duplicates; a candidate not realisable at this
+    epsilon is skipped (that depends on the prior only)."""
+    check_loss(loss)
+    out: list[RROnBins] = []
+    seen: set[tuple[bytes, bytes]] = set()
+    for cap in _caps(check_max_bins(max_bins)):
+        try:
+            m = optimal_bins_for_prior(prior, epsilon=epsilon, loss=loss, max_bins=cap)
+        except InvalidParameterError:
+            continue
+        key = (m.thresholds.tobytes(), m.output_values.tobytes())
+        if key not in seen:
+            seen.add(key)
+            out.append(m)
+    return out
+
+
+def build(
+    prior: Prior,
+    *,
+    epsilon: float,
+    n: int | None = None,
+    model_dim: int | None = None,
+    loss: str = "squared",
+    max_bins: int | None = None,
+) -> RROnBins:
+    """The RR-on-Bins an explicit request releases: the least-label-loss optimal bins
+    (Theorem 5; ``n`` and ``model_dim`` do not change it)."""
+    return optimal_bins_for_prior(prior, epsilon=epsilon, loss=loss, max_bins=max_bins)
+
+
+registry.register(
+    registry.MechanismFamily(
+        name=MECHANISM_NAME,
+        mechanism_type=RROnBins,
+        options=frozenset({"loss", "max_bins"}),
+        build=build,
+        candidates=candidates,
+        from_params=RROnBins.from_params,
+    )
+)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sqlite3
 import threading
 import time
+from decimal import Decimal
 
 import httpx
 import pytest
@@ -82,14 +82,13 @@ def test_fifty_concurrent_releases_against_a_budget_for_three(server_factory):
     assert codes == [201] * 3 + [409] * 47, codes
     for refused in (r for r in results if r.status_code == 409):
         body = refused.json()
-        assert body["requested"] == 1.0 and body["budget"] == 3.0
-        assert body["spent"] + body["left"] == pytest.approx(3.0)
+        assert (body["requested"], body["budget"]) == ("1", "3")
+        assert Decimal(body["spent"]) + Decimal(body["left"]) == 3
     with server.client() as http:
         view = http.get("/v1/datasets/ds", headers=OPS).json()
-    assert view["epsilon_spent"] == 3.0 and len(view["releases"]) == 3
-    spends = [e["epsilon"] for e in ledger_rows(server.db) if e["kind"] != "dataset"]
-    assert len(spends) == 6 and math.fsum(spends) == pytest.approx(3.0, abs=1e-12)
-    assert math.fsum(spends) <= 3.0 * (1 + 1e-9)
+    assert view["epsilon_spent"] == "3" and len(view["releases"]) == 3
+    spends = [Decimal(e["epsilon_exact"]) for e in ledger_rows(server.db) if e["kind"] != "dataset"]
+    assert len(spends) == 6 and sum(spends) == 3  # exactly the budget, not a hair more
     server.stop()
     verify = cli("ledger", "verify", "--db", str(server.db))
     assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -235,7 +234,7 @@ def test_kill_during_release_spends_iff_message_stored(server_factory, tmp_path)
         entries = ledger_rows(db)
         spend_ids = {e["release_id"] for e in entries if e["kind"] != "dataset"}
         assert spend_ids == stored_ids  # a ledger entry iff a stored release
-        assert view["epsilon_spent"] == pytest.approx(float(len(stored_ids)))
+        assert Decimal(view["epsilon_spent"]) == len(stored_ids)
         assert view["state"] == ("released" if stored_ids else "open")
         for release_id in stored_ids:  # and every stored release's message is complete
             message = http.get(

@@ -280,8 +280,7 @@ def test_pipeline_rpwithprior_is_exactly_epsilon2_dp_for_any_prior(
 def test_pipeline_rr_on_bins_is_exactly_epsilon2_dp_for_any_prior(
     prior: Prior, eps: float, loss: str
 ) -> None:
-    _, wrapped = build_mechanism(prior, epsilon=eps, mechanism="rr_on_bins", loss=loss)
-    mechanism = wrapped.inner
+    _, mechanism = build_mechanism(prior, epsilon=eps, mechanism="rr_on_bins", loss=loss)
     assert np.all(np.isfinite(mechanism.output_values))
     if mechanism.d == 1:
         out = mechanism.randomize(np.array([prior.lo, prior.hi]), SystemRandom())

@@ -1,0 +1,124 @@
+"""The served label mechanisms: one protocol, each family registered once, looked up by name.
+
+Every epsilon2 randomizer the protocol can send (RPWithPrior, RR-on-Bins, and any mechanism added
+later) implements :class:`LabelMechanism`; its :class:`MechanismFamily` says how to build it from
+the noisy prior and how to rebuild it from the message's public parameters. The plan, the
+training criterion (``shared.selection``), debiasing (``shared.debias``), the message schema and
+both services go through :func:`get` and :func:`names`, never through a name string or a type
+check. Adding a mechanism is one module that defines its class and calls :func:`register`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from shared.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from shared.mechanisms.histogram import Prior
+    from shared.rng import Rng
+
+
+@runtime_checkable
+class LabelMechanism(Protocol):
+    """An epsilon-label-DP randomizer with public parameters (what a message describes)."""
+
+    epsilon: float
+
+    def randomize(self, labels: np.ndarray, rng: Rng) -> np.ndarray:
+        """One independent noisy label per (clipped) label, from ``rng``."""
+        ...
+
+    def output_distribution(self, y: float) -> tuple[np.ndarray, np.ndarray]:
+        """(output values, their probabilities) for the label ``y``: the exact law of one output."""
+        ...
+
+    def conditional_moments(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """E[noisy | y] and Var(noisy | y), elementwise."""
+        ...
+
+    def breakpoints(self) -> np.ndarray:
+        """Labels where the conditional moments stop being one quadratic (for exact quadrature)."""
+        ...
+
+    def affine_expectation(self) -> tuple[float, float]:
+        """(a, b) with E[noisy | y] = a g(y) + b for the mechanism's own g (debiasing)."""
+        ...
+
+    def expected_squared_error(self, prior: Prior) -> float:
+        """E[(noisy - y)^2] with y drawn from the piecewise-uniform ``prior``."""
+        ...
+
+    def public_params(self) -> dict[str, Any]:
+        """The parameters the message carries (enough to rebuild it with the family)."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class MechanismFamily:
+    """How to build, choose among and rebuild one kind of label mechanism.
+
+    ``build(prior, *, epsilon, n, model_dim, **options)``: the mechanism an explicit request for
+    this family releases (``n`` None: without the training criterion). ``candidates(prior, *,
+    epsilon, **options)``: what ``mechanism="auto"`` compares (``shared.selection``).
+    ``from_params(params)``: rebuild from a message. ``light_prior``: the family needs little of
+    the prior, so the plan gives its histogram a smaller split and buys no DP label mean
+    (``shared.plan``). Everything here reads the noisy prior and public numbers only.
+    """
+
+    name: str
+    mechanism_type: type
+    options: frozenset[str]
+    build: Callable[..., LabelMechanism]
+    candidates: Callable[..., list[LabelMechanism]]
+    from_params: Callable[[Mapping[str, Any]], LabelMechanism]
+    light_prior: bool = False
+    in_auto: bool = True
+
+
+_FAMILIES: dict[str, MechanismFamily] = {}
+RESERVED = ("auto", "none")
+
+
+def register(family: MechanismFamily) -> MechanismFamily:
+    """Add ``family`` (once; a second family of the same name is refused)."""
+    if family.name in _FAMILIES or family.name in RESERVED:
+        raise InvalidParameterError(f"mechanism {family.name!r} is already registered or reserved")
+    if not family.name.isidentifier():
+        raise InvalidParameterError(f"mechanism name ({family.name!r}) must be an identifier")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def unregister(name: str) -> None:
+    """Remove a family (tests that register a toy mechanism clean up with this)."""
+    _FAMILIES.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    """The registered families, in registration order (``auto`` compares them in this order)."""
+    return tuple(_FAMILIES)
+
+
+def families() -> tuple[MechanismFamily, ...]:
+    return tuple(_FAMILIES.values())
+
+
+def get(name: str) -> MechanismFamily:
+    """The family called ``name``; an unknown name is refused listing the known ones."""
+    family = _FAMILIES.get(name) if isinstance(name, str) else None
+    if family is None:
+        raise InvalidParameterError(f"mechanism ({name!r}) must be one of {', '.join(names())}")
+    return family
+
+
+def name_of(mechanism: Any) -> str:
+    """The registered name of a mechanism object."""
+    for family in _FAMILIES.values():
+        if isinstance(mechanism, family.mechanism_type):
+            return family.name
+    raise InvalidParameterError(f"{type(mechanism).__name__} is not a registered mechanism")
