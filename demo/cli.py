@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.errors import LabelDPError
+from shared.plan import mechanisms
 
 DEFAULT_N = 100_000
 
@@ -26,9 +27,7 @@ def register_commands(commands: argparse._SubParsersAction) -> None:  # type: ig
         ),
     )
     parser.add_argument("--epsilon", type=float, default=1.0, help="total epsilon (default 1)")
-    parser.add_argument(
-        "--mechanism", default="auto", choices=["auto", "rpwithprior", "rr_on_bins"]
-    )
+    parser.add_argument("--mechanism", default="auto", choices=mechanisms())
     parser.add_argument(
         "--epsilon-histogram",
         default="default",

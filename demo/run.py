@@ -55,21 +55,16 @@ def split(n: int, *, test_share: float, seed: int) -> tuple[np.ndarray, np.ndarr
 
 
 def summarize_params(mechanism: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The mechanism's public parameters, shortened for a table."""
-    if mechanism == "rr_on_bins":
-        outputs = [round(float(v), 3) for v in params.get("output_values", [])]
-        return {
-            "bins": len(outputs),
-            "output_values": outputs,
-            "thresholds": [round(float(v), 3) for v in params.get("thresholds", [])],
-        }
-    if mechanism == "rpwithprior":
-        return {
-            key: (round(float(value), 4) if isinstance(value, float) else value)
-            for key, value in params.items()
-            if key in ("a1", "a2", "zeta", "outside")
-        }
-    return dict(params)
+    """The mechanism's public parameters, shortened for a table (numbers rounded)."""
+
+    def short(value: Any) -> Any:
+        if isinstance(value, float):
+            return round(value, 4)
+        if isinstance(value, list):
+            return [short(v) for v in value]
+        return value
+
+    return {key: short(value) for key, value in params.items() if key not in ("mechanism",)}
 
 
 def _mse(prediction: np.ndarray, truth: np.ndarray) -> float:

@@ -61,11 +61,12 @@ class RequestMetricsMiddleware:
 
 def _warm_up() -> None:
     """Compile/load the numba kernels on throwaway public data (no label is involved)."""
+    from shared.mechanisms import registry
     from shared.randomizer import label_randomizer
 
     try:
         fake = np.linspace(0.0, 1.0, 256)
-        for mechanism in ("rpwithprior", "rr_on_bins"):
+        for mechanism in registry.names():
             label_randomizer(
                 fake,
                 lo=0.0,

@@ -12,7 +12,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from labels_party.datasets import MAX_BINS, NAME_PATTERN
+from shared.errors import InvalidParameterError
 from shared.message import EXAMPLE_ID_PATTERN
+from shared.plan import check_mechanism
 from shared.selection import MAX_MODEL_DIM
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
@@ -84,7 +86,19 @@ class ReleaseCreate(BaseModel):
 
     model_config = _STRICT
 
-    mechanism: Literal["rpwithprior", "rr_on_bins", "auto"] = "auto"
+    @field_validator("mechanism")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        try:
+            return check_mechanism(value)
+        except InvalidParameterError as exc:
+            raise ValueError(str(exc)) from None
+
+    mechanism: str = Field(
+        default="auto",
+        description="auto (the default: the registered mechanism the noisy prior predicts "
+        "trains best), or a registered mechanism: rpwithprior, rr_on_bins",
+    )
     epsilon: Decimal = Field(
         gt=0,
         description="total epsilon of the release (epsilon1 + epsilon2), an exact decimal: a "
