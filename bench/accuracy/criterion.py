@@ -18,7 +18,7 @@ from shared import selection
 from shared.mechanisms import rp_with_prior, rr_on_bins
 from shared.mechanisms.histogram import Prior
 
-RR_CAPS = selection.RR_CAPS
+RR_CAPS = rr_on_bins.RR_CAPS
 
 
 @dataclass(frozen=True, kw_only=True)
