@@ -33,8 +33,8 @@ class LabelMechanism(Protocol):
         """One independent noisy label per (clipped) label, from ``rng``."""
         ...
 
-    def output_distribution(self, y: float) -> tuple[np.ndarray, np.ndarray]:
-        """(output values, their probabilities) for the label ``y``: the exact law of one output."""
+    def output_probability(self, outputs: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """P(output = v | label y) for output values v, exactly (0 off its public support)."""
         ...
 
     def conditional_moments(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
