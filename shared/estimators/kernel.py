@@ -240,7 +240,7 @@ def interpolate(
     distance = distance.reshape(target.shape[0], k)
     index = index.reshape(target.shape[0], k)
     exact = distance[:, 0] == 0.0
-    weight = 1.0 / np.maximum(distance, 1e-300) ** 2
+    weight = 1.0 / np.maximum(distance**2, 1e-300)
     out = np.sum(weight * released[index], axis=1) / np.sum(weight, axis=1)
     out[exact] = released[index[exact, 0]]
     return out
