@@ -1,0 +1,202 @@
+"""ePTR-OLS (Algorithm 4) and label-DP OLS: sensitivities by brute force, privacy ratios, errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared.domain import LabelDomain
+from shared.errors import InvalidParameterError
+from shared.estimators._checks import project_rows, project_vector
+from shared.estimators._linear import LABEL_LEVELS, QuantisedMap, label_levels
+from shared.estimators.ols import eptr_ols, label_dp_ols, ols_gamma, ols_map
+from tests.estimators.conftest import designs
+
+LO, HI = -2.0, 3.0
+
+
+def _ols(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.linalg.lstsq(x, y, rcond=None)[0]
+
+
+@pytest.mark.parametrize("name", ["random", "leverage", "collinear"])
+def test_label_dp_ols_sensitivity_is_the_brute_force_maximum(name: str) -> None:
+    x = designs()[name]
+    rng = np.random.default_rng(5)
+    y = rng.uniform(LO, HI, size=x.shape[0])
+    reported = label_dp_ols(x, y, lo=LO, hi=HI, epsilon=1.0, rng=rng).sensitivity
+    worst = 0.0
+    for i in range(x.shape[0]):  # every single-label change to each extreme
+        for a, b in ((LO, HI), (y[i], LO), (y[i], HI)):
+            y0, y1 = y.copy(), y.copy()
+            y0[i], y1[i] = a, b
+            worst = max(worst, float(np.abs(_ols(x, y0) - _ols(x, y1)).sum()))
+    gram_inv = np.linalg.inv(x.T @ x)
+    formula = max(np.abs(gram_inv @ x[i]).sum() for i in range(x.shape[0])) * (HI - LO)
+    rtol = 1e-6 if name != "collinear" else 1e-4  # lstsq itself loses digits at cond ~ 1e4
+    assert reported == pytest.approx(formula, rel=1e-7)
+    assert worst <= reported * (1 + rtol)  # never exceeded
+    assert worst == pytest.approx(reported, rel=rtol)  # and tight
+
+
+@pytest.mark.parametrize("name", ["random", "leverage", "collinear"])
+def test_integer_release_sensitivity_is_exact_and_the_ratio_is_bounded(name: str) -> None:
+    """The released integers T + Z: every one-label change moves T by <= S in L1, some by S."""
+    x = designs()[name]
+    q = QuantisedMap.from_weights(ols_map(x))
+    s = int(q.column_l1().max()) * LABEL_LEVELS
+    rng = np.random.default_rng(6)
+    levels = label_levels(rng.uniform(LO, HI, size=x.shape[0]), LabelDomain(lo=LO, hi=HI))
+    t = np.array(q.apply(levels), dtype=object)
+    eps = 0.7
+    moves = []
+    for i in range(x.shape[0]):
+        for new in (0, LABEL_LEVELS):
+            other = levels.copy()
+            other[i] = new
+            moves.append(np.array(q.apply(other), dtype=object) - t)
+    l1 = [int(sum(abs(v) for v in m)) for m in moves]
+    assert max(l1) <= s
+    top = int(np.argmax(q.column_l1()))
+    full = levels.copy()
+    full[top] = 0
+    far = levels.copy()
+    far[top] = LABEL_LEVELS
+    gap = np.array(q.apply(far), dtype=object) - np.array(q.apply(full), dtype=object)
+    assert int(sum(abs(v) for v in gap)) == s  # tight, exactly
+    # Output log-density ratio of discrete Laplace(S / eps) noise, analytically, at outputs o:
+    # log P(o | T) - log P(o | T') = eps / S (|o - T'|_1 - |o - T|_1) <= eps.
+    for move in moves:
+        for o in (t, t + move, t - 3 * move, t + np.array([s] * t.size, dtype=object)):
+            ratio = sum(abs(a - b - c) - abs(a - b) for a, b, c in zip(o, t, move, strict=True))
+            assert eps * ratio / s <= eps
+    o = t + gap  # the worst output reaches e^eps exactly
+    assert eps * sum(abs(a - b) for a, b in zip(o, t, strict=True)) / s == pytest.approx(eps)
+
+
+def test_label_dp_ols_noise_is_centred_with_the_laplace_scale() -> None:
+    x = designs()["random"]
+    rng = np.random.default_rng(7)
+    y = rng.uniform(LO, HI, size=x.shape[0])
+    draws = np.array(
+        [label_dp_ols(x, y, lo=LO, hi=HI, epsilon=2.0, rng=rng).coef for _ in range(600)]
+    )
+    one = label_dp_ols(x, y, lo=LO, hi=HI, epsilon=2.0, rng=rng)
+    centre = _ols(x, y)
+    assert np.all(np.abs(draws.mean(axis=0) - centre) < 5 * one.noise_scale * math.sqrt(2 / 600))
+    # Discrete Laplace on a fine grid: standard deviation sqrt(2) b.
+    assert np.allclose(draws.std(axis=0), math.sqrt(2) * one.noise_scale, rtol=0.15)
+    assert one.noise_scale == pytest.approx(one.sensitivity / 2.0)
+
+
+def test_labels_outside_the_bounds_are_clipped() -> None:
+    x = designs()["random"]
+    y = np.full(x.shape[0], 100.0)
+    huge = label_dp_ols(x, y, lo=LO, hi=HI, epsilon=1e9, rng=np.random.default_rng(0)).coef
+    assert np.allclose(huge, _ols(x, np.full(x.shape[0], HI)), atol=1e-6)
+
+
+def test_eptr_ols_gamma_alpha_and_both_paths() -> None:
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(2000, 3))
+    y = x @ np.array([0.5, -0.2, 0.1]) + rng.normal(size=2000)
+    r_x, c0 = 4.0, 0.5
+    out = eptr_ols(x, y, epsilon=2.0, delta=1e-3, r_x=r_x, r_theta=1.0, c0=c0, rng=rng)
+    xp = project_rows(x, r_x)
+    lam = np.linalg.eigvalsh(xp.T @ xp)[0]
+    assert out.gamma == pytest.approx(max(lam - c0 * 2000 - 2 * r_x**2, 0) / (2 * r_x**2))
+    assert out.alpha == pytest.approx(4 * r_x**2 * 1.0 / (c0 * 2000))
+    assert out.released and out.coef.shape == (3,)
+    assert out.noise_scale == pytest.approx(
+        2 * out.alpha / 2.0 * math.sqrt(2 * math.log(1.25 / 1e-3))
+    )
+    # Too few rows for c0: gamma = 0, the no-reply comes back (probability < delta).
+    small = eptr_ols(
+        x[:20], y[:20], epsilon=1.0, delta=1e-6, r_x=r_x, r_theta=1.0, c0=c0, rng=rng,
+        no_reply=np.array([7.0, 7.0, 7.0]),
+    )  # fmt: skip
+    assert small.gamma == 0.0 and not small.released and np.all(small.coef == 7.0)
+
+
+def test_eptr_ols_does_not_refuse_a_singular_private_design() -> None:
+    x = np.ones((50, 2))  # rank 1: gamma is 0, the release is almost surely the no-reply
+    out = eptr_ols(
+        x, np.ones(50), epsilon=1.0, delta=1e-6, r_x=2.0, r_theta=1.0, c0=0.1,
+        rng=np.random.default_rng(0),
+    )  # fmt: skip
+    assert out.gamma == 0.0 and not out.released
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), row=st.integers(0, 199), scale=st.floats(0.0, 3.0))
+def test_eptr_ols_gamma_is_a_salbo(seed: int, row: int, scale: float) -> None:
+    """gamma is 1-Lipschitz, and where gamma > 0 a neighbour's projected OLS moves <= alpha."""
+    rng = np.random.default_rng(seed)
+    r_x, r_theta, c0 = 3.0, 1.0, 0.3
+    x = rng.normal(size=(200, 2))
+    y = x @ np.array([0.6, -0.4]) + rng.normal(size=200)
+    x2, y2 = x.copy(), y.copy()
+    x2[row] = rng.normal(size=2) * scale * 3
+    y2[row] = rng.normal() * 10
+    g1 = ols_gamma(project_rows(x, r_x), r_x=r_x, c0=c0)
+    g2 = ols_gamma(project_rows(x2, r_x), r_x=r_x, c0=c0)
+    assert abs(g1 - g2) <= 1.0 + 1e-9
+    if g1 > 0:
+        bound = r_x * r_theta
+
+        def theta(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return project_vector(_ols(project_rows(a, r_x), np.clip(b, -bound, bound)), r_theta)
+
+        alpha = 4 * r_x**2 * r_theta / (c0 * 200)
+        assert np.linalg.norm(theta(x, y) - theta(x2, y2)) <= alpha * (1 + 1e-9)
+
+
+GOOD = {"epsilon": 1.0, "lo": LO, "hi": HI}
+
+
+@pytest.mark.parametrize(
+    ("field", "x", "y", "kwargs"),
+    [
+        ("X", np.ones((10, 2)), np.zeros(10), {}),  # singular X^T X
+        ("X", np.ones((1, 3)), np.zeros(1), {}),  # fewer rows than columns
+        ("X", np.array([[1.0, np.nan], [0.0, 1.0], [1.0, 1.0]]), np.zeros(3), {}),
+        ("X", np.zeros(5), np.zeros(5), {}),  # not 2-D
+        ("y", np.eye(3), np.zeros(4), {}),
+        ("y", np.eye(3), np.array([0.0, np.inf, 1.0]), {}),
+        ("lo", np.eye(3), np.zeros(3), {"lo": 5.0}),
+        ("epsilon", np.eye(3), np.zeros(3), {"epsilon": -1.0}),
+    ],
+)
+def test_label_dp_ols_bad_input(field: str, x: np.ndarray, y: np.ndarray, kwargs: dict) -> None:
+    with pytest.raises(InvalidParameterError, match=field):
+        label_dp_ols(x, y, rng=np.random.default_rng(0), **(GOOD | kwargs))
+
+
+EPTR_GOOD = {"epsilon": 1.0, "delta": 0.01, "r_x": 2.0, "r_theta": 1.0, "c0": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        ("delta", {"delta": 0.0}),
+        ("delta", {"delta": 1.5}),
+        ("epsilon", {"epsilon": 0}),
+        ("r_x", {"r_x": 0.0}),
+        ("r_theta", {"r_theta": -1.0}),
+        ("c0", {"c0": math.nan}),
+    ],
+)
+def test_eptr_ols_bad_input(field: str, kwargs: dict) -> None:
+    with pytest.raises(InvalidParameterError, match=field):
+        eptr_ols(np.eye(3), np.zeros(3), rng=np.random.default_rng(0), **(EPTR_GOOD | kwargs))
+
+
+def test_eptr_ols_refuses_fewer_rows_than_columns_and_non_finite_features() -> None:
+    with pytest.raises(InvalidParameterError, match="fewer rows"):
+        eptr_ols(np.ones((2, 3)), np.zeros(2), rng=np.random.default_rng(0), **EPTR_GOOD)
+    with pytest.raises(InvalidParameterError, match="X must be finite"):
+        eptr_ols(np.full((4, 2), np.inf), np.zeros(4), rng=np.random.default_rng(0), **EPTR_GOOD)
