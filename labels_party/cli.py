@@ -1,4 +1,4 @@
-"""``labeldp serve labels`` and ``labeldp ledger verify|export`` (registered into shared.cli).
+"""``labeldp serve labels`` and ``labeldp ledger verify|export`` (registered into demo.labeldp).
 
 Also runnable alone: ``python -m labels_party serve labels --db PATH`` (same arguments).
 """

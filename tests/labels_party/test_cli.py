@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from shared.cli import build_parser
+from demo.labeldp import build_parser
 from tests.labels_party.conftest import create_dataset
 
 
@@ -22,7 +22,7 @@ def test_dispatcher_parses_the_labels_commands(tmp_path):
 def test_labeldp_ledger_verify_through_the_dispatcher(client, db_path):
     create_dataset(client)
     result = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "ledger", "verify", "--db", str(db_path)],
+        [sys.executable, "-m", "demo.labeldp", "ledger", "verify", "--db", str(db_path)],
         capture_output=True,
         text=True,
         timeout=120,
