@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from demo.labeldp import main as labeldp
 from demo.synthetic_ads import CATEGORICAL, LABEL_MAX, NUMERIC, make_ads
 from features_party.training import fit_encoder, fit_model
-from demo.labeldp import main as labeldp
 
 SUMMARY_KEYS = {
     "epsilon_spent",
