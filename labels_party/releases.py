@@ -20,7 +20,6 @@ import hashlib
 import json
 import math
 import secrets
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,9 +35,6 @@ from labels_party import accountant, ledger
 from labels_party import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import (
-    PART_HEAD,
-    PART_IDS,
-    PART_LABELS,
     datasets,
     message_chunks,
     releases,
@@ -47,7 +43,13 @@ from labels_party.db.models import ledger as ledger_table
 from labels_party.errors import ConflictError, FieldError, NotFoundError
 from labels_party.parsing import gc_paused
 from shared import epsilon as amounts
-from shared.message import MessageHeader, NoisyHistogram, body_sha256, encode_binary
+from shared.message import (
+    MessageHeader,
+    NoisyHistogram,
+    body_sha256,
+    encode_sections,
+    json_from_sections,
+)
 from shared.plan import ReleasePlan, plan_release
 from shared.randomizer import Release, execute
 from shared.rng import Rng, SystemRandom
@@ -58,7 +60,6 @@ RngFactory = Callable[[], Rng]
 CHUNK_BYTES = 1 << 20  # one stored blob of the binary message (label chunks stay 8-aligned)
 _FETCH_ROWS = 65536
 _MAX_ATTEMPTS = 4
-_PREFIX = struct.Struct("<4sHI")
 RELEASE_ID_PATTERN = r"^rel_[0-9a-f]{24}$"
 
 
@@ -351,19 +352,11 @@ def _public(record: Any, *, dataset: str, bins: int | None) -> dict[str, Any]:
 
 def _chunks(header: MessageHeader, ids_text: str, noisy: np.ndarray) -> list[dict[str, Any]]:
     """The binary encoding as stored rows, each tagged with the section it belongs to."""
-    out: list[dict[str, Any]] = []
-    ids_left = -1  # unknown until the u64 length piece
-    for seq, data in enumerate(encode_binary(header, [ids_text], noisy, chunk=CHUNK_BYTES)):
-        if seq == 0:
-            part = PART_HEAD
-        elif seq == 1:
-            part, ids_left = PART_IDS, struct.unpack("<Q", data)[0]
-        elif ids_left > 0:
-            part, ids_left = PART_IDS, ids_left - len(data)
-        else:
-            part = PART_LABELS
-        out.append({"seq": seq, "part": part, "size": len(data), "data": data})
-    return out
+    sections = encode_sections(header, [ids_text], noisy, chunk=CHUNK_BYTES)
+    return [
+        {"seq": seq, "part": part, "size": len(data), "data": data}
+        for seq, (part, data) in enumerate(sections)
+    ]
 
 
 # ---- reading -------------------------------------------------------------------------------
@@ -443,40 +436,7 @@ def iter_binary(db: Database, message: StoredMessage) -> Iterator[bytes]:
 
 
 def iter_json(db: Database, message: StoredMessage) -> Iterator[bytes]:
-    """The same content as ``shared.message.LabelMessage`` JSON, rendered chunk by chunk.
-
-    Deterministic (shortest round-trip floats), so every pull is byte-identical.
-    """
-    ids_started = labels_started = False
-    carry = b""
-    skip_length = True
-    for seq, part, _size in message.chunks:
-        data = _fetch_chunk(db, message.release_id, seq)
-        if part == PART_HEAD:
-            _magic, _version, header_len = _PREFIX.unpack_from(data, 0)
-            header_json = data[_PREFIX.size : _PREFIX.size + header_len]
-            yield b'{"header":' + header_json + b',"body":{"example_ids":['
-        elif part == PART_IDS:
-            if skip_length:
-                data, skip_length = data[8:], False
-            buffer = carry + data
-            cut = buffer.rfind(b"\n")
-            if cut < 0:
-                carry = buffer
-                continue
-            complete, carry = buffer[:cut], buffer[cut + 1 :]
-            yield (b"," if ids_started else b"") + b'"' + complete.replace(b"\n", b'","') + b'"'
-            ids_started = True
-        else:
-            if not labels_started:
-                if carry or not ids_started:
-                    yield (b"," if ids_started else b"") + b'"' + carry + b'"'
-                    carry = b""
-                yield b'],"noisy_labels":['
-            values = np.frombuffer(data, dtype="<f8").tolist()
-            text = ",".join(map(repr, values)).encode("ascii")
-            yield (b"," if labels_started else b"") + text
-            labels_started = True
-    if not labels_started:  # n = 0 never happens (a release needs examples); keep JSON valid
-        yield b'],"noisy_labels":['
-    yield b"]}}"
+    """The same content as ``shared.message.LabelMessage`` JSON, rendered chunk by chunk."""
+    return json_from_sections(
+        (part, _fetch_chunk(db, message.release_id, seq)) for seq, part, _size in message.chunks
+    )

@@ -181,6 +181,34 @@ def body_sha256(example_ids: Sequence[str], noisy_labels: np.ndarray) -> str:
     return digest.hexdigest()
 
 
+# The sections of the binary encoding, as :func:`encode_sections` tags its pieces.
+SECTION_HEAD, SECTION_IDS, SECTION_LABELS = 0, 1, 2
+
+
+def encode_sections(
+    header: MessageHeader,
+    example_ids: Sequence[str],
+    noisy_labels: np.ndarray,
+    *,
+    chunk: int = 1 << 20,
+) -> Iterator[tuple[int, bytes]]:
+    """The binary encoding in pieces of about ``chunk`` bytes, each tagged with its section.
+
+    HEAD: prefix + header JSON; IDS: the u64 length, then the joined ids; LABELS: float64s
+    (pieces of whole labels). Concatenated, the pieces are :func:`encode_binary`'s bytes.
+    """
+    header_bytes = header.model_dump_json().encode("utf-8")
+    ids_bytes = "\n".join(example_ids).encode("utf-8")
+    yield SECTION_HEAD, _PREFIX.pack(MAGIC, header.format_version, len(header_bytes)) + header_bytes
+    yield SECTION_IDS, _U64.pack(len(ids_bytes))
+    for start in range(0, len(ids_bytes), chunk):
+        yield SECTION_IDS, ids_bytes[start : start + chunk]
+    labels = np.ascontiguousarray(noisy_labels, dtype="<f8")
+    per_chunk = max(chunk // 8, 1)
+    for start in range(0, labels.size, per_chunk):
+        yield SECTION_LABELS, labels[start : start + per_chunk].tobytes()
+
+
 def encode_binary(
     header: MessageHeader,
     example_ids: Sequence[str],
@@ -189,16 +217,48 @@ def encode_binary(
     chunk: int = 1 << 20,
 ) -> Iterator[bytes]:
     """Yield the binary encoding in pieces of about ``chunk`` bytes (for streaming responses)."""
-    header_bytes = header.model_dump_json().encode("utf-8")
-    ids_bytes = "\n".join(example_ids).encode("utf-8")
-    yield _PREFIX.pack(MAGIC, header.format_version, len(header_bytes)) + header_bytes
-    yield _U64.pack(len(ids_bytes))
-    for start in range(0, len(ids_bytes), chunk):
-        yield ids_bytes[start : start + chunk]
-    labels = np.ascontiguousarray(noisy_labels, dtype="<f8")
-    per_chunk = max(chunk // 8, 1)
-    for start in range(0, labels.size, per_chunk):
-        yield labels[start : start + per_chunk].tobytes()
+    for _section, data in encode_sections(header, example_ids, noisy_labels, chunk=chunk):
+        yield data
+
+
+def json_from_sections(sections: Iterable[tuple[int, bytes]]) -> Iterator[bytes]:
+    """The :class:`LabelMessage` JSON of a binary encoding given as tagged sections, streamed.
+
+    Deterministic (the header's own JSON, shortest round-trip floats), so a message stored once
+    renders to the same bytes on every pull.
+    """
+    ids_started = labels_started = False
+    carry = b""
+    skip_length = True
+    for section, data in sections:
+        if section == SECTION_HEAD:
+            _magic, _version, header_len = _PREFIX.unpack_from(data, 0)
+            header_json = data[_PREFIX.size : _PREFIX.size + header_len]
+            yield b'{"header":' + header_json + b',"body":{"example_ids":['
+        elif section == SECTION_IDS:
+            if skip_length:
+                data, skip_length = data[_U64.size :], False
+            buffer = carry + data
+            cut = buffer.rfind(b"\n")
+            if cut < 0:
+                carry = buffer
+                continue
+            complete, carry = buffer[:cut], buffer[cut + 1 :]
+            yield (b"," if ids_started else b"") + b'"' + complete.replace(b"\n", b'","') + b'"'
+            ids_started = True
+        else:
+            if not labels_started:
+                if carry or not ids_started:
+                    yield (b"," if ids_started else b"") + b'"' + carry + b'"'
+                    carry = b""
+                yield b'],"noisy_labels":['
+            values = np.frombuffer(data, dtype="<f8").tolist()
+            text = ",".join(map(repr, values)).encode("ascii")
+            yield (b"," if labels_started else b"") + text
+            labels_started = True
+    if not labels_started:  # n = 0: keep the JSON valid
+        yield b'],"noisy_labels":['
+    yield b"]}}"
 
 
 def decode_binary(data: bytes | memoryview) -> tuple[MessageHeader, list[str], np.ndarray]:

@@ -18,7 +18,9 @@ from shared.message import (
     check_example_id,
     decode_binary,
     encode_binary,
+    encode_sections,
     from_json_message,
+    json_from_sections,
     to_json_message,
 )
 
@@ -211,3 +213,21 @@ def test_header_refuses_an_inconsistent_label_mean(fields: dict[str, float], mat
 def test_header_refuses_a_bad_model_dim(bad: object) -> None:
     with pytest.raises(ValueError, match="model_dim"):
         make_header([], np.array([]), model_dim=bad)
+
+
+@given(
+    ids=st.lists(st.from_regex(r"[a-z0-9]{1,12}", fullmatch=True), min_size=1, max_size=20),
+    chunk=st.integers(min_value=1, max_value=64),
+)
+def test_one_codec_the_sections_render_the_same_json_at_any_chunking(
+    ids: list[str], chunk: int
+) -> None:
+    """The producer stores tagged sections; the JSON served from them is the message."""
+    labels = np.linspace(-1.5, 2.5, len(ids))
+    header = make_header(ids, labels)
+    sections = list(encode_sections(header, ids, labels, chunk=chunk))
+    assert b"".join(data for _, data in sections) == b"".join(encode_binary(header, ids, labels))
+    rendered = b"".join(json_from_sections(sections))
+    got_header, got_ids, got_labels = from_json_message(rendered)
+    assert got_header == header and got_ids == ids
+    np.testing.assert_array_equal(got_labels, labels)

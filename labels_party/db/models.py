@@ -23,6 +23,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from shared.message import SECTION_HEAD, SECTION_IDS, SECTION_LABELS
+
 metadata = MetaData()
 
 datasets = Table(
@@ -83,8 +85,9 @@ releases = Table(
     Column("actor_role", String(16), nullable=False),
 )
 
-# part: 0 = magic + header, 1 = u64 ids length + ids, 2 = float64 labels (8-byte aligned chunks)
-PART_HEAD, PART_IDS, PART_LABELS = 0, 1, 2
+# part: the section of the binary message a chunk belongs to (``shared.message``): magic +
+# header, u64 ids length + ids, float64 labels (8-byte aligned chunks)
+PART_HEAD, PART_IDS, PART_LABELS = SECTION_HEAD, SECTION_IDS, SECTION_LABELS
 
 message_chunks = Table(
     "message_chunks",
