@@ -265,37 +265,13 @@ class ReleaseService:
         }
         # The release row stores the floats each step ran at; the exact columns what it paid.
         record |= {"epsilon1": plan.epsilon1_float, "epsilon2": plan.randomizer_float}
-        charges = [
-            accountant.Charge(
-                kind=ledger.KIND_HISTOGRAM,
-                mechanism="private_histogram",
-                epsilon=plan.epsilon1,
-                parameters={
-                    "bins": release.prior.k,
-                    "noise": "discrete_laplace",
-                    "sensitivity": 2,
-                    "split": plan.split,
-                    # epsilon1 = the histogram's + the DP label mean's (basic composition).
-                    "histogram_epsilon": amounts.text(plan.histogram_epsilon),
-                    "label_mean_epsilon": None
-                    if plan.label_mean_epsilon is None
-                    else amounts.text(plan.label_mean_epsilon),
-                },
-            ),
-            accountant.Charge(
-                kind=ledger.KIND_RANDOMIZER,
-                mechanism=release.mechanism,
-                epsilon=plan.epsilon2,
-                parameters={
-                    "requested_mechanism": request.mechanism,
-                    "options": _json_safe(dict(plan.options)),
-                    "model_dim": plan.model_dim,
-                    "params": params,
-                    "n": n,
-                    "recommended_transform": release.recommended_transform,
-                },
-            ),
-        ]
+        charges = release_charges(
+            plan,
+            mechanism=release.mechanism,
+            params=params,
+            bins=release.prior.k,
+            recommended_transform=release.recommended_transform,
+        )
         with self._db.write() as conn:
             current = ds.load(conn, row.name, for_update=True)
             if current.data_version != row.data_version:
@@ -317,6 +293,48 @@ class ReleaseService:
             if self._commit_delay:
                 time.sleep(self._commit_delay)
         return _public(record, dataset=row.name, bins=release.prior.k)
+
+
+def release_charges(
+    plan: ReleasePlan,
+    *,
+    mechanism: str,
+    params: dict[str, Any],
+    bins: int,
+    recommended_transform: str,
+) -> list[accountant.Charge]:
+    """The two ledger entries of a release of ``plan``: epsilon1 (histogram + DP mean, split
+    exactly in its parameters) and epsilon2 (the randomizer and its public parameters)."""
+    mean = plan.label_mean_epsilon
+    return [
+        accountant.Charge(
+            kind=ledger.KIND_HISTOGRAM,
+            mechanism="private_histogram",
+            epsilon=plan.epsilon1,
+            parameters={
+                "bins": bins,
+                "noise": "discrete_laplace",
+                "sensitivity": 2,
+                "split": plan.split,
+                # epsilon1 = the histogram's + the DP label mean's (basic composition).
+                "histogram_epsilon": amounts.text(plan.histogram_epsilon),
+                "label_mean_epsilon": None if mean is None else amounts.text(mean),
+            },
+        ),
+        accountant.Charge(
+            kind=ledger.KIND_RANDOMIZER,
+            mechanism=mechanism,
+            epsilon=plan.epsilon2,
+            parameters={
+                "requested_mechanism": plan.mechanism,
+                "options": _json_safe(dict(plan.options)),
+                "model_dim": plan.model_dim,
+                "params": params,
+                "n": plan.n,
+                "recommended_transform": recommended_transform,
+            },
+        ),
+    ]
 
 
 def _check_releasable(row: ds.DatasetRow) -> None:
