@@ -128,3 +128,39 @@ def legacy_total_matches(recorded: float, exact_sum: Decimal) -> bool:
     if Decimal(up) < exact_sum:
         up = math.nextafter(up, math.inf)
     return recorded == up
+
+
+def top_up(
+    conn: Connection, row: Any, *, add: Decimal, reason: str, time: str, actor_role: str
+) -> Budget:
+    """Raise ``row``'s budget by ``add`` (exact), ledgered with who and why; returns the budget.
+
+    Call inside a write transaction with ``row`` read ``FOR UPDATE``. The ledger entry (kind
+    ``topup``, epsilon 0: it spends nothing) records the budget before and after, so verify
+    recomputes the budget from the creation entry plus every top-up.
+    """
+    before = Budget.of(row)
+    after = Budget(budget=amounts.add(before.budget, add), spent=before.spent)
+    ledger.append(
+        conn,
+        time=time,
+        dataset=row.name,
+        release_id=None,
+        kind=ledger.KIND_TOPUP,
+        mechanism=None,
+        epsilon=amounts.ZERO,
+        actor_role=actor_role,
+        parameters={
+            "add": amounts.text(add),
+            "epsilon_budget_before": amounts.text(before.budget),
+            "epsilon_budget": amounts.text(after.budget),
+            "reason": reason,
+        },
+        message_sha256=None,
+    )
+    conn.execute(
+        update(datasets)
+        .where(datasets.c.id == row.id)
+        .values(**columns("epsilon_budget", after.budget))
+    )
+    return after

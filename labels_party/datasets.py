@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, delete, insert, select, update
 
 from labels_party import accountant, ledger
 from labels_party.db.engine import Database
-from labels_party.db.models import datasets, releases
+from labels_party.db.models import datasets, entries, releases
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
@@ -33,7 +33,7 @@ LOOKUP_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
 NAME_RULE = "must be 1-64 characters of letters, digits, '_.-', starting with a letter or digit"
 # Histogram cells a release may ask for; the bounds must allow that many distinct float cells.
 MAX_BINS = 4096
-OPEN, RELEASED = "open", "released"
+OPEN, RELEASED, ARCHIVED = "open", "released", "archived"
 # Budget comparisons allow this relative slack so that, e.g., ten spends of 0.1 fit a budget
 # of 1.0 despite binary rounding (1e-9 of the budget: far below any meaningful epsilon).
 
@@ -215,3 +215,49 @@ def public_view(row: DatasetRow, release_ids: list[str], *, role: str) -> dict[s
     if role == "advertiser":
         view["n_labels"] = row.n_labels
     return view
+
+
+def top_up(db: Database, name: str, *, add: Decimal, reason: str, actor_role: str) -> DatasetRow:
+    """Raise a dataset's budget by ``add`` (operator), ledgered with who and why."""
+    with db.write() as conn:
+        row = load(conn, name, for_update=True)
+        if row.state == ARCHIVED:
+            raise ConflictError(
+                f"dataset {name!r} is archived", [FieldError(field="dataset", message="archived")]
+            )
+        accountant.top_up(conn, row, add=add, reason=reason, time=utc_now(), actor_role=actor_role)
+        return load(conn, name)
+
+
+def archive(db: Database, name: str, *, reason: str, actor_role: str) -> DatasetRow:
+    """Delete a dataset's labels and example ids for good; keep its releases and its ledger.
+
+    Ledgered (kind ``archive``, epsilon 0). An archived dataset takes no ingest and no release;
+    its messages (already public) stay downloadable.
+    """
+    with db.write() as conn:
+        row = load(conn, name, for_update=True)
+        if row.state == ARCHIVED:
+            raise ConflictError(
+                f"dataset {name!r} is already archived",
+                [FieldError(field="dataset", message="already archived")],
+            )
+        conn.execute(delete(entries).where(entries.c.dataset_id == row.id))
+        conn.execute(
+            update(datasets)
+            .where(datasets.c.id == row.id)
+            .values(state=ARCHIVED, n_examples=0, n_labels=0, data_version=row.data_version + 1)
+        )
+        ledger.append(
+            conn,
+            time=utc_now(),
+            dataset=name,
+            release_id=None,
+            kind=ledger.KIND_ARCHIVE,
+            mechanism=None,
+            epsilon=amounts.ZERO,
+            actor_role=actor_role,
+            parameters={"reason": reason, "state_before": row.state},
+            message_sha256=None,
+        )
+        return load(conn, name)

@@ -33,6 +33,8 @@ from shared import epsilon as amounts
 
 GENESIS_HASH = "0" * 64
 KIND_DATASET, KIND_HISTOGRAM, KIND_RANDOMIZER = "dataset", "histogram", "randomizer"
+# Entries that spend nothing: an operator's budget top-up, and archiving a dataset.
+KIND_TOPUP, KIND_ARCHIVE = "topup", "archive"
 COLUMNS = (
     "seq",
     "time",
@@ -212,6 +214,20 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
             if entry["dataset"] in created:
                 problems.append(f"entry seq {seq}: dataset {entry['dataset']!r} created twice")
             created[entry["dataset"]] = json.loads(entry["parameters"])
+        elif kind == KIND_TOPUP:
+            params = json.loads(entry["parameters"])
+            budgets = created.get(entry["dataset"])
+            if budgets is None or epsilon != 0:
+                problems.append(f"entry seq {seq}: a top-up of no created dataset, or spending")
+            else:
+                before = _param_amount(budgets["epsilon_budget"])
+                raised = amounts.add(before, Decimal(params["add"]))
+                if raised != Decimal(params["epsilon_budget"]):
+                    problems.append(f"entry seq {seq}: the top-up's budgets do not add up")
+                budgets["epsilon_budget"] = params["epsilon_budget"]
+        elif kind == KIND_ARCHIVE:
+            if entry["dataset"] not in created or epsilon != 0:
+                problems.append(f"entry seq {seq}: an archive of no created dataset, or spending")
         elif kind in (KIND_HISTOGRAM, KIND_RANDOMIZER):
             spends[entry["dataset"]].append(epsilon)
             release_id = entry["release_id"]

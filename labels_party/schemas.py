@@ -164,6 +164,23 @@ class ReleasePreview(BaseModel):
     budget: BudgetPreview
 
 
+class BudgetTopUp(BaseModel):
+    """``POST /v1/datasets/{name}/budget`` (operator): raise the budget, saying why."""
+
+    model_config = _STRICT
+
+    add: Decimal = Field(gt=0, description="epsilon added to the budget (exact decimal)")
+    reason: str = Field(min_length=1, max_length=500, description="recorded in the ledger")
+
+
+class DatasetArchive(BaseModel):
+    """``POST /v1/datasets/{name}/archive`` (operator): delete the labels for good."""
+
+    model_config = _STRICT
+
+    reason: str = Field(min_length=1, max_length=500, description="recorded in the ledger")
+
+
 class LabelRow(BaseModel):
     """One label (documentation of the JSON ingest format, as strict as its parser)."""
 
@@ -197,7 +214,7 @@ class DatasetPublic(BaseModel):
     epsilon_budget: str = Field(description="exact decimal")
     epsilon_spent: str = Field(description="exact decimal")
     epsilon_left: str = Field(description="exact decimal")
-    state: Literal["open", "released"]
+    state: Literal["open", "released", "archived"]
     n_examples: int
     n_labels: int | None = Field(default=None, description="advertiser only")
     releases: list[str]
@@ -242,7 +259,7 @@ class LedgerEntry(BaseModel):
     time: str
     dataset: str
     release_id: str | None
-    kind: Literal["dataset", "histogram", "randomizer"]
+    kind: Literal["dataset", "histogram", "randomizer", "topup", "archive"]
     mechanism: str | None
     epsilon: str = Field(description="exact decimal")
     delta: str | None = Field(default=None, description="exact decimal, (epsilon, delta) spends")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from decimal import Decimal
 
@@ -444,3 +445,82 @@ def test_an_option_of_another_mechanism_is_a_422_naming_it(client, mechanism, op
         assert response.status_code == 422, response.text
         assert response.json()["errors"][0]["field"] == f"params.{option}"
     assert client.get("/v1/datasets/ds", headers=OPS).json()["epsilon_spent"] == "0"
+
+
+def test_an_operator_top_up_is_ledgered_and_lets_a_refused_release_through(client, db_path):
+    create_dataset(client, epsilon_budget=1)
+    register(client, "ds", ["a", "b", "c"])
+    assert release(client, "ds", epsilon=1).status_code == 201
+    assert release(client, "ds", epsilon="0.5").status_code == 409
+    body = {"add": "0.5", "reason": "Q4 campaign approved by the privacy board"}
+    assert client.post("/v1/datasets/ds/budget", json=body, headers=ADV).status_code == 403
+    raised = client.post("/v1/datasets/ds/budget", json=body, headers=OPS)
+    assert raised.status_code == 200, raised.text
+    assert (raised.json()["epsilon_budget"], raised.json()["epsilon_left"]) == ("1.5", "0.5")
+    entry = ledger_rows(db_path)[-1]
+    assert entry["kind"] == "topup" and entry["actor_role"] == "operator"
+    assert json.loads(entry["parameters"]) == {
+        "add": "0.5",
+        "epsilon_budget_before": "1",
+        "epsilon_budget": "1.5",
+        "reason": body["reason"],
+    }
+    assert release(client, "ds", epsilon="0.5").status_code == 201
+    bad = client.post("/v1/datasets/ds/budget", json={"add": 0, "reason": "x"}, headers=OPS)
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "add"
+    no_reason = client.post("/v1/datasets/ds/budget", json={"add": 1}, headers=OPS)
+    assert no_reason.status_code == 422 and no_reason.json()["errors"][0]["field"] == "reason"
+
+
+def test_archiving_deletes_the_labels_for_good_and_keeps_the_ledger(client, db_path):
+    import sqlite3
+
+    create_dataset(client, epsilon_budget=3)
+    register(client, "ds", ["a", "b"])
+    put_labels(client, "ds", [("a", 42.0)])
+    made = release(client, "ds", epsilon=1).json()
+    archived = client.post("/v1/datasets/ds/archive", json={"reason": "retention"}, headers=OPS)
+    assert archived.status_code == 200, archived.text
+    assert archived.json()["state"] == "archived" and archived.json()["n_examples"] == 0
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        assert conn.execute("SELECT count(*) FROM entries").fetchone() == (0,)
+    kinds = [row["kind"] for row in ledger_rows(db_path)]
+    assert kinds == ["dataset", "histogram", "randomizer", "archive"]
+    assert release(client, "ds", epsilon=1).status_code == 409
+    assert put_labels(client, "ds", [("b", 1.0)]).status_code == 409
+    # the released message stays downloadable; the ledger still verifies
+    assert client.get(f"/v1/releases/{made['id']}/message", headers=PUB).status_code == 200
+    again = client.post("/v1/datasets/ds/archive", json={"reason": "twice"}, headers=OPS)
+    assert again.status_code == 409
+
+
+def test_top_ups_and_archives_verify_and_a_forged_top_up_does_not(client, db_path):
+    import sqlite3
+
+    from labels_party.db.engine import Database, make_engine
+    from labels_party.ledger import verify
+
+    create_dataset(client, epsilon_budget=1)
+    register(client, "ds", ["a"])
+    for add in ("0.25", "0.5"):
+        body = {"add": add, "reason": "more"}
+        assert client.post("/v1/datasets/ds/budget", json=body, headers=OPS).status_code == 200
+    assert release(client, "ds", epsilon="1.75").status_code == 201
+    assert (
+        client.post("/v1/datasets/ds/archive", json={"reason": "r"}, headers=OPS).status_code == 200
+    )
+
+    def report():
+        db = Database(make_engine(f"sqlite:///{db_path}"))
+        with db.read() as conn:
+            found = verify(conn)
+        db.engine.dispose()
+        return found
+
+    ok = report()
+    assert ok.ok, ok.problems
+    assert ok.spent["ds"] == Decimal("1.75")
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:  # a budget raised off the books
+        conn.execute("UPDATE datasets SET epsilon_budget = 9, epsilon_budget_exact = '9'")
+        conn.commit()
+    assert any("epsilon_budget" in p for p in report().problems)

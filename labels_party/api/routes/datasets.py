@@ -11,7 +11,7 @@ from labels_party import datasets as ds
 from labels_party.api.body import parse_model, require_json
 from labels_party.api.deps import AnyRole, Operator, ServicesDep
 from labels_party.api.routes import json_body_doc
-from labels_party.schemas import DatasetCreate, DatasetPublic
+from labels_party.schemas import BudgetTopUp, DatasetArchive, DatasetCreate, DatasetPublic
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 NamePath = Path(pattern=ds.LOOKUP_PATTERN, description="dataset name")
@@ -43,4 +43,35 @@ async def create_dataset(request: Request, role: Operator, services: ServicesDep
 def get_dataset(role: AnyRole, services: ServicesDep, name: str = NamePath) -> Any:
     """Counts, state and budget of a dataset (``n_labels`` for the advertiser only)."""
     row, release_ids = ds.get_dataset(services.db, name)
+    return ds.public_view(row, release_ids, role=role)
+
+
+@router.post(
+    "/{name}/budget", response_model=DatasetPublic, openapi_extra=json_body_doc(BudgetTopUp)
+)
+async def top_up_budget(
+    request: Request, role: Operator, services: ServicesDep, name: str = NamePath
+) -> Any:
+    """Raise a dataset's privacy budget (operator): ledgered with who and why, never silent."""
+    require_json(request.headers.get("content-type"))
+    body = parse_model(BudgetTopUp, await request.body())
+    await run_in_threadpool(
+        ds.top_up, services.db, name, add=body.add, reason=body.reason, actor_role=role
+    )
+    row, release_ids = await run_in_threadpool(ds.get_dataset, services.db, name)
+    return ds.public_view(row, release_ids, role=role)
+
+
+@router.post(
+    "/{name}/archive", response_model=DatasetPublic, openapi_extra=json_body_doc(DatasetArchive)
+)
+async def archive_dataset(
+    request: Request, role: Operator, services: ServicesDep, name: str = NamePath
+) -> Any:
+    """Archive a dataset (operator): its labels and example ids are deleted for good; its
+    releases and its ledger are kept."""
+    require_json(request.headers.get("content-type"))
+    body = parse_model(DatasetArchive, await request.body())
+    await run_in_threadpool(ds.archive, services.db, name, reason=body.reason, actor_role=role)
+    row, release_ids = await run_in_threadpool(ds.get_dataset, services.db, name)
     return ds.public_view(row, release_ids, role=role)
