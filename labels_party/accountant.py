@@ -141,14 +141,11 @@ def top_up(
     """
     before = Budget.of(row)
     after = Budget(budget=amounts.add(before.budget, add), spent=before.spent)
-    ledger.append(
+    ledger.record_event(
         conn,
         time=time,
         dataset=row.name,
-        release_id=None,
         kind=ledger.KIND_TOPUP,
-        mechanism=None,
-        epsilon=amounts.ZERO,
         actor_role=actor_role,
         parameters={
             "add": amounts.text(add),
@@ -156,7 +153,6 @@ def top_up(
             "epsilon_budget": amounts.text(after.budget),
             "reason": reason,
         },
-        message_sha256=None,
     )
     conn.execute(
         update(datasets)

@@ -154,14 +154,11 @@ def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> Datas
                 created=now,
             )
         )
-        ledger.append(
+        ledger.record_event(
             conn,
             time=now,
             dataset=spec.name,
-            release_id=None,
             kind=ledger.KIND_DATASET,
-            mechanism=None,
-            epsilon=amounts.ZERO,
             actor_role=actor_role,
             parameters={
                 "label_min": spec.label_min,
@@ -169,7 +166,6 @@ def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> Datas
                 "default_label": spec.default_label,
                 "epsilon_budget": amounts.text(spec.epsilon_budget),
             },
-            message_sha256=None,
         )
         return load(conn, spec.name)
 
@@ -248,16 +244,12 @@ def archive(db: Database, name: str, *, reason: str, actor_role: str) -> Dataset
             .where(datasets.c.id == row.id)
             .values(state=ARCHIVED, n_examples=0, n_labels=0, data_version=row.data_version + 1)
         )
-        ledger.append(
+        ledger.record_event(
             conn,
             time=utc_now(),
             dataset=name,
-            release_id=None,
             kind=ledger.KIND_ARCHIVE,
-            mechanism=None,
-            epsilon=amounts.ZERO,
             actor_role=actor_role,
             parameters={"reason": reason, "state_before": row.state},
-            message_sha256=None,
         )
         return load(conn, name)

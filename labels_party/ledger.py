@@ -132,6 +132,30 @@ def append(
     return entry
 
 
+def record_event(
+    conn: Connection,
+    *,
+    time: str,
+    dataset: str,
+    kind: str,
+    actor_role: str,
+    parameters: dict[str, Any],
+) -> dict[str, Any]:
+    """Append an entry that spends nothing (a dataset's creation, a top-up, an archive)."""
+    return append(
+        conn,
+        time=time,
+        dataset=dataset,
+        release_id=None,
+        kind=kind,
+        mechanism=None,
+        epsilon=Decimal(0),
+        actor_role=actor_role,
+        parameters=parameters,
+        message_sha256=None,
+    )
+
+
 def entries(
     conn: Connection, *, dataset: str | None = None, after: int = 0, limit: int | None = None
 ) -> list[dict[str, Any]]:
