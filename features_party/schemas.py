@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shared.client import FeatureUploadResult
 from shared.message import EXAMPLE_ID_PATTERN
 
 CellIn = float | int | str | bool | None
@@ -42,14 +43,8 @@ class FeatureUploadIn(_Strict):
     rows: list[FeatureRowIn] = Field(min_length=1)
 
 
-class FeatureUploadOut(BaseModel):
-    dataset: str
-    received: int
-    inserted: int
-    unchanged: int
-    replaced: int
-    rows_total: int
-    columns: dict[str, str]
+# The upload answer is defined once, where the client reads it.
+FeatureUploadOut = FeatureUploadResult
 
 
 def _utc(value: datetime | None) -> datetime | None:

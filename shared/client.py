@@ -439,24 +439,21 @@ class LabelsPartyClient(_ServiceClient):
         Amounts: a float is sent as a JSON number (0.1 is the decimal 0.1), a Decimal or string
         as a decimal string, exactly.
         """
-        body = _release_body(epsilon, mechanism, epsilon_histogram, params)
+        body = _release_body(
+            epsilon=epsilon, mechanism=mechanism, epsilon_histogram=epsilon_histogram, params=params
+        )
         return ReleaseInfo.model_validate(
             self._json(
                 "POST", f"/v1/datasets/{_segment(name)}/releases", idempotent=False, json_body=body
             )
         )
 
-    def preview_release(
-        self,
-        name: str,
-        *,
-        epsilon: Decimal | float | str,
-        mechanism: str = "auto",
-        epsilon_histogram: Decimal | float | str | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """The plan of a release (``dry_run``): what it would spend on what; spends nothing."""
-        body = _release_body(epsilon, mechanism, epsilon_histogram, params) | {"dry_run": True}
+    def preview_release(self, name: str, **request: Any) -> dict[str, Any]:
+        """The plan of a release (``dry_run``): what it would spend on what; spends nothing.
+
+        Takes :meth:`create_release`'s keyword arguments.
+        """
+        body = _release_body(**request) | {"dry_run": True}
         return self._json(
             "POST", f"/v1/datasets/{_segment(name)}/releases", idempotent=True, json_body=body
         )
@@ -467,10 +464,11 @@ def _amount(value: Decimal | float | str) -> float | str:
 
 
 def _release_body(
+    *,
     epsilon: Decimal | float | str,
-    mechanism: str,
-    epsilon_histogram: Decimal | float | str | None,
-    params: Mapping[str, Any] | None,
+    mechanism: str = "auto",
+    epsilon_histogram: Decimal | float | str | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"mechanism": mechanism, "epsilon": _amount(epsilon)}
     if epsilon_histogram is not None:
