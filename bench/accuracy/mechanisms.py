@@ -18,7 +18,6 @@ Nothing here ever reads a raw label except the histogram, the DP mean and ``rand
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import baselines
 from features_party.mean_anchor import LabelMean
 from shared import selection
 from shared.mechanisms.histogram import Prior, private_histogram
@@ -54,7 +54,7 @@ class CellContext:
     hi: float
     epsilon: float
     d: int = 1  # number of features (public: the features party's schema)
-    # The papers' network's d for C, measured on the features alone (selection.noise_model_dim).
+    # The papers' network's d for C, measured on the features alone (bench.model_dim).
     model_dim_net: int | None = None
     bins: int = DEFAULT_BINS
     shared_split: tuple[float, float] = field(init=False)
@@ -133,13 +133,6 @@ def _built(randomizer: Any, eps1: float, eps2: float, **extra: Any) -> Built:
     )
 
 
-def _baselines() -> Any:
-    try:
-        return importlib.import_module("shared.mechanisms.baselines")
-    except ImportError as exc:  # pragma: no cover - depends on the checkout
-        raise MechanismUnavailable(f"shared.mechanisms.baselines: {exc}") from exc
-
-
 @dataclass(frozen=True)
 class _OnIntegerGrid:
     """A mechanism for integer labels applied to ``levels + 1`` public levels of [lo, hi].
@@ -170,16 +163,15 @@ DISCRETE_LEVELS = 100  # the discrete staircase works on 1/100ths of the label r
 
 def _one_step(name: str, **kwargs: Any) -> Callable[..., Built]:
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        module = _baselines()
         if name == "discrete_staircase":
-            inner = module.build_baseline(
+            inner = baselines.build_baseline(
                 name, epsilon=ctx.epsilon, lo=0, hi=DISCRETE_LEVELS, **kwargs
             )
             randomizer: Any = _OnIntegerGrid(
                 inner=inner, lo=ctx.lo, hi=ctx.hi, levels=DISCRETE_LEVELS
             )
         else:
-            randomizer = module.build_baseline(
+            randomizer = baselines.build_baseline(
                 name, epsilon=ctx.epsilon, lo=ctx.lo, hi=ctx.hi, **kwargs
             )
         return _built(randomizer, 0.0, ctx.epsilon)
@@ -380,12 +372,11 @@ def _merged(prior: Prior, cells: int) -> Prior:
 
 def _prior_baseline(name: str) -> Callable[..., Built]:
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        module = _baselines()
         prior = shared_prior(ctx, priors, rng)
         eps1, eps2 = ctx.shared_split
         if name == "unbiased":
             prior = _merged(prior, UNBIASED_CELLS)
-        randomizer = module.build_baseline(name, epsilon=eps2, lo=ctx.lo, hi=ctx.hi, prior=prior)
+        randomizer = baselines.build_baseline(name, epsilon=eps2, lo=ctx.lo, hi=ctx.hi, prior=prior)
         return _built(randomizer, eps1, eps2)
 
     return build
@@ -468,7 +459,7 @@ VARIANTS: dict[str, Variant] = {
             paper_column=None,
             build=_pipeline("rpwithprior", _network_dim),
             note="as RP-auto with model_dim = the papers' network's d, measured on the "
-            "features alone (shared.selection.noise_model_dim); recommends its transform",
+            "features alone (bench.model_dim.noise_model_dim); recommends its transform",
         ),
         Variant(
             key="rp_auto_t5s",
@@ -504,7 +495,7 @@ VARIANTS: dict[str, Variant] = {
             paper_column=None,
             build=_pipeline("auto", _network_dim),
             note="as auto with the release parameter model_dim = the papers' network's d, "
-            "measured on the features alone (shared.selection.noise_model_dim)",
+            "measured on the features alone (bench.model_dim.noise_model_dim)",
         ),
         Variant(
             key="auto_k",

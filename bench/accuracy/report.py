@@ -596,7 +596,7 @@ def write_report(
         "deleted); RP-auto-d = the same with the release parameter `model_dim` = d, the "
         "publisher's number of features (the features party resolves its own transform with "
         "d); RP-auto-net = the same with `model_dim` measured for the papers' network on the "
-        "features alone (`shared.selection.noise_model_dim`: trained on pure noise); "
+        "features alone (`bench.model_dim.noise_model_dim`: trained on pure noise); "
         "RP-auto-t5s = RP-auto with Table 5's epsilon split where it lists one, else the split "
         "RR-on-Bins / auto share (isolates the split); "
         "RRwP = RRWithPrior; "

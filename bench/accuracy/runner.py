@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 from bench.accuracy import mechanisms as mech
 from bench.accuracy import models
 from bench.accuracy.data import Dataset
-from shared import selection
+from bench.model_dim import noise_model_dim
 from shared.mechanisms.histogram import Prior
 from shared.mechanisms.private_mean import private_mean
 
@@ -235,7 +235,7 @@ def _fit(
 def network_model_dim(split: models.Split, *, trial: int, mlp_epochs: int) -> int:
     """The papers' network's d for C on this split, from its features alone (no label).
 
-    ``shared.selection.noise_model_dim``: the network is trained on pure noise around the
+    ``bench.model_dim.noise_model_dim``: the network is trained on pure noise around the
     middle of the label range and its test-row predictions are measured.
     """
     centre = 0.5 * (split.lo + split.hi)
@@ -247,7 +247,7 @@ def network_model_dim(split: models.Split, *, trial: int, mlp_epochs: int) -> in
         return fitted - centre
 
     rng = np.random.default_rng(_seed("noise_dim", trial))
-    return selection.noise_model_dim(fit_predict, n, scale=split.hi - split.lo, rng=rng)
+    return noise_model_dim(fit_predict, n, scale=split.hi - split.lo, rng=rng)
 
 
 def message_of(built: mech.Built, n: int) -> models.Message | None:

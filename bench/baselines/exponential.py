@@ -30,8 +30,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import (
+from bench.baselines._common import (
     check_choice,
     check_domain,
     check_eps,
@@ -40,6 +39,7 @@ from shared.mechanisms.baselines._common import (
     signs,
     uniforms,
 )
+from shared.errors import InvalidParameterError
 from shared.rng import Rng
 
 SAMPLERS: tuple[str, ...] = ("rejection", "inverse_cdf")

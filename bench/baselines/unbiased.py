@@ -53,8 +53,8 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
+from bench.baselines._common import check_choice, check_eps, label_array, uniforms
 from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import check_choice, check_eps, label_array, uniforms
 from shared.mechanisms.histogram import Prior
 from shared.rng import Rng
 

@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from bench.baselines._common import check_eps, label_array, uniforms
 from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import check_eps, label_array, uniforms
 from shared.mechanisms.histogram import Prior
 from shared.rng import Rng
 

@@ -24,8 +24,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import (
+from bench.baselines._common import (
     additive_density,
     boundary_atoms,
     check_bool,
@@ -38,6 +37,7 @@ from shared.mechanisms.baselines._common import (
     signs,
     uniforms,
 )
+from shared.errors import InvalidParameterError
 from shared.rng import Rng
 
 Cost = Literal["l1", "l2"]

@@ -27,8 +27,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr, ndtri
 
-from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import (
+from bench.baselines._common import (
     additive_density,
     boundary_atoms,
     check_bool,
@@ -39,6 +38,7 @@ from shared.mechanisms.baselines._common import (
     finite_float,
     uniforms,
 )
+from shared.errors import InvalidParameterError
 from shared.rng import Rng
 
 CALIBRATIONS: tuple[str, ...] = ("analytic", "classic")

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shared.mechanisms.baselines._common import (
+from bench.baselines._common import (
     additive_density,
     boundary_atoms,
     check_bool,

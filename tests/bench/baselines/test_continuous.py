@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from shared.mechanisms.baselines import (
+from bench.baselines import (
     DiscreteStaircase,
     ExponentialMechanism,
     Gaussian,
@@ -25,7 +25,7 @@ from shared.mechanisms.baselines import (
     gaussian_delta,
     staircase_gamma,
 )
-from shared.mechanisms.baselines.staircase import discrete_staircase_moment, staircase_moment
+from bench.baselines.staircase import discrete_staircase_moment, staircase_moment
 
 LO, HI = -1.0, 3.0
 EPSILONS = (0.05, 0.5, 1.0, 3.0, 8.0)
