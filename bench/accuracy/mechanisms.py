@@ -31,7 +31,7 @@ from shared import selection
 from shared.mechanisms.histogram import Prior, private_histogram
 from shared.plan import DEFAULT_BINS, default_split, plan_release
 from shared.randomizer import build_mechanism, choose_randomizer, measure
-from shared.selection import adaptive_bins, recommended_transform
+from shared.selection import recommended_transform
 
 GAUSSIAN_DELTA = 1e-5
 # Resolution of the DP mean's integer sum: labels are rounded to 2^-16 of the bounds' width.
@@ -248,30 +248,6 @@ def _rp_paper(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generat
     return _built(randomizer, eps1, eps2, source=source)
 
 
-def _engine_adaptive(mechanism: str) -> Callable[..., Built]:
-    def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        eps1, eps2 = ctx.shared_split
-        bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
-        name, randomizer = build_mechanism(prior, epsilon=eps2, mechanism=mechanism)
-        return _built(randomizer, eps1, eps2, chosen=name, bins=bins)
-
-    return build
-
-
-def _adaptive_prior(
-    ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator, eps1: float
-) -> tuple[int, Prior]:
-    """(cells, prior) with ``adaptive_bins(n, eps1)`` cells (the shared prior when that is all).
-
-    The shared prior is reused only when it was bought with this very epsilon1: a prior paid
-    for with more epsilon than the variant accounts would make its cell dishonest.
-    """
-    bins = adaptive_bins(ctx.y.size, eps1, max_bins=ctx.bins)
-    if bins == ctx.bins and eps1 == ctx.shared_split[0]:
-        return bins, shared_prior(ctx, priors, rng)
-    return bins, private_histogram(ctx.y, lo=ctx.lo, hi=ctx.hi, bins=bins, epsilon=eps1, rng=rng)
-
-
 def _default_dim(ctx: CellContext) -> int:
     return selection.DEFAULT_MODEL_DIM
 
@@ -347,19 +323,6 @@ def _pipeline(
         )
 
     return build
-
-
-def _auto_criterion(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-    """PROPOSED ``auto``: adaptive bins, then the (mechanism, transform) minimising
-    bias^2 + d Var / n under the noisy prior (``bench.accuracy.criterion``)."""
-    from bench.accuracy import criterion
-
-    eps1, eps2 = ctx.shared_split
-    bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
-    choice = criterion.choose(prior, epsilon=eps2, n=ctx.y.size, k=float(ctx.d))
-    return _built(
-        choice.randomizer, eps1, eps2, chosen=choice.name, transform=choice.transform, bins=bins
-    )
 
 
 def _merged(prior: Prior, cells: int) -> Prior:
@@ -496,20 +459,6 @@ VARIANTS: dict[str, Variant] = {
             build=_pipeline("auto", _network_dim),
             note="as auto with the release parameter model_dim = the papers' network's d, "
             "measured on the features alone (bench.model_dim.noise_model_dim)",
-        ),
-        Variant(
-            key="auto_k",
-            label="auto, adaptive bins (proposal)",
-            paper_column=None,
-            build=_engine_adaptive("auto"),
-            note="as auto, histogram of adaptive_bins(n, epsilon1) cells",
-        ),
-        Variant(
-            key="auto_crit",
-            label="auto, adaptive bins + bias^2 + d Var/n (proposal)",
-            paper_column=None,
-            build=_auto_criterion,
-            note="recommends its transform (params['transform'])",
         ),
     )
 }
