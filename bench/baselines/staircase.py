@@ -25,8 +25,8 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from bench.baselines._common import (
-    additive_density,
-    boundary_atoms,
+    AdditiveNoise,
+    ClippedOutput,
     check_bool,
     check_choice,
     check_domain,
@@ -134,7 +134,7 @@ def discrete_staircase_r(epsilon: float, *, sensitivity: int, cost: Cost = "l1")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Staircase:
+class Staircase(AdditiveNoise):
     """y~ = clip(y) + continuous staircase noise (sensitivity hi - lo), optionally clipped."""
 
     epsilon: float
@@ -145,6 +145,8 @@ class Staircase:
     clip_output: bool = True
 
     pure_dp: ClassVar[bool] = True
+    MECHANISM = "staircase"
+    PUBLIC = ("epsilon", "lo", "hi", "gamma", "cost", "clip_output")
 
     def __post_init__(self) -> None:
         domain = check_domain(self.lo, self.hi)
@@ -173,10 +175,6 @@ class Staircase:
         """a(gamma), the density on the central step."""
         b, g = math.exp(-self.epsilon), float(self.gamma)  # type: ignore[arg-type]
         return (1.0 - b) / (2.0 * self.sensitivity * (g + b * (1.0 - g)))
-
-    @property
-    def output_range(self) -> tuple[float, float]:
-        return (self.lo, self.hi) if self.clip_output else (-math.inf, math.inf)
 
     def noise_density(self, x: np.ndarray | float) -> np.ndarray:
         """Density (16) of the noise at x."""
@@ -209,33 +207,6 @@ class Staircase:
         out = y + signs(rng, n) * d * (period + offset)
         return np.clip(out, self.lo, self.hi) if self.clip_output else out
 
-    def density(self, y_tilde: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
-        """Density of the continuous part of the output law (0 outside [lo, hi] if clipped)."""
-        return additive_density(
-            self.noise_density, y_tilde, y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
-        )
-
-    def atoms(self, y: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-        """(atom values, P(y~ = atom | y) with shape (n, atoms)): [lo, hi] if clipped, else none."""
-        return boundary_atoms(
-            self.noise_tail, y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
-        )
-
-    def affine_expectation(self) -> tuple[float, float] | None:
-        """(1, 0) without output clipping (symmetric noise); None when clipped."""
-        return None if self.clip_output else (1.0, 0.0)
-
-    def public_params(self) -> dict[str, Any]:
-        return {
-            "mechanism": "staircase",
-            "epsilon": self.epsilon,
-            "lo": self.lo,
-            "hi": self.hi,
-            "gamma": self.gamma,
-            "cost": self.cost,
-            "clip_output": self.clip_output,
-        }
-
 
 def _check_integer(value: object, *, name: str) -> int:
     number = finite_float(value, name=name)
@@ -245,7 +216,7 @@ def _check_integer(value: object, *, name: str) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DiscreteStaircase:
+class DiscreteStaircase(ClippedOutput):
     """y~ = round(clip(y)) + discrete staircase noise (sensitivity hi - lo), optionally clipped.
 
     For integer labels with integer bounds; other labels are clipped and rounded to the nearest
@@ -260,6 +231,8 @@ class DiscreteStaircase:
     clip_output: bool = True
 
     pure_dp: ClassVar[bool] = True
+    MECHANISM = "discrete_staircase"
+    PUBLIC = ("epsilon", "lo", "hi", "r", "cost", "clip_output")
 
     def __post_init__(self) -> None:
         lo = _check_integer(self.lo, name="lo")
@@ -293,10 +266,6 @@ class DiscreteStaircase:
         """a(r), the probability of each value on the central step."""
         b, d, r = math.exp(-self.epsilon), self.sensitivity, int(self.r)  # type: ignore[arg-type]
         return (1.0 - b) / (2.0 * r + 2.0 * b * (d - r) - (1.0 - b))
-
-    @property
-    def output_range(self) -> tuple[float, float]:
-        return (float(self.lo), float(self.hi)) if self.clip_output else (-math.inf, math.inf)
 
     def _integer_labels(self, labels: np.ndarray | list[float]) -> np.ndarray:
         return np.rint(clipped_labels(labels, check_domain(self.lo, self.hi)))
@@ -354,18 +323,3 @@ class DiscreteStaircase:
             prob = np.where(yt == self.lo, self.noise_tail(yc - self.lo), prob)
             prob = np.where(yt == self.hi, self.noise_tail(self.hi - yc), prob)
         return prob
-
-    def affine_expectation(self) -> tuple[float, float] | None:
-        """(1, 0) without output clipping (for integer labels in the bounds); None if clipped."""
-        return None if self.clip_output else (1.0, 0.0)
-
-    def public_params(self) -> dict[str, Any]:
-        return {
-            "mechanism": "discrete_staircase",
-            "epsilon": self.epsilon,
-            "lo": self.lo,
-            "hi": self.hi,
-            "r": self.r,
-            "cost": self.cost,
-            "clip_output": self.clip_output,
-        }
