@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import subprocess
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import numpy as np
 from bench.accuracy import mechanisms as mech
 from bench.accuracy import papers
 from bench.accuracy.data import Dataset
-from bench.accuracy.runner import Record
+from bench.accuracy.runner import Record, git
 
 HERE = Path(__file__).resolve().parent
 ANALYSIS_DIR = HERE / "analysis"
@@ -245,16 +244,7 @@ def paper_table_md(dataset: str) -> str:
 
 
 def _git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=HERE,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return git("rev-parse", "--short", "HEAD") or "unknown"
 
 
 def runs_summary(records: Sequence[Record]) -> str:

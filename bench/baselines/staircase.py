@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -41,7 +41,7 @@ from shared.errors import InvalidParameterError
 from shared.rng import Rng
 
 Cost = Literal["l1", "l2"]
-COSTS: tuple[str, ...] = ("l1", "l2")
+COSTS: tuple[str, ...] = get_args(Cost)
 
 
 def _geometric_sums(b: float) -> tuple[float, float, float]:
@@ -133,38 +133,56 @@ def discrete_staircase_r(epsilon: float, *, sensitivity: int, cost: Cost = "l1")
     return int(candidates[int(np.argmin(moments))])
 
 
+def _too_large(epsilon: object) -> InvalidParameterError:
+    return InvalidParameterError(f"epsilon ({epsilon!r}) is too large for staircase")
+
+
 @dataclass(frozen=True, kw_only=True)
-class Staircase(AdditiveNoise):
-    """y~ = clip(y) + continuous staircase noise (sensitivity hi - lo), optionally clipped."""
+class _Staircases(ClippedOutput):
+    """What both staircase mechanisms take besides the bounds and the step width."""
 
     epsilon: float
-    lo: float
-    hi: float
-    gamma: float | None = None
-    cost: Cost = "l1"
+    cost: Cost = "l1"  # the loss the step width is optimised for
     clip_output: bool = True
 
     pure_dp: ClassVar[bool] = True
+
+    def _check_shared(self) -> float:
+        """Check (and store) epsilon, cost and clip_output; return epsilon."""
+        eps = check_eps(self.epsilon)
+        if math.exp(-eps) == 0.0:
+            raise _too_large(self.epsilon)
+        check_choice(self.cost, name="cost", choices=COSTS)
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "clip_output", check_bool(self.clip_output, name="clip_output"))
+        return eps
+
+
+@dataclass(frozen=True, kw_only=True)
+class Staircase(_Staircases, AdditiveNoise):
+    """y~ = clip(y) + continuous staircase noise (sensitivity hi - lo), optionally clipped."""
+
+    lo: float
+    hi: float
+    gamma: float | None = None
+
     MECHANISM = "staircase"
     PUBLIC = ("epsilon", "lo", "hi", "gamma", "cost", "clip_output")
 
     def __post_init__(self) -> None:
         domain = check_domain(self.lo, self.hi)
-        eps = check_eps(self.epsilon)
-        check_choice(self.cost, name="cost", choices=COSTS)
+        eps = self._check_shared()
         if self.gamma is None:
             gamma = staircase_gamma(eps, cost=self.cost)
         else:
             gamma = finite_float(self.gamma, name="gamma")
             if not 0.0 < gamma < 1.0:
                 raise InvalidParameterError(f"gamma ({self.gamma!r}) must be in (0, 1)")
-        if not 0.0 < gamma < 1.0 or math.exp(-eps) == 0.0:
-            raise InvalidParameterError(f"epsilon ({self.epsilon!r}) is too large for staircase")
-        object.__setattr__(self, "epsilon", eps)
+        if not 0.0 < gamma < 1.0:
+            raise _too_large(self.epsilon)
         object.__setattr__(self, "lo", domain.lo)
         object.__setattr__(self, "hi", domain.hi)
         object.__setattr__(self, "gamma", gamma)
-        object.__setattr__(self, "clip_output", check_bool(self.clip_output, name="clip_output"))
 
     @property
     def sensitivity(self) -> float:
@@ -216,21 +234,17 @@ def _check_integer(value: object, *, name: str) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DiscreteStaircase(ClippedOutput):
+class DiscreteStaircase(_Staircases):
     """y~ = round(clip(y)) + discrete staircase noise (sensitivity hi - lo), optionally clipped.
 
     For integer labels with integer bounds; other labels are clipped and rounded to the nearest
     integer first (a fixed public map).
     """
 
-    epsilon: float
     lo: int
     hi: int
     r: int | None = None
-    cost: Cost = "l1"
-    clip_output: bool = True
 
-    pure_dp: ClassVar[bool] = True
     MECHANISM = "discrete_staircase"
     PUBLIC = ("epsilon", "lo", "hi", "r", "cost", "clip_output")
 
@@ -238,10 +252,7 @@ class DiscreteStaircase(ClippedOutput):
         lo = _check_integer(self.lo, name="lo")
         hi = _check_integer(self.hi, name="hi")
         check_domain(lo, hi)
-        eps = check_eps(self.epsilon)
-        if math.exp(-eps) == 0.0:
-            raise InvalidParameterError(f"epsilon ({self.epsilon!r}) is too large for staircase")
-        check_choice(self.cost, name="cost", choices=COSTS)
+        eps = self._check_shared()
         d = hi - lo
         if self.r is None:
             r = discrete_staircase_r(eps, sensitivity=d, cost=self.cost)
@@ -251,11 +262,9 @@ class DiscreteStaircase(ClippedOutput):
             r = int(self.r)
             if not 1 <= r <= d:
                 raise InvalidParameterError(f"r ({self.r!r}) must be in [1, {d}]")
-        object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
         object.__setattr__(self, "r", r)
-        object.__setattr__(self, "clip_output", check_bool(self.clip_output, name="clip_output"))
 
     @property
     def sensitivity(self) -> int:

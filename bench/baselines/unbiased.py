@@ -47,25 +47,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
-from bench.baselines._common import (
-    PublicParams,
-    check_choice,
-    check_eps,
-    label_array,
-    uniforms,
-)
+from bench.baselines._common import PublicParams, check_choice, check_eps, label_array, uniforms
 from shared.errors import InvalidParameterError
 from shared.mechanisms.histogram import Prior
 from shared.rng import Rng
 
 Rounding = Literal["randomized", "nearest"]
-ROUNDINGS: tuple[str, ...] = ("randomized", "nearest")
+ROUNDINGS: tuple[str, ...] = get_args(Rounding)
 GRIDS: tuple[str, ...] = ("edges", "midpoints")
 MAX_EPSILON = 700.0
 
