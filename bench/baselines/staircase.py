@@ -139,39 +139,50 @@ def _too_large(epsilon: object) -> InvalidParameterError:
 
 @dataclass(frozen=True, kw_only=True)
 class _Staircases(ClippedOutput):
-    """What both staircase mechanisms take besides the bounds and the step width."""
+    """What both staircase mechanisms take besides the step width (``STEP``: its field)."""
 
     epsilon: float
+    lo: float
+    hi: float
     cost: Cost = "l1"  # the loss the step width is optimised for
     clip_output: bool = True
 
     pure_dp: ClassVar[bool] = True
+    STEP: ClassVar[str]
 
-    def _check_shared(self) -> float:
-        """Check (and store) epsilon, cost and clip_output; return epsilon."""
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.PUBLIC = ("epsilon", "lo", "hi", cls.STEP, "cost", "clip_output")
+
+    def _check_shared(self, *, lo: float, hi: float) -> float:
+        """Check epsilon, cost and clip_output; store them with the checked bounds; epsilon."""
         eps = check_eps(self.epsilon)
         if math.exp(-eps) == 0.0:
             raise _too_large(self.epsilon)
         check_choice(self.cost, name="cost", choices=COSTS)
         object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
         object.__setattr__(self, "clip_output", check_bool(self.clip_output, name="clip_output"))
         return eps
+
+    @property
+    def sensitivity(self) -> float:
+        return self.hi - self.lo
 
 
 @dataclass(frozen=True, kw_only=True)
 class Staircase(_Staircases, AdditiveNoise):
     """y~ = clip(y) + continuous staircase noise (sensitivity hi - lo), optionally clipped."""
 
-    lo: float
-    hi: float
     gamma: float | None = None
 
     MECHANISM = "staircase"
-    PUBLIC = ("epsilon", "lo", "hi", "gamma", "cost", "clip_output")
+    STEP = "gamma"
 
     def __post_init__(self) -> None:
         domain = check_domain(self.lo, self.hi)
-        eps = self._check_shared()
+        eps = self._check_shared(lo=domain.lo, hi=domain.hi)
         if self.gamma is None:
             gamma = staircase_gamma(eps, cost=self.cost)
         else:
@@ -180,13 +191,7 @@ class Staircase(_Staircases, AdditiveNoise):
                 raise InvalidParameterError(f"gamma ({self.gamma!r}) must be in (0, 1)")
         if not 0.0 < gamma < 1.0:
             raise _too_large(self.epsilon)
-        object.__setattr__(self, "lo", domain.lo)
-        object.__setattr__(self, "hi", domain.hi)
         object.__setattr__(self, "gamma", gamma)
-
-    @property
-    def sensitivity(self) -> float:
-        return self.hi - self.lo
 
     @property
     def _height(self) -> float:
@@ -241,18 +246,16 @@ class DiscreteStaircase(_Staircases):
     integer first (a fixed public map).
     """
 
-    lo: int
-    hi: int
     r: int | None = None
 
     MECHANISM = "discrete_staircase"
-    PUBLIC = ("epsilon", "lo", "hi", "r", "cost", "clip_output")
+    STEP = "r"
 
     def __post_init__(self) -> None:
         lo = _check_integer(self.lo, name="lo")
         hi = _check_integer(self.hi, name="hi")
         check_domain(lo, hi)
-        eps = self._check_shared()
+        eps = self._check_shared(lo=lo, hi=hi)
         d = hi - lo
         if self.r is None:
             r = discrete_staircase_r(eps, sensitivity=d, cost=self.cost)
@@ -262,13 +265,7 @@ class DiscreteStaircase(_Staircases):
             r = int(self.r)
             if not 1 <= r <= d:
                 raise InvalidParameterError(f"r ({self.r!r}) must be in [1, {d}]")
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
         object.__setattr__(self, "r", r)
-
-    @property
-    def sensitivity(self) -> int:
-        return self.hi - self.lo
 
     @property
     def _height(self) -> float:
