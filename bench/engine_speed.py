@@ -55,12 +55,16 @@ def fmt(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
+def table(*columns: str) -> list[str]:
+    """A markdown table's header and separator rows."""
+    return ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+
+
 def bench_interval(quick: bool) -> list[str]:
-    rows = [
-        "| k | ours: exact O(k^2) pairs | ours: O(k log k) hull | paper Alg. 1 (numba) "
-        "| paper Alg. 1 (Python) | ratio pairs vs Alg. 1 (numba) |",
-        "|---|---|---|---|---|---|",
-    ]
+    rows = table(
+        "k", "ours: exact O(k^2) pairs", "ours: O(k log k) hull", "paper Alg. 1 (numba)",
+        "paper Alg. 1 (Python)", "ratio pairs vs Alg. 1 (numba)",
+    )  # fmt: skip
     for k in (100, 1000, 10_000):
         prior = lognormal_prior(k)
         reps = 3 if quick else 7
@@ -93,7 +97,7 @@ def bench_interval(quick: bool) -> list[str]:
 
 
 def bench_choose(quick: bool) -> list[str]:
-    rows = ['| bins | zetas | select="mse" | select="paper" (zeta=None) |', "|---|---|---|---|"]
+    rows = table("bins", "zetas", 'select="mse"', 'select="paper" (zeta=None)')
     for k in (64, 200):
         prior = lognormal_prior(k)
         reps = 3 if quick else 7
@@ -106,10 +110,7 @@ def bench_choose(quick: bool) -> list[str]:
 
 
 def bench_bins(quick: bool) -> list[str]:
-    rows = [
-        "| k | optimal_bins (squared) | absolute | poisson | d (squared) |",
-        "|---|---|---|---|---|",
-    ]
+    rows = table("k", "optimal_bins (squared)", "absolute", "poisson", "d (squared)")
     for k in (100, 401, 2000):
         prior = lognormal_prior(k)
         values, probs = prior.midpoints, prior.probs
@@ -127,10 +128,9 @@ def bench_bins(quick: bool) -> list[str]:
 
 
 def bench_release(quick: bool) -> list[str]:
-    rows = [
-        "| n labels | mechanism | CSPRNG release (histogram + choice + randomize) | per label |",
-        "|---|---|---|---|",
-    ]
+    rows = table(
+        "n labels", "mechanism", "CSPRNG release (histogram + choice + randomize)", "per label"
+    )
     sizes = (10**5, 10**6) if quick else (10**5, 10**6, 10**7)
     rng = np.random.default_rng(1)
     for n in sizes:

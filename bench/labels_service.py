@@ -157,20 +157,16 @@ class Bench:
             for body in json_batches:
                 self.post(f"/v1/datasets/{name}/labels", headers=ADV, json=body)
             rates["json batches of 10^4"].append(n / (time.perf_counter() - start))
-            name = self.dataset()
-            elapsed = self.post(
-                f"/v1/datasets/{name}/labels",
-                headers={**ADV, "content-type": "text/csv"},
-                content=chunks(csv),
-            )
-            rates["bulk CSV stream"].append(n / elapsed)
-            name = self.dataset()
-            elapsed = self.post(
-                f"/v1/datasets/{name}/labels",
-                headers={**ADV, "content-type": "application/x-ndjson"},
-                content=chunks(ndjson),
-            )
-            rates["bulk NDJSON stream"].append(n / elapsed)
+            for key, content_type, body in (
+                ("bulk CSV stream", "text/csv", csv),
+                ("bulk NDJSON stream", "application/x-ndjson", ndjson),
+            ):
+                elapsed = self.post(
+                    f"/v1/datasets/{self.dataset()}/labels",
+                    headers={**ADV, "content-type": content_type},
+                    content=chunks(body),
+                )
+                rates[key].append(n / elapsed)
         self.phase(f"ingest 10^{int(np.log10(n))}")
         return rates
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import types
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -93,53 +95,36 @@ def _algorithm1(
     return best_a1, best_a2
 
 
+def _compiled(function: Callable[..., Any], **twins: object) -> Callable[..., Any]:
+    """``function``'s very code compiled by numba, its callees bound to their compiled twins."""
+    rebound = types.FunctionType(function.__code__, {**globals(), **twins}, function.__name__)
+    return njit(rebound)
+
+
 _cell_integral_jit = njit(cache=True)(_cell_integral)
+_objective_jit = _compiled(_objective, _cell_integral=_cell_integral_jit)
+_algorithm1_jit = _compiled(_algorithm1, _objective=_objective_jit)
 
 
-@njit(cache=True)
-def _objective_jit(
-    edges: np.ndarray,
-    alpha: np.ndarray,
-    i: int,
-    j: int,
-    a1: float,
-    a2: float,
-    two_zeta: float,
-    delta: float,
-) -> float:
-    if a1 > a2:
-        return -1.0
-    integral = _cell_integral_jit(edges, alpha, i, j, a1, a2)
-    return two_zeta / (two_zeta + delta * (a2 - a1)) * integral
-
-
-# The very same ``_algorithm1`` code, with ``_objective`` bound to its compiled twin.
-_algorithm1_jit = njit(
-    types.FunctionType(
-        _algorithm1.__code__, {**globals(), "_objective": _objective_jit}, "_algorithm1_jit"
-    )
-)
-
-
-def _inputs(edges: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _solve(
+    algorithm: Callable[..., Any], edges: np.ndarray, probs: np.ndarray, epsilon: float, zeta: float
+) -> tuple[float, float]:
+    """Run ``algorithm`` on the histogram (edges n_0..n_k, cell masses) -> (A1, A2)."""
     edges = np.ascontiguousarray(edges, dtype=np.float64)
-    probs = np.ascontiguousarray(probs, dtype=np.float64)
-    return edges, probs / np.diff(edges)
+    alpha = np.ascontiguousarray(probs, dtype=np.float64) / np.diff(edges)
+    a1, a2 = algorithm(edges, alpha, 2.0 * zeta, math.exp(-epsilon))
+    return float(a1), float(a2)
 
 
 def naive_optimal_interval(
     edges: np.ndarray, probs: np.ndarray, *, epsilon: float, zeta: float
 ) -> tuple[float, float]:
     """Algorithm 1 in plain Python: the histogram (edges n_0..n_k, cell masses) -> (A1, A2)."""
-    e, alpha = _inputs(edges, probs)
-    a1, a2 = _algorithm1(e, alpha, 2.0 * zeta, math.exp(-epsilon))
-    return float(a1), float(a2)
+    return _solve(_algorithm1, edges, probs, epsilon, zeta)
 
 
 def naive_optimal_interval_numba(
     edges: np.ndarray, probs: np.ndarray, *, epsilon: float, zeta: float
 ) -> tuple[float, float]:
     """The same Algorithm 1 code compiled by numba (still O(k^3))."""
-    e, alpha = _inputs(edges, probs)
-    a1, a2 = _algorithm1_jit(e, alpha, 2.0 * zeta, math.exp(-epsilon))
-    return float(a1), float(a2)
+    return _solve(_algorithm1_jit, edges, probs, epsilon, zeta)

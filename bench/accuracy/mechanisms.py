@@ -18,7 +18,6 @@ Nothing here ever reads a raw label except the histogram, the DP mean and ``rand
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,12 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from bench import baselines
 from features_party.mean_anchor import LabelMean
 from shared import selection
 from shared.mechanisms.histogram import Prior, private_histogram
 from shared.plan import DEFAULT_BINS, default_split, plan_release
 from shared.randomizer import build_mechanism, choose_randomizer, measure
-from shared.selection import adaptive_bins, recommended_transform
+from shared.selection import recommended_transform
 
 GAUSSIAN_DELTA = 1e-5
 # Resolution of the DP mean's integer sum: labels are rounded to 2^-16 of the bounds' width.
@@ -54,7 +54,7 @@ class CellContext:
     hi: float
     epsilon: float
     d: int = 1  # number of features (public: the features party's schema)
-    # The papers' network's d for C, measured on the features alone (selection.noise_model_dim).
+    # The papers' network's d for C, measured on the features alone (bench.model_dim).
     model_dim_net: int | None = None
     bins: int = DEFAULT_BINS
     shared_split: tuple[float, float] = field(init=False)
@@ -89,10 +89,8 @@ class Variant:
     """One row family of the tables: how to build the mechanism for a cell."""
 
     key: str
-    label: str
-    paper_column: str | None
     build: Callable[[CellContext, dict[str, Prior], np.random.Generator], Built]
-    note: str = ""
+    about: str  # what it is, and the papers' column where they report it
 
 
 def shared_prior(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Prior:
@@ -133,13 +131,6 @@ def _built(randomizer: Any, eps1: float, eps2: float, **extra: Any) -> Built:
     )
 
 
-def _baselines() -> Any:
-    try:
-        return importlib.import_module("shared.mechanisms.baselines")
-    except ImportError as exc:  # pragma: no cover - depends on the checkout
-        raise MechanismUnavailable(f"shared.mechanisms.baselines: {exc}") from exc
-
-
 @dataclass(frozen=True)
 class _OnIntegerGrid:
     """A mechanism for integer labels applied to ``levels + 1`` public levels of [lo, hi].
@@ -170,16 +161,15 @@ DISCRETE_LEVELS = 100  # the discrete staircase works on 1/100ths of the label r
 
 def _one_step(name: str, **kwargs: Any) -> Callable[..., Built]:
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        module = _baselines()
         if name == "discrete_staircase":
-            inner = module.build_baseline(
+            inner = baselines.build_baseline(
                 name, epsilon=ctx.epsilon, lo=0, hi=DISCRETE_LEVELS, **kwargs
             )
             randomizer: Any = _OnIntegerGrid(
                 inner=inner, lo=ctx.lo, hi=ctx.hi, levels=DISCRETE_LEVELS
             )
         else:
-            randomizer = module.build_baseline(
+            randomizer = baselines.build_baseline(
                 name, epsilon=ctx.epsilon, lo=ctx.lo, hi=ctx.hi, **kwargs
             )
         return _built(randomizer, 0.0, ctx.epsilon)
@@ -204,20 +194,11 @@ def _crime_eps1(eps: float) -> float:
     return eps / divisor
 
 
-_HOUSING_TABLE5 = {
-    0.05: (0.017, 0.7),
-    0.1: (0.017, 0.5),
-    0.3: (0.017, 1.2),
-    0.5: (0.017, 1.0),
-    0.8: (0.01, 2.2),
-    1.0: (0.008, 1.5),
-    1.5: (0.008, 1.5),
-    2.0: (0.008, 1.5),
-    3.0: (0.007, 1.4),
-    4.0: (0.007, 1.2),
-    6.0: (0.007, 0.7),
-    8.0: (0.007, 0.1),
-}
+_HOUSING_TABLE5 = {  # epsilon: (epsilon1, zeta)
+    0.05: (0.017, 0.7), 0.1: (0.017, 0.5), 0.3: (0.017, 1.2), 0.5: (0.017, 1.0),
+    0.8: (0.01, 2.2), 1.0: (0.008, 1.5), 1.5: (0.008, 1.5), 2.0: (0.008, 1.5),
+    3.0: (0.007, 1.4), 4.0: (0.007, 1.2), 6.0: (0.007, 0.7), 8.0: (0.007, 0.1),
+}  # fmt: skip
 _CRITEO_EPS1 = {0.05: 0.017, 0.1: 0.017, 0.3: 0.017, 0.5: 0.017, 0.8: 0.017, 1.0: 0.017}
 _CRITEO_EPS1 |= {1.5: 0.01, 2.0: 0.01, 3.0: 0.01, 4.0: 0.005, 6.0: 0.003, 8.0: 0.002}
 
@@ -254,30 +235,6 @@ def _rp_paper(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generat
         prior, epsilon=eps2, mechanism="rpwithprior", select="paper", zeta=zeta
     )
     return _built(randomizer, eps1, eps2, source=source)
-
-
-def _engine_adaptive(mechanism: str) -> Callable[..., Built]:
-    def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        eps1, eps2 = ctx.shared_split
-        bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
-        name, randomizer = build_mechanism(prior, epsilon=eps2, mechanism=mechanism)
-        return _built(randomizer, eps1, eps2, chosen=name, bins=bins)
-
-    return build
-
-
-def _adaptive_prior(
-    ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator, eps1: float
-) -> tuple[int, Prior]:
-    """(cells, prior) with ``adaptive_bins(n, eps1)`` cells (the shared prior when that is all).
-
-    The shared prior is reused only when it was bought with this very epsilon1: a prior paid
-    for with more epsilon than the variant accounts would make its cell dishonest.
-    """
-    bins = adaptive_bins(ctx.y.size, eps1, max_bins=ctx.bins)
-    if bins == ctx.bins and eps1 == ctx.shared_split[0]:
-        return bins, shared_prior(ctx, priors, rng)
-    return bins, private_histogram(ctx.y, lo=ctx.lo, hi=ctx.hi, bins=bins, epsilon=eps1, rng=rng)
 
 
 def _default_dim(ctx: CellContext) -> int:
@@ -357,19 +314,6 @@ def _pipeline(
     return build
 
 
-def _auto_criterion(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-    """PROPOSED ``auto``: adaptive bins, then the (mechanism, transform) minimising
-    bias^2 + d Var / n under the noisy prior (``bench.accuracy.criterion``)."""
-    from bench.accuracy import criterion
-
-    eps1, eps2 = ctx.shared_split
-    bins, prior = _adaptive_prior(ctx, priors, rng, eps1)
-    choice = criterion.choose(prior, epsilon=eps2, n=ctx.y.size, k=float(ctx.d))
-    return _built(
-        choice.randomizer, eps1, eps2, chosen=choice.name, transform=choice.transform, bins=bins
-    )
-
-
 def _merged(prior: Prior, cells: int) -> Prior:
     """The prior on ``cells`` coarser cells (sums of adjacent cells: post-processing)."""
     if prior.k % cells:
@@ -380,148 +324,39 @@ def _merged(prior: Prior, cells: int) -> Prior:
 
 def _prior_baseline(name: str) -> Callable[..., Built]:
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
-        module = _baselines()
         prior = shared_prior(ctx, priors, rng)
         eps1, eps2 = ctx.shared_split
         if name == "unbiased":
             prior = _merged(prior, UNBIASED_CELLS)
-        randomizer = module.build_baseline(name, epsilon=eps2, lo=ctx.lo, hi=ctx.hi, prior=prior)
+        randomizer = baselines.build_baseline(name, epsilon=eps2, lo=ctx.lo, hi=ctx.hi, prior=prior)
         return _built(randomizer, eps1, eps2)
 
     return build
 
 
-VARIANTS: dict[str, Variant] = {
-    v.key: v
-    for v in (
-        Variant(
-            key="laplace_clip",
-            label="Laplace, clipped",
-            paper_column="Laplace",
-            build=_one_step("laplace"),
-            note="RR-on-Bins paper App. F clipping",
-        ),
-        Variant(
-            key="laplace",
-            label="Laplace, unclipped",
-            paper_column=None,
-            build=_one_step("laplace_unclipped"),
-            note="unbiased",
-        ),
-        Variant(
-            key="gaussian",
-            label="Gaussian, clipped",
-            paper_column="Gaussian",
-            build=_one_step("gaussian", delta=GAUSSIAN_DELTA),
-            note=f"(eps, {GAUSSIAN_DELTA:g})-DP",
-        ),
-        Variant(
-            key="staircase",
-            label="Staircase, clipped",
-            paper_column="Staircase",
-            build=_one_step("staircase"),
-        ),
-        Variant(
-            key="staircase_discrete",
-            label="Staircase (discrete), clipped",
-            paper_column=None,
-            build=_one_step("discrete_staircase"),
-        ),
-        Variant(
-            key="exponential",
-            label="Exponential",
-            paper_column=None,
-            build=_one_step("exponential"),
-        ),
-        Variant(
-            key="rr_on_bins",
-            label="RR-on-Bins",
-            paper_column="RRonBins",
-            build=_engine("rr_on_bins"),
-        ),
-        Variant(
-            key="rp_paper",
-            label="RPWithPrior, Table 5",
-            paper_column="RPWithPrior",
-            build=_rp_paper,
-            note="paper's split and zeta, Algorithm 1 interval",
-        ),
-        Variant(
-            key="rp_auto",
-            label="RPWithPrior, auto",
-            paper_column=None,
-            build=_pipeline("rpwithprior", _default_dim),
-            note="pipeline default: RPWithPrior's split, adaptive bins, (A1, A2, zeta) by least "
-            "bias^2 + 10 Var / n; recommends its transform",
-        ),
-        Variant(
-            key="rp_auto_d",
-            label="RPWithPrior, auto, model_dim = d",
-            paper_column=None,
-            build=_pipeline("rpwithprior", _features_dim),
-            note="as RP-auto with the release parameter model_dim = d (the publisher's "
-            "feature count); recommends its transform",
-        ),
-        Variant(
-            key="rp_auto_net",
-            label="RPWithPrior, auto, model_dim measured for the network",
-            paper_column=None,
-            build=_pipeline("rpwithprior", _network_dim),
-            note="as RP-auto with model_dim = the papers' network's d, measured on the "
-            "features alone (shared.selection.noise_model_dim); recommends its transform",
-        ),
-        Variant(
-            key="rp_auto_t5s",
-            label="RPWithPrior, auto, Table 5's epsilon split",
-            paper_column=None,
-            build=_pipeline("rpwithprior", _default_dim, _table5_split),
-            note="as RP-auto with the paper's (epsilon1, epsilon2) where Table 5 lists one, else "
-            "the split RR-on-Bins / auto share: isolates the split from the interval and zeta",
-        ),
-        Variant(
-            key="rr_with_prior",
-            label="RRWithPrior",
-            paper_column=None,
-            build=_prior_baseline("rr_with_prior"),
-        ),
-        Variant(
-            key="unbiased",
-            label="Unbiased",
-            paper_column="Unbiased",
-            build=_prior_baseline("unbiased"),
-            note=f"LP on a {UNBIASED_CELLS + 1}-point input grid",
-        ),
-        Variant(
-            key="auto",
-            label="auto (labels party)",
-            paper_column=None,
-            build=_pipeline("auto", _default_dim),
-            note="engine default: adaptive bins, least bias^2 + 10 Var / n (model_dim default)",
-        ),
-        Variant(
-            key="auto_net",
-            label="auto (labels party), model_dim measured for the network",
-            paper_column=None,
-            build=_pipeline("auto", _network_dim),
-            note="as auto with the release parameter model_dim = the papers' network's d, "
-            "measured on the features alone (shared.selection.noise_model_dim)",
-        ),
-        Variant(
-            key="auto_k",
-            label="auto, adaptive bins (proposal)",
-            paper_column=None,
-            build=_engine_adaptive("auto"),
-            note="as auto, histogram of adaptive_bins(n, epsilon1) cells",
-        ),
-        Variant(
-            key="auto_crit",
-            label="auto, adaptive bins + bias^2 + d Var/n (proposal)",
-            paper_column=None,
-            build=_auto_criterion,
-            note="recommends its transform (params['transform'])",
-        ),
-    )
-}
+def _variants(*rows: tuple[str, Callable[..., Built], str]) -> dict[str, Variant]:
+    return {key: Variant(key=key, build=build, about=about) for key, build, about in rows}
+
+
+# The report's row families, in the report's order: (key, build, what it is).
+VARIANTS: dict[str, Variant] = _variants(
+    ("laplace_clip", _one_step("laplace"), "Laplace, clipped (papers' Laplace; RR-on-Bins App. F)"),
+    ("laplace", _one_step("laplace_unclipped"), "Laplace, unclipped: unbiased"),
+    ("gaussian", _one_step("gaussian", delta=GAUSSIAN_DELTA), "Gaussian, clipped (papers')"),
+    ("staircase", _one_step("staircase"), "Staircase, clipped (papers' Staircase)"),
+    ("staircase_discrete", _one_step("discrete_staircase"), "Staircase, discrete, clipped"),
+    ("exponential", _one_step("exponential"), "the exponential mechanism"),
+    ("rr_on_bins", _engine("rr_on_bins"), "RR-on-Bins (papers' RRonBins)"),
+    ("rp_paper", _rp_paper, "RPWithPrior, Table 5's split and zeta (papers' RPWithPrior)"),
+    ("rp_auto", _pipeline("rpwithprior", _default_dim), "RPWithPrior as the labels party runs it"),
+    ("rp_auto_d", _pipeline("rpwithprior", _features_dim), "rp_auto, model_dim = d (features)"),
+    ("rp_auto_net", _pipeline("rpwithprior", _network_dim), "rp_auto, model_dim of the network"),
+    ("rp_auto_t5s", _pipeline("rpwithprior", _default_dim, _table5_split), "rp_auto, T5 split"),
+    ("rr_with_prior", _prior_baseline("rr_with_prior"), "RRWithPrior on the shared prior"),
+    ("unbiased", _prior_baseline("unbiased"), "Unbiased: the LP on a coarser grid (papers')"),
+    ("auto", _pipeline("auto", _default_dim), 'the labels party\'s mechanism="auto"'),
+    ("auto_net", _pipeline("auto", _network_dim), "auto, model_dim of the network"),
+)
 # Variants whose release uses the network's measured model_dim (the runner measures it).
 NETWORK_DIM_VARIANTS = ("rp_auto_net", "auto_net")
 CONSTANT = "constant"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +26,12 @@ from shared.mechanisms.private_mean import private_mean_variance
 from shared.plan import plan_release
 
 EPSILONS = (0.05, 0.1, 0.3, 0.5, 1.0, 2.0)
-OUT = Path(__file__).resolve().parents[1] / "results" / "prior_mean_bias.md"
+COMMAND = study_cli.Command(
+    name="prior_mean_bias",
+    datasets="ads,crime,housing,linear,nonlinear",
+    epsilons=EPSILONS,
+    draws=200,
+)
 
 
 @dataclass(frozen=True)
@@ -46,45 +50,29 @@ class Row:
 def study(dataset: data.Dataset, *, epsilons: Sequence[float], draws: int) -> list[Row]:
     """One row per total epsilon for the training labels of split 0."""
     y = study_cli.training_labels(dataset)
-    n, variance, width = int(y.size), float(y.var()), dataset.hi - dataset.lo
-    rows = []
-    for eps in epsilons:
-        plan = plan_release(n=n, lo=dataset.lo, hi=dataset.hi, epsilon=eps, mechanism="auto")
-        eps1, eps_hist, eps_mean = plan.epsilon1_float, plan.histogram_float, plan.label_mean_float
-        bins = plan.bins
-        errors = np.array(
-            [
-                float(np.dot(prior.probs, prior.midpoints)) - float(y.mean())
-                for prior in (
-                    private_histogram(
-                        y,
-                        lo=dataset.lo,
-                        hi=dataset.hi,
-                        bins=bins,
-                        epsilon=eps_hist,
-                        rng=np.random.default_rng([draw, n, round(eps * 1000)]),
-                    )  # fmt: skip
-                    for draw in range(draws)
-                )
-            ]
-        )
-        rows.append(
-            Row(
-                dataset=dataset.name,
-                n=n,
-                epsilon=eps,
-                epsilon1=eps1,
-                bins=bins,
-                bias=float(errors.mean()),
-                mse_share=float(np.mean(errors**2)) / variance,
-                dp_constant_share=2 * (width / (eps * n)) ** 2 / variance,
-                message_mean_share=math.nan
-                if eps_mean is None
-                else private_mean_variance(lo=dataset.lo, hi=dataset.hi, epsilon=eps_mean, n=n)
-                / variance,
-            )  # fmt: skip
-        )
-    return rows
+    return [_row(dataset, y, epsilon=eps, draws=draws) for eps in epsilons]
+
+
+def _row(dataset: data.Dataset, y: np.ndarray, *, epsilon: float, draws: int) -> Row:
+    """The prior mean's error over ``draws`` histograms of ``y`` at the ``auto`` plan's split."""
+    lo, hi, n, variance = dataset.lo, dataset.hi, int(y.size), float(y.var())
+    plan = plan_release(n=n, lo=lo, hi=hi, epsilon=epsilon, mechanism="auto")
+    priors = (
+        private_histogram(y, lo=lo, hi=hi, bins=plan.bins, epsilon=plan.histogram_float,
+                          rng=np.random.default_rng([draw, n, round(epsilon * 1000)]))
+        for draw in range(draws)
+    )  # fmt: skip
+    errors = np.array([float(np.dot(p.probs, p.midpoints)) - float(y.mean()) for p in priors])
+    mean_epsilon = plan.label_mean_float
+    message = math.nan
+    if mean_epsilon is not None:
+        message = private_mean_variance(lo=lo, hi=hi, epsilon=mean_epsilon, n=n) / variance
+    return Row(
+        dataset=dataset.name, n=n, epsilon=epsilon, epsilon1=plan.epsilon1_float, bins=plan.bins,
+        bias=float(errors.mean()), mse_share=float(np.mean(errors**2)) / variance,
+        dp_constant_share=2 * ((hi - lo) / (epsilon * n)) ** 2 / variance,
+        message_mean_share=message,
+    )  # fmt: skip
 
 
 def render(rows: Sequence[Row], *, draws: int) -> str:
@@ -116,11 +104,7 @@ def render(rows: Sequence[Row], *, draws: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return study_cli.run(
-        argv, prog="python -m bench.accuracy.prior_mean_bias",
-        datasets="ads,crime,housing,linear,nonlinear", epsilons=EPSILONS, draws=200, out=OUT,
-        study=study, render=render,
-    )  # fmt: skip
+    return study_cli.run(argv, COMMAND, study=study, render=render)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import subprocess
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import numpy as np
 from bench.accuracy import mechanisms as mech
 from bench.accuracy import papers
 from bench.accuracy.data import Dataset
-from bench.accuracy.runner import Record
+from bench.accuracy.runner import Record, git
 
 HERE = Path(__file__).resolve().parent
 ANALYSIS_DIR = HERE / "analysis"
@@ -49,15 +48,15 @@ SHORT = {
     "unbiased": "Unb",
     "auto": "auto",
     "auto_net": "auto-net",
-    "auto_k": "auto-k",
-    "auto_crit": "auto-C",
 }
 ORDER = ["constant", *mech.VARIANTS]
+# Rows the report shows: the records of variants since retired (the engine absorbed them: the
+# proposals ``auto_k`` and ``auto_crit``) stay in the jsonl files as run, unreported.
+REPORTED = frozenset({*ORDER, mech.NONPRIVATE})
 # Variants whose mechanism recommends a training transform (records' extra["mech_transform"]).
 RECOMMENDING = (
     "auto",
     "auto_net",
-    "auto_crit",
     "rp_auto",
     "rp_auto_d",
     "rp_auto_net",
@@ -88,6 +87,11 @@ def _nanmean(values: Iterable[float]) -> float:
     return float(np.nanmean(array)) if array.size and np.any(np.isfinite(array)) else math.nan
 
 
+def reported(records: Iterable[Record]) -> list[Record]:
+    """The records of the variants the report shows (``REPORTED``), in their order."""
+    return [r for r in records if r.variant in REPORTED]
+
+
 def aggregate(records: Sequence[Record]) -> dict[tuple, Cell]:
     """(model, n_train, variant, transform, epsilon) -> mean/std over trials and mean stats."""
     groups: dict[tuple, list[Record]] = defaultdict(list)
@@ -100,7 +104,7 @@ def aggregate(records: Sequence[Record]) -> dict[tuple, Cell]:
         # had no debiased transform) chose them: its "auto" row averages every split.
         if r.transform == "raw" and (r.model, r.n_train, r.variant, r.epsilon) in offers_both:
             groups[(r.model, r.n_train, r.variant, "auto", r.epsilon)].append(r)
-        # auto(-net), auto-C and RP-auto(-d, -net) recommend a transform: file it under "rec".
+        # auto(-net) and RP-auto(-d, -net, -t5s) recommend a transform: file it under "rec".
         if r.extra.get("mech_transform") == r.transform and r.variant in RECOMMENDING:
             groups[(r.model, r.n_train, r.variant, "rec", r.epsilon)].append(r)
     out = {}
@@ -123,8 +127,9 @@ def aggregate(records: Sequence[Record]) -> dict[tuple, Cell]:
 def json_rows(records: Sequence[Record]) -> list[dict[str, Any]]:
     """One object per (model, mechanism, transform, epsilon): the ``--json`` output."""
     rows = []
+    cells = aggregate(reported(records))
     for (model, n_train, variant, transform, eps), cell in sorted(
-        aggregate(records).items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][4], kv[0][2])
+        cells.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][4], kv[0][2])
     ):
         rows.append(
             {
@@ -145,8 +150,9 @@ def json_rows(records: Sequence[Record]) -> list[dict[str, Any]]:
 def _fmt(value: float, std: float | None = None) -> str:
     if math.isnan(value):
         return "-"
-    digits = 3 if abs(value) >= 1 else 4
-    text = f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:.3g}"
+    # 3 significant digits from 1 (4 below 1 and from 1,000, where .3g would write 1.63e+03).
+    digits = 4 if abs(value) < 1 or 1e3 <= abs(value) < 1e4 else 3
+    text = f"{value:.{digits}g}"
     if std is not None:
         text += f" ± {std:.2g}"
     return text
@@ -238,16 +244,7 @@ def paper_table_md(dataset: str) -> str:
 
 
 def _git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=HERE,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return git("rev-parse", "--short", "HEAD") or "unknown"
 
 
 def runs_summary(records: Sequence[Record]) -> str:
@@ -288,7 +285,75 @@ def full_n(records: Sequence[Record], model: str) -> int | None:
     return max(sizes) if sizes else None
 
 
-def headline(cells: dict[tuple, Cell], dataset: str, model: str, n_train: int) -> str:
+PRODUCT_MODEL = "auto"  # the features party's model="auto"
+PAPERS_MODEL = "mlp"  # the papers' network
+
+
+def headline(cells: dict[tuple, Cell], dataset: str) -> str:
+    """The table a results file opens with: per epsilon, the product out of the box, the best
+    mechanism with the product's model and with the papers' network, the papers' best, the DP
+    constant; a last row without privacy. Test MSE means at the full training set."""
+    models = [m for m in (PRODUCT_MODEL, PAPERS_MODEL) if full_n_cells(cells, m) is not None]
+    sizes = {m: full_n_cells(cells, m) for m in models}
+    paper_best = papers.paper_best(dataset)
+    reference = models[-1]  # the DP constant's and the epsilons' model (the same test sets)
+    titles = {
+        PRODUCT_MODEL: "best mechanism, features party `auto`",
+        PAPERS_MODEL: "best mechanism, papers' network",
+    }
+
+    def mean(cell: Cell | None) -> str:
+        return _fmt(cell.mean) if cell is not None else "-"
+
+    def paper(eps: float) -> list[str]:
+        found = paper_best.get(eps)
+        return [f"{found[1]:g} ({found[0]})" if found else "-"] if paper_best else []
+
+    head = ["eps", "product out of the box (labels `auto` + features `auto`)"]
+    head += [titles[m] for m in models] + (["papers' best"] if paper_best else []) + ["DP constant"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    product_n = sizes.get(PRODUCT_MODEL, -1)
+    for eps in _epsilons(cells, reference, sizes[reference]):
+        if math.isinf(eps):
+            continue
+        row = [_eps(eps), mean(cells.get((PRODUCT_MODEL, product_n, "auto", "auto", eps)))]
+        for m in models:
+            best = best_cell(cells, m, sizes[m], eps, exclude=(mech.CONSTANT,))
+            row.append(f"{_fmt(best[1].mean)}, {column_name(*best[0])}" if best else "-")
+        constant = cells.get((reference, sizes[reference], mech.CONSTANT, "raw", eps))
+        lines.append("| " + " | ".join([*row, *paper(eps), mean(constant)]) + " |")
+    exact = [mean(cells.get((m, sizes[m], mech.NONPRIVATE, "raw", math.inf))) for m in models]
+    lines.append("| " + " | ".join(["no privacy", "-", *exact, *paper(math.inf), "-"]) + " |")
+    return "\n".join(lines)
+
+
+def headline_legend(cells: dict[tuple, Cell], dataset: str) -> str:
+    """How to read :func:`headline`, with the trials behind it."""
+    names = {PRODUCT_MODEL: "the features party's `auto`", PAPERS_MODEL: "the papers' network"}
+    trials = {m: max((c.k for k, c in cells.items() if k[0] == m), default=0) for m in names}
+    ran = ", ".join(f"{k} for {names[m]}" for m, k in trials.items() if k)
+    papers_text = (
+        f"the papers' best = the lowest mean any method reports ({papers.SOURCES[dataset]}; "
+        "their RPWithPrior column is not honestly private); "
+        if papers.paper_table(dataset)
+        else "no paper reports this data set; "
+    )
+    return (
+        "Test MSE (lower is better), mean over the random 80/20 splits (at most "
+        f"{ran}), every cell at its total epsilon. Product out of the box = the labels "
+        "party's `mechanism=\"auto\"` with no options, trained on by the features party's "
+        '`model="auto"` with the transform it resolves from the message; best mechanism = '
+        "the lowest cell of any label mechanism and transform for that model (the DP constant "
+        "and the per-split `rec` mixes apart, as for the bold cells below; its name after the "
+        "comma, legend below); "
+        + papers_text
+        + "DP constant = predicting the epsilon-DP mean of the training labels; no privacy = "
+        "the model trained on the exact labels. Standard deviations, every mechanism and the "
+        "label MSE per model follow below."
+    )
+
+
+def model_summary(cells: dict[tuple, Cell], dataset: str, model: str, n_train: int) -> str:
     """Per epsilon: our best vs the papers' best vs the DP constant vs the product pipeline."""
     paper_best = papers.paper_best(dataset)
     lines = [
@@ -561,21 +626,27 @@ def write_report(
     data: Dataset, records: Sequence[Record], *, out_dir: Path, command_lines: Sequence[str]
 ) -> Path:
     """Write ``accuracy_<dataset>.md`` and its PNGs into ``out_dir``; return the md path."""
+    records = reported(records)
     cells = aggregate(records)
     models = [m for m in ("mlp", "ridge", "gbm", "auto") if any(r.model == m for r in records)]
     parts = [
         f"# Accuracy benchmark: {data.name}",
+        "",
+        headline(cells, data.name),
+        "",
+        headline_legend(cells, data.name),
+        "",
+        "## What was run (exactly)",
         "",
         f"{data.description}. Label bounds (public, fixed before reading labels): "
         f"{data.bounds_source}. Label variance (= test MSE of a constant predictor at the "
         f"exact mean): {float(np.var(data.y)):.4g}.",
         "",
         f"Generated by `bench/accuracy` at commit {_git_commit()} from "
-        f"`bench/accuracy/records/{data.name}.jsonl`. Commands that produced the records:",
+        f"`bench/accuracy/records/{data.name}.jsonl` (records of retired variants are kept "
+        "there and not shown). Commands that produced the records:",
         "",
         *[f"    {line}" for line in command_lines],
-        "",
-        "## What was run (exactly)",
         "",
         runs_summary(records),
         "",
@@ -596,7 +667,7 @@ def write_report(
         "deleted); RP-auto-d = the same with the release parameter `model_dim` = d, the "
         "publisher's number of features (the features party resolves its own transform with "
         "d); RP-auto-net = the same with `model_dim` measured for the papers' network on the "
-        "features alone (`shared.selection.noise_model_dim`: trained on pure noise); "
+        "features alone (`bench.model_dim.noise_model_dim`: trained on pure noise); "
         "RP-auto-t5s = RP-auto with Table 5's epsilon split where it lists one, else the split "
         "RR-on-Bins / auto share (isolates the split); "
         "RRwP = RRWithPrior; "
@@ -604,12 +675,8 @@ def write_report(
         "before the engine's selection change: least label MSE on 64 cells; after it: "
         "`adaptive_bins(n, epsilon1)` cells and the least bias^2 + 10 Var / n, "
         "`shared.selection`); auto-net = auto with `model_dim` measured for the papers' "
-        "network, as RP-auto-net; auto-k = least label MSE "
-        "with a histogram of `adaptive_bins(n, epsilon1)` cells instead of 64; auto-C = "
-        "auto-k choosing mechanism, parameters and transform by bias^2 + d Var / n, d the "
-        "number of features (`bench/accuracy/criterion.py`); "
-        "`auto rec` / `auto-C rec` / `RP-auto rec` / `RP-auto-d rec` = with the transform "
-        "it recommends; "
+        "network, as RP-auto-net; "
+        "`auto rec` / `RP-auto rec` / `RP-auto-d rec` = with the transform it recommends; "
         "`deb` = debiased targets (noisy - b) / a; "
         "`(auto t.)` = transform chosen by the features party.",
     ]
@@ -623,9 +690,9 @@ def write_report(
             "",
             f"## Model `{model}`: {MODEL_TITLES[model]}",
             "",
-            f"### Headline (n_train = {n_train})",
+            f"### Summary (n_train = {n_train})",
             "",
-            headline(cells, data.name, model, n_train),
+            model_summary(cells, data.name, model, n_train),
             "",
             "### Test MSE, mean ± std over trials (best per row in bold)",
             "",

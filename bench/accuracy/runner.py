@@ -16,6 +16,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from threadpoolctl import threadpool_limits
 from bench.accuracy import mechanisms as mech
 from bench.accuracy import models
 from bench.accuracy.data import Dataset
-from shared import selection
+from bench.model_dim import noise_model_dim
 from shared.mechanisms.histogram import Prior
 from shared.mechanisms.private_mean import private_mean
 
@@ -96,32 +97,28 @@ class Labels:
     stats: dict[str, dict[str, float]]  # transform -> label/target statistics
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def git(*args: str) -> str | None:
+    """``git args`` at the checkout's root, its output stripped; None where git cannot tell."""
+    try:
+        run = subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=REPO)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return run.stdout.strip()
+
+
 def git_commit() -> str:
     """The checkout's HEAD (short), recorded with every result; "+dirty" if code differs.
 
     The records and results are outputs, not code: a run that follows another in the same
     checkout must not call itself dirty because the first one appended its records.
     """
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [
-                "git",
-                "status",
-                "--porcelain",
-                "--",
-                "shared",
-                "features_party",
-                "bench/accuracy",
-                ":(exclude)bench/accuracy/records",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+    head = git("rev-parse", "--short", "HEAD")
+    code = ("shared", "features_party", "bench/accuracy", ":(exclude)bench/accuracy/records")
+    dirty = git("status", "--porcelain", "--", *code)
+    if head is None or dirty is None:
         return "unknown"
     return head + ("+dirty" if dirty else "")
 
@@ -235,7 +232,7 @@ def _fit(
 def network_model_dim(split: models.Split, *, trial: int, mlp_epochs: int) -> int:
     """The papers' network's d for C on this split, from its features alone (no label).
 
-    ``shared.selection.noise_model_dim``: the network is trained on pure noise around the
+    ``bench.model_dim.noise_model_dim``: the network is trained on pure noise around the
     middle of the label range and its test-row predictions are measured.
     """
     centre = 0.5 * (split.lo + split.hi)
@@ -247,7 +244,7 @@ def network_model_dim(split: models.Split, *, trial: int, mlp_epochs: int) -> in
         return fitted - centre
 
     rng = np.random.default_rng(_seed("noise_dim", trial))
-    return selection.noise_model_dim(fit_predict, n, scale=split.hi - split.lo, rng=rng)
+    return noise_model_dim(fit_predict, n, scale=split.hi - split.lo, rng=rng)
 
 
 def message_of(built: mech.Built, n: int) -> models.Message | None:
@@ -262,6 +259,24 @@ def message_of(built: mech.Built, n: int) -> models.Message | None:
         model_dim=built.message_model_dim,
         label_mean=built.message_label_mean,
     )
+
+
+# A model trained on the exact labels: every label error statistic is 0.
+EXACT = {"label_mse": 0.0, "target_mse": 0.0, "bias2": 0.0, "variance": 0.0}
+
+
+@dataclass(frozen=True)
+class _Scorer:
+    """Records of one (split, epsilon, model): ``at``'s fields, scored on ``y_test``."""
+
+    at: dict[str, Any]
+    y_test: np.ndarray
+
+    def __call__(
+        self, variant: str, transform: str, pred: np.ndarray | float, **fields: Any
+    ) -> Record:
+        test_mse = float(np.mean((pred - self.y_test) ** 2))
+        return Record(**self.at, variant=variant, transform=transform, test_mse=test_mse, **fields)
 
 
 def run(
@@ -322,6 +337,7 @@ def run(
                     f"{time.perf_counter() - started:.1f}s"
                 )
                 for model in model_names:
+                    score = _Scorer({**base, "model": model, "epsilon": epsilon}, y_test)
                     seed = int(
                         np.random.default_rng(_seed("model", trial, epsilon, model)).integers(2**31)
                     )
@@ -336,30 +352,13 @@ def run(
                             seed=seed,
                             mlp_epochs=mlp_epochs,
                         )
-                        yield Record(
-                            **base,
-                            model=model,
-                            variant=mech.NONPRIVATE,
-                            transform="raw",
-                            epsilon=epsilon,
-                            test_mse=float(np.mean((pred - y_test) ** 2)),
-                            label_mse=0.0,
-                            target_mse=0.0,
-                            bias2=0.0,
-                            variance=0.0,
-                            seconds=time.perf_counter() - tic,
-                            extra=extra,
+                        seconds = time.perf_counter() - tic
+                        yield score(
+                            mech.NONPRIVATE, "raw", pred, seconds=seconds, extra=extra, **EXACT
                         )
                         continue
-                    yield Record(
-                        **base,
-                        model=model,
-                        variant=mech.CONSTANT,
-                        transform="raw",
-                        epsilon=epsilon,
-                        test_mse=float(np.mean((constant - y_test) ** 2)),
-                        epsilon2=epsilon,
-                        extra={"value": constant},
+                    yield score(
+                        mech.CONSTANT, "raw", constant, epsilon2=epsilon, extra={"value": constant}
                     )
                     for key, labels in cell.items():
                         transforms = mech.transforms_for(labels.built)
@@ -383,19 +382,12 @@ def run(
                             for name in ("chosen", "transform", "bins"):
                                 if name in labels.built.params:
                                     extra = {**extra, f"mech_{name}": labels.built.params[name]}
-                            yield Record(
-                                **base,
-                                model=model,
-                                variant=key,
-                                transform=transform,
-                                epsilon=epsilon,
-                                test_mse=float(np.mean((pred - y_test) ** 2)),
-                                epsilon1=labels.built.epsilon1,
-                                epsilon2=labels.built.epsilon2,
-                                seconds=time.perf_counter() - tic,
-                                extra=extra,
-                                **stats,
-                            )
+                            built = labels.built
+                            yield score(
+                                key, transform, pred, epsilon1=built.epsilon1,
+                                epsilon2=built.epsilon2, seconds=time.perf_counter() - tic,
+                                extra=extra, **stats,
+                            )  # fmt: skip
                 progress(
                     f"[{data.name} trial {trial} eps {epsilon:g}] done "
                     f"{time.perf_counter() - started:.1f}s"

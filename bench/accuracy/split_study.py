@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -35,7 +34,9 @@ EPSILONS = (0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 GRID = (0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3)
 EXACT_CELLS = 256
 MODEL_DIM = 10
-OUT = Path(__file__).resolve().parents[1] / "results" / "split_study.md"
+COMMAND = study_cli.Command(
+    name="split_study", datasets="housing,crime,linear,nonlinear,ads", epsilons=EPSILONS, draws=16
+)
 
 
 def rp_epsilon1(epsilon: float, n: int) -> float:
@@ -171,11 +172,7 @@ def render(rows: Sequence[Row], *, draws: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return study_cli.run(
-        argv, prog="python -m bench.accuracy.split_study",
-        datasets="housing,crime,linear,nonlinear,ads", epsilons=EPSILONS, draws=16, out=OUT,
-        study=study, render=render,
-    )  # fmt: skip
+    return study_cli.run(argv, COMMAND, study=study, render=render)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +20,41 @@ def training_labels(dataset: data.Dataset) -> np.ndarray:
     return np.clip(dataset.y[train], dataset.lo, dataset.hi)
 
 
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    """``python -m bench.accuracy.<name>``: the defaults of its options; it writes
+    ``bench/results/<name>.md``."""
+
+    name: str
+    datasets: str
+    epsilons: Sequence[float]
+    draws: int
+
+    @property
+    def prog(self) -> str:
+        return f"python -m bench.accuracy.{self.name}"
+
+    @property
+    def out(self) -> Path:
+        return RESULTS / f"{self.name}.md"
+
+
 def run(
     argv: Sequence[str] | None,
+    command: Command,
     *,
-    prog: str,
-    datasets: str,
-    epsilons: Sequence[float],
-    draws: int,
-    out: Path,
     study: Callable[..., list[Any]],
     render: Callable[..., str],
 ) -> int:
     """Parse --datasets / --epsilons / --draws / --out, study each loadable set, write ``out``."""
-    parser = argparse.ArgumentParser(prog=prog)
-    parser.add_argument("--datasets", default=datasets)
-    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in epsilons))
-    parser.add_argument("--draws", type=int, default=draws)
-    parser.add_argument("--out", type=Path, default=out)
+    parser = argparse.ArgumentParser(prog=command.prog)
+    parser.add_argument("--datasets", default=command.datasets)
+    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in command.epsilons))
+    parser.add_argument("--draws", type=int, default=command.draws)
+    parser.add_argument("--out", type=Path, default=command.out)
     args = parser.parse_args(argv)
     chosen = [float(e) for e in args.epsilons.split(",")]
     rows: list[Any] = []

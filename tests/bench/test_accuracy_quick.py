@@ -26,8 +26,6 @@ TWO_STEP = (
     "unbiased",
     "auto",
     "auto_net",
-    "auto_k",
-    "auto_crit",
 )
 
 
@@ -180,18 +178,16 @@ def test_a_prior_bought_with_another_epsilon1_is_never_reused() -> None:
     """The shared 64-cell prior costs the default epsilon1; a variant with another split must
     draw its own prior even when it also wants 64 cells (else its cell would be dishonest)."""
     y = np.random.default_rng(8).uniform(0.0, 5.0, 16000)
-    ctx = mechanisms.CellContext(dataset="housing", y=y, lo=0.0, hi=5.0, epsilon=1.0)
+    ctx = mechanisms.CellContext(dataset="housing", y=y, lo=0.0, hi=5.0, epsilon=2.0)
     priors = runner.PriorCache()
-    priors["shared"] = mechanisms.private_histogram(
-        y, lo=0.0, hi=5.0, bins=ctx.bins, epsilon=ctx.shared_split[0], rng=np.random.default_rng(1)
-    )
+    shared = mechanisms.shared_prior(ctx, priors, np.random.default_rng(1))
     rng = np.random.default_rng(2)
-    bins, same = mechanisms._adaptive_prior(ctx, priors, rng, ctx.shared_split[0])
-    assert bins == 64 and same is priors["shared"]
-    other_eps1 = ctx.shared_split[0] * 1.5
-    assert mechanisms.adaptive_bins(y.size, other_eps1, max_bins=ctx.bins) == 64
-    bins, other = mechanisms._adaptive_prior(ctx, priors, rng, other_eps1)
-    assert bins == 64 and other is not priors["shared"]
+    same = mechanisms.VARIANTS["auto"].build(ctx, priors, rng)
+    assert same.params["bins"] == 64 and same.epsilon1 == ctx.shared_split[0]
+    assert same.message_prior is shared
+    other = mechanisms.VARIANTS["rp_auto"].build(ctx, priors, rng)
+    assert other.params["bins"] == 64 and other.epsilon1 != ctx.shared_split[0]
+    assert other.message_prior is not shared
 
 
 def test_target_stats_recover_bias_and_variance() -> None:
@@ -229,37 +225,6 @@ def test_paper_tables_copied() -> None:
 def test_pairwise_order_accuracy() -> None:
     groups = {"a": [(1.0, 10.0), (2.0, 20.0), (3.0, 15.0)]}
     assert report._pairwise(groups) == pytest.approx(2 / 3)
-
-
-def test_criterion_moments_match_the_samplers() -> None:
-    from bench.accuracy import criterion
-    from shared.mechanisms import rp_with_prior, rr_on_bins
-    from shared.mechanisms.histogram import Prior
-
-    rng = np.random.default_rng(6)
-    prior = Prior.from_samples(rng.beta(2, 5, 5000), lo=0.0, hi=1.0, bins=32)
-    y = np.array([0.02, 0.2, 0.5, 0.97])
-    rp = rp_with_prior.choose_parameters(prior, epsilon=1.0, select="paper", zeta=0.1)
-    rr = rr_on_bins.optimal_bins_for_prior(prior, epsilon=1.0)
-    for moments, mechanism in ((criterion.rp_moments, rp), (criterion.rr_moments, rr)):
-        mean, var = moments(mechanism, y)
-        draws = np.stack([mechanism.randomize(np.full(40_000, v), rng) for v in y])
-        assert np.allclose(draws.mean(axis=1), mean, atol=0.01)
-        assert np.allclose(draws.var(axis=1), var, rtol=0.05, atol=1e-3)
-
-
-def test_criterion_prefers_unbiased_targets_when_n_is_large() -> None:
-    from bench.accuracy import criterion
-    from shared.mechanisms.histogram import Prior
-
-    prior = Prior.from_samples(
-        np.random.default_rng(7).uniform(0.0, 5.0, 5000), lo=0.0, hi=5.0, bins=16
-    )
-    small = criterion.choose(prior, epsilon=1.0, n=50, k=8)
-    large = criterion.choose(prior, epsilon=1.0, n=10**7, k=8)
-    assert large.transform == "debiased" and large.bias2 < 1e-3
-    assert small.criterion < large.bias2 + 8 / 50 * large.variance  # large-n pick is worse here
-    assert small.bias2 > 0.1  # at small n it trades bias for variance
 
 
 @pytest.mark.parametrize("eps", [0.1, 4.0])
@@ -466,3 +431,35 @@ def test_the_features_partys_auto_row_averages_every_split() -> None:
     product = cells[("auto", 100, "auto", "auto", 0.05)]
     assert (product.k, product.mean) == (3, 2.0)
     assert ("auto", 100, "laplace", "auto", 0.05) not in cells
+
+
+def test_headline_table_reads_the_cells_and_skips_retired_variants() -> None:
+    """The table a results file opens with: at most 8 columns; the product row, the best
+    non-constant mechanism per model, the DP constant and the exact-label row come from the
+    cells; records of retired variants (auto_k) are ignored, not deleted."""
+
+    def rec(model: str, variant: str, transform: str, eps: float, mse: float) -> runner.Record:
+        return runner.Record(
+            dataset="crime", model=model, variant=variant, transform=transform, epsilon=eps,
+            trial=0, n_train=100, n_test=20, test_mse=mse,
+        )  # fmt: skip
+
+    records = [
+        rec("auto", "auto", "auto", 1.0, 0.040),
+        rec("auto", "rr_on_bins", "raw", 1.0, 0.030),
+        rec("auto", "constant", "raw", 1.0, 0.010),  # the constant is its own column
+        rec("auto", "auto_k", "raw", 1.0, 0.001),  # retired: never the best
+        rec("auto", "nonprivate", "raw", math.inf, 0.020),
+        rec("mlp", "rp_paper", "debiased", 1.0, 0.035),
+        rec("mlp", "constant", "raw", 1.0, 0.050),
+        rec("mlp", "nonprivate", "raw", math.inf, 0.018),
+    ]
+    assert [r.variant for r in report.reported(records)].count("auto_k") == 0
+    lines = report.headline(report.aggregate(report.reported(records)), "crime").splitlines()
+    assert len(lines[0].strip("|").split("|")) == 6 <= 8
+    assert lines[2] == "| 1 | 0.04 | 0.03, RRoB | 0.035, RP-T5 deb | 0.0411 (RPWithPrior) | 0.05 |"
+    assert lines[3] == "| no privacy | - | 0.02 | 0.018 | 0.0177 (RPWithPrior) | - |"
+    # Without the papers' network and without paper numbers, those columns go.
+    ads = [r for r in records if r.model == "auto"]
+    head = report.headline(report.aggregate(report.reported(ads)), "ads").splitlines()[0]
+    assert head.count("|") - 1 == 4 and "papers'" not in head

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
-from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import (
+from bench.baselines._common import (
+    PublicParams,
     check_choice,
     check_domain,
     check_eps,
@@ -40,6 +40,7 @@ from shared.mechanisms.baselines._common import (
     signs,
     uniforms,
 )
+from shared.errors import InvalidParameterError
 from shared.rng import Rng
 
 SAMPLERS: tuple[str, ...] = ("rejection", "inverse_cdf")
@@ -49,7 +50,7 @@ MIN_ACCEPTANCE = 1e-4
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExponentialMechanism:
+class ExponentialMechanism(PublicParams):
     """Output density proportional to exp(-c |y~ - y|) on [lo, hi] (c: see the module docstring).
 
     ``calibration="paper"`` (default, as benchmarked in the RR-on-Bins paper) uses
@@ -64,6 +65,8 @@ class ExponentialMechanism:
     calibration: Literal["paper", "tight"] = "paper"
 
     pure_dp: ClassVar[bool] = True
+    MECHANISM = "exponential"
+    PUBLIC = ("epsilon", "lo", "hi", "sampler", "calibration", "effective_epsilon")
 
     def __post_init__(self) -> None:
         domain = check_domain(self.lo, self.hi)
@@ -147,14 +150,3 @@ class ExponentialMechanism:
     def affine_expectation(self) -> tuple[float, float] | None:
         """None: E[y~ | y] is not affine in y (truncation pulls it towards the middle)."""
         return None
-
-    def public_params(self) -> dict[str, Any]:
-        return {
-            "mechanism": "exponential",
-            "epsilon": self.epsilon,
-            "lo": self.lo,
-            "hi": self.hi,
-            "sampler": self.sampler,
-            "calibration": self.calibration,
-            "effective_epsilon": self.effective_epsilon,
-        }

@@ -10,15 +10,15 @@ import pytest
 from scipy import sparse, stats
 from scipy.optimize import linprog
 
-from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines import (
+from bench.baselines import (
     RRWithPrior,
     Unbiased,
     optimal_unbiased,
     rounding_weights,
     top_k_choice,
 )
-from shared.mechanisms.baselines.unbiased import output_range_bounds
+from bench.baselines.unbiased import output_range_bounds
+from shared.errors import InvalidParameterError
 from shared.mechanisms.histogram import Prior
 
 LO, HI = 0.0, 4.0

@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
+from bench.baselines._common import (
+    PublicParams,
+    check_eps,
+    label_array,
+    uniforms,
+)
 from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import check_eps, label_array, uniforms
 from shared.mechanisms.histogram import Prior
 from shared.rng import Rng
 
@@ -41,7 +46,7 @@ def top_k_choice(probs: np.ndarray, *, epsilon: float) -> tuple[int, np.ndarray]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)  # arrays inside: identity equality
-class RRWithPrior:
+class RRWithPrior(PublicParams):
     """Randomized response over the top-k cells of ``prior``, outputs at cell midpoints."""
 
     prior: Prior
@@ -50,6 +55,8 @@ class RRWithPrior:
     top_cells: np.ndarray = field(init=False, repr=False)
 
     pure_dp: ClassVar[bool] = True
+    MECHANISM = "rr_with_prior"
+    PUBLIC = ("epsilon", "prior", "k", "top_cells", "output_values")
 
     def __post_init__(self) -> None:
         if not isinstance(self.prior, Prior):
@@ -123,13 +130,3 @@ class RRWithPrior:
     def affine_expectation(self) -> tuple[float, float] | None:
         """None: the mean is not affine in the label (labels outside Y_k get a uniform draw)."""
         return None
-
-    def public_params(self) -> dict[str, Any]:
-        return {
-            "mechanism": "rr_with_prior",
-            "epsilon": self.epsilon,
-            "prior": self.prior.to_dict(),
-            "k": self.k,
-            "top_cells": self.top_cells.tolist(),
-            "output_values": self.output_values.tolist(),
-        }

@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr, ndtri
 
-from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import (
-    additive_density,
-    boundary_atoms,
+from bench.baselines._common import (
+    AdditiveNoise,
     check_bool,
     check_choice,
     check_domain,
@@ -39,6 +37,7 @@ from shared.mechanisms.baselines._common import (
     finite_float,
     uniforms,
 )
+from shared.errors import InvalidParameterError
 from shared.rng import Rng
 
 CALIBRATIONS: tuple[str, ...] = ("analytic", "classic")
@@ -77,7 +76,7 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Gaussian:
+class Gaussian(AdditiveNoise):
     """y~ = clip(y) + N(0, sigma^2), optionally clipped to [lo, hi]: (epsilon, delta)-DP.
 
     NOT pure epsilon-DP (``pure_dp`` is False): only for the benchmarks' comparisons.
@@ -92,6 +91,8 @@ class Gaussian:
     sigma: float = field(init=False)
 
     pure_dp: ClassVar[bool] = False
+    MECHANISM = "gaussian"
+    PUBLIC = ("epsilon", "delta", "pure_dp", "lo", "hi", "clip_output", "calibration", "sigma")
 
     def __post_init__(self) -> None:
         domain = check_domain(self.lo, self.hi)
@@ -116,9 +117,12 @@ class Gaussian:
         object.__setattr__(self, "clip_output", check_bool(self.clip_output, name="clip_output"))
         object.__setattr__(self, "sigma", sigma)
 
-    @property
-    def output_range(self) -> tuple[float, float]:
-        return (self.lo, self.hi) if self.clip_output else (-math.inf, math.inf)
+    def noise_density(self, x: np.ndarray | float) -> np.ndarray:
+        z = np.asarray(x, dtype=np.float64) / self.sigma
+        return np.exp(-0.5 * z**2) / (self.sigma * math.sqrt(2.0 * math.pi))
+
+    def noise_tail(self, t: np.ndarray | float) -> np.ndarray:
+        return ndtr(-np.asarray(t, dtype=np.float64) / self.sigma)
 
     def randomize(self, labels: np.ndarray | list[float], rng: Rng) -> np.ndarray:
         """One noisy label per label (inverse-CDF normal noise from rng.random)."""
@@ -127,39 +131,3 @@ class Gaussian:
         u = np.maximum(uniforms(rng, y.size), 2.0**-54)
         out = y + self.sigma * ndtri(u)
         return np.clip(out, self.lo, self.hi) if self.clip_output else out
-
-    def density(self, y_tilde: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
-        """Density of the continuous part of the output law (0 outside [lo, hi] if clipped)."""
-        s = self.sigma
-        return additive_density(
-            lambda x: np.exp(-0.5 * (x / s) ** 2) / (s * math.sqrt(2.0 * math.pi)),
-            y_tilde,
-            y,
-            lo=self.lo,
-            hi=self.hi,
-            clip_output=self.clip_output,
-        )
-
-    def atoms(self, y: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-        """(atom values, P(y~ = atom | y) with shape (n, atoms)): [lo, hi] if clipped, else none."""
-        s = self.sigma
-        return boundary_atoms(
-            lambda t: ndtr(-t / s), y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
-        )
-
-    def affine_expectation(self) -> tuple[float, float] | None:
-        """(1, 0) without output clipping (for labels inside the bounds); None when clipped."""
-        return None if self.clip_output else (1.0, 0.0)
-
-    def public_params(self) -> dict[str, Any]:
-        return {
-            "mechanism": "gaussian",
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "pure_dp": False,
-            "lo": self.lo,
-            "hi": self.hi,
-            "clip_output": self.clip_output,
-            "calibration": self.calibration,
-            "sigma": self.sigma,
-        }

@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import (
-    additive_density,
-    boundary_atoms,
+from bench.baselines._common import (
+    AdditiveNoise,
+    ClippedOutput,
     check_bool,
     check_choice,
     check_domain,
@@ -38,10 +37,11 @@ from shared.mechanisms.baselines._common import (
     signs,
     uniforms,
 )
+from shared.errors import InvalidParameterError
 from shared.rng import Rng
 
 Cost = Literal["l1", "l2"]
-COSTS: tuple[str, ...] = ("l1", "l2")
+COSTS: tuple[str, ...] = get_args(Cost)
 
 
 def _geometric_sums(b: float) -> tuple[float, float, float]:
@@ -133,50 +133,71 @@ def discrete_staircase_r(epsilon: float, *, sensitivity: int, cost: Cost = "l1")
     return int(candidates[int(np.argmin(moments))])
 
 
+def _too_large(epsilon: object) -> InvalidParameterError:
+    return InvalidParameterError(f"epsilon ({epsilon!r}) is too large for staircase")
+
+
 @dataclass(frozen=True, kw_only=True)
-class Staircase:
-    """y~ = clip(y) + continuous staircase noise (sensitivity hi - lo), optionally clipped."""
+class _Staircases(ClippedOutput):
+    """What both staircase mechanisms take besides the step width (``STEP``: its field)."""
 
     epsilon: float
     lo: float
     hi: float
-    gamma: float | None = None
-    cost: Cost = "l1"
+    cost: Cost = "l1"  # the loss the step width is optimised for
     clip_output: bool = True
 
     pure_dp: ClassVar[bool] = True
+    STEP: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.PUBLIC = ("epsilon", "lo", "hi", cls.STEP, "cost", "clip_output")
+
+    def _check_shared(self, *, lo: float, hi: float) -> float:
+        """Check epsilon, cost and clip_output; store them with the checked bounds; epsilon."""
+        eps = check_eps(self.epsilon)
+        if math.exp(-eps) == 0.0:
+            raise _too_large(self.epsilon)
+        check_choice(self.cost, name="cost", choices=COSTS)
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+        object.__setattr__(self, "clip_output", check_bool(self.clip_output, name="clip_output"))
+        return eps
+
+    @property
+    def sensitivity(self) -> float:
+        return self.hi - self.lo
+
+
+@dataclass(frozen=True, kw_only=True)
+class Staircase(_Staircases, AdditiveNoise):
+    """y~ = clip(y) + continuous staircase noise (sensitivity hi - lo), optionally clipped."""
+
+    gamma: float | None = None
+
+    MECHANISM = "staircase"
+    STEP = "gamma"
 
     def __post_init__(self) -> None:
         domain = check_domain(self.lo, self.hi)
-        eps = check_eps(self.epsilon)
-        check_choice(self.cost, name="cost", choices=COSTS)
+        eps = self._check_shared(lo=domain.lo, hi=domain.hi)
         if self.gamma is None:
             gamma = staircase_gamma(eps, cost=self.cost)
         else:
             gamma = finite_float(self.gamma, name="gamma")
             if not 0.0 < gamma < 1.0:
                 raise InvalidParameterError(f"gamma ({self.gamma!r}) must be in (0, 1)")
-        if not 0.0 < gamma < 1.0 or math.exp(-eps) == 0.0:
-            raise InvalidParameterError(f"epsilon ({self.epsilon!r}) is too large for staircase")
-        object.__setattr__(self, "epsilon", eps)
-        object.__setattr__(self, "lo", domain.lo)
-        object.__setattr__(self, "hi", domain.hi)
+        if not 0.0 < gamma < 1.0:
+            raise _too_large(self.epsilon)
         object.__setattr__(self, "gamma", gamma)
-        object.__setattr__(self, "clip_output", check_bool(self.clip_output, name="clip_output"))
-
-    @property
-    def sensitivity(self) -> float:
-        return self.hi - self.lo
 
     @property
     def _height(self) -> float:
         """a(gamma), the density on the central step."""
         b, g = math.exp(-self.epsilon), float(self.gamma)  # type: ignore[arg-type]
         return (1.0 - b) / (2.0 * self.sensitivity * (g + b * (1.0 - g)))
-
-    @property
-    def output_range(self) -> tuple[float, float]:
-        return (self.lo, self.hi) if self.clip_output else (-math.inf, math.inf)
 
     def noise_density(self, x: np.ndarray | float) -> np.ndarray:
         """Density (16) of the noise at x."""
@@ -209,33 +230,6 @@ class Staircase:
         out = y + signs(rng, n) * d * (period + offset)
         return np.clip(out, self.lo, self.hi) if self.clip_output else out
 
-    def density(self, y_tilde: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
-        """Density of the continuous part of the output law (0 outside [lo, hi] if clipped)."""
-        return additive_density(
-            self.noise_density, y_tilde, y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
-        )
-
-    def atoms(self, y: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-        """(atom values, P(y~ = atom | y) with shape (n, atoms)): [lo, hi] if clipped, else none."""
-        return boundary_atoms(
-            self.noise_tail, y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
-        )
-
-    def affine_expectation(self) -> tuple[float, float] | None:
-        """(1, 0) without output clipping (symmetric noise); None when clipped."""
-        return None if self.clip_output else (1.0, 0.0)
-
-    def public_params(self) -> dict[str, Any]:
-        return {
-            "mechanism": "staircase",
-            "epsilon": self.epsilon,
-            "lo": self.lo,
-            "hi": self.hi,
-            "gamma": self.gamma,
-            "cost": self.cost,
-            "clip_output": self.clip_output,
-        }
-
 
 def _check_integer(value: object, *, name: str) -> int:
     number = finite_float(value, name=name)
@@ -245,30 +239,23 @@ def _check_integer(value: object, *, name: str) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DiscreteStaircase:
+class DiscreteStaircase(_Staircases):
     """y~ = round(clip(y)) + discrete staircase noise (sensitivity hi - lo), optionally clipped.
 
     For integer labels with integer bounds; other labels are clipped and rounded to the nearest
     integer first (a fixed public map).
     """
 
-    epsilon: float
-    lo: int
-    hi: int
     r: int | None = None
-    cost: Cost = "l1"
-    clip_output: bool = True
 
-    pure_dp: ClassVar[bool] = True
+    MECHANISM = "discrete_staircase"
+    STEP = "r"
 
     def __post_init__(self) -> None:
         lo = _check_integer(self.lo, name="lo")
         hi = _check_integer(self.hi, name="hi")
         check_domain(lo, hi)
-        eps = check_eps(self.epsilon)
-        if math.exp(-eps) == 0.0:
-            raise InvalidParameterError(f"epsilon ({self.epsilon!r}) is too large for staircase")
-        check_choice(self.cost, name="cost", choices=COSTS)
+        eps = self._check_shared(lo=lo, hi=hi)
         d = hi - lo
         if self.r is None:
             r = discrete_staircase_r(eps, sensitivity=d, cost=self.cost)
@@ -278,25 +265,13 @@ class DiscreteStaircase:
             r = int(self.r)
             if not 1 <= r <= d:
                 raise InvalidParameterError(f"r ({self.r!r}) must be in [1, {d}]")
-        object.__setattr__(self, "epsilon", eps)
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
         object.__setattr__(self, "r", r)
-        object.__setattr__(self, "clip_output", check_bool(self.clip_output, name="clip_output"))
-
-    @property
-    def sensitivity(self) -> int:
-        return self.hi - self.lo
 
     @property
     def _height(self) -> float:
         """a(r), the probability of each value on the central step."""
         b, d, r = math.exp(-self.epsilon), self.sensitivity, int(self.r)  # type: ignore[arg-type]
         return (1.0 - b) / (2.0 * r + 2.0 * b * (d - r) - (1.0 - b))
-
-    @property
-    def output_range(self) -> tuple[float, float]:
-        return (float(self.lo), float(self.hi)) if self.clip_output else (-math.inf, math.inf)
 
     def _integer_labels(self, labels: np.ndarray | list[float]) -> np.ndarray:
         return np.rint(clipped_labels(labels, check_domain(self.lo, self.hi)))
@@ -354,18 +329,3 @@ class DiscreteStaircase:
             prob = np.where(yt == self.lo, self.noise_tail(yc - self.lo), prob)
             prob = np.where(yt == self.hi, self.noise_tail(self.hi - yc), prob)
         return prob
-
-    def affine_expectation(self) -> tuple[float, float] | None:
-        """(1, 0) without output clipping (for integer labels in the bounds); None if clipped."""
-        return None if self.clip_output else (1.0, 0.0)
-
-    def public_params(self) -> dict[str, Any]:
-        return {
-            "mechanism": "discrete_staircase",
-            "epsilon": self.epsilon,
-            "lo": self.lo,
-            "hi": self.hi,
-            "r": self.r,
-            "cost": self.cost,
-            "clip_output": self.clip_output,
-        }

@@ -47,19 +47,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, get_args
 
 import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
+from bench.baselines._common import PublicParams, check_choice, check_eps, label_array, uniforms
 from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines._common import check_choice, check_eps, label_array, uniforms
 from shared.mechanisms.histogram import Prior
 from shared.rng import Rng
 
 Rounding = Literal["randomized", "nearest"]
-ROUNDINGS: tuple[str, ...] = ("randomized", "nearest")
+ROUNDINGS: tuple[str, ...] = get_args(Rounding)
 GRIDS: tuple[str, ...] = ("edges", "midpoints")
 MAX_EPSILON = 700.0
 
@@ -299,7 +299,7 @@ def optimal_unbiased(
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)  # arrays inside: identity equality
-class Unbiased:
+class Unbiased(PublicParams):
     """An unbiased epsilon-DP transition matrix from ``input_grid`` to ``output_grid``.
 
     Build it with :meth:`from_prior` or :func:`optimal_unbiased`; a hand-made matrix is
@@ -312,6 +312,9 @@ class Unbiased:
     probabilities: np.ndarray
     rounding: Rounding = "randomized"
     _cumulative: np.ndarray = field(init=False, repr=False, compare=False)
+
+    MECHANISM = "unbiased"
+    PUBLIC = ("epsilon", "rounding", "input_grid", "output_grid", "probabilities")
 
     def __post_init__(self) -> None:
         eps = _check_unbiased_eps(self.epsilon)
@@ -456,13 +459,3 @@ class Unbiased:
         w = np.asarray(weights, dtype=np.float64)
         sq = (self.output_grid[None, :] - self.input_grid[:, None]) ** 2
         return float(w @ (self.probabilities * sq).sum(axis=1) / w.sum())
-
-    def public_params(self) -> dict[str, Any]:
-        return {
-            "mechanism": "unbiased",
-            "epsilon": self.epsilon,
-            "rounding": self.rounding,
-            "input_grid": self.input_grid.tolist(),
-            "output_grid": self.output_grid.tolist(),
-            "probabilities": self.probabilities.tolist(),
-        }

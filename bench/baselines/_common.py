@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -12,6 +13,9 @@ from shared.errors import InvalidParameterError
 from shared.rng import Rng
 
 __all__ = [
+    "AdditiveNoise",
+    "ClippedOutput",
+    "PublicParams",
     "additive_density",
     "boundary_atoms",
     "check_bool",
@@ -135,3 +139,65 @@ def boundary_atoms(
     at_lo = noise_tail(yc - lo)
     at_hi = noise_tail(hi - yc)
     return np.array([lo, hi]), np.stack([at_lo, at_hi], axis=1)
+
+
+def _json_safe(value: Any) -> Any:
+    """Arrays as lists, priors as their dicts, the rest as is."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    to_dict = getattr(value, "to_dict", None)
+    return to_dict() if to_dict is not None else value
+
+
+class PublicParams:
+    """``public_params()``: the ``MECHANISM`` name and the ``PUBLIC`` attributes, JSON-safe."""
+
+    MECHANISM: ClassVar[str]
+    PUBLIC: ClassVar[tuple[str, ...]]
+
+    def public_params(self) -> dict[str, Any]:
+        params = {name: _json_safe(getattr(self, name)) for name in self.PUBLIC}
+        return {"mechanism": self.MECHANISM, **params}
+
+
+class ClippedOutput(PublicParams):
+    """A label plus symmetric noise, its output clipped to [lo, hi] when ``clip_output``.
+
+    Unclipped, E[y~ | y] = y for labels inside the bounds and the range is the real line;
+    clipped, the range is [lo, hi] and the mean is pulled towards the middle (not affine).
+    """
+
+    lo: float
+    hi: float
+    clip_output: bool
+
+    @property
+    def output_range(self) -> tuple[float, float]:
+        return (float(self.lo), float(self.hi)) if self.clip_output else (-math.inf, math.inf)
+
+    def affine_expectation(self) -> tuple[float, float] | None:
+        """(1, 0) without output clipping (for labels inside the bounds); None when clipped."""
+        return None if self.clip_output else (1.0, 0.0)
+
+
+class AdditiveNoise(ClippedOutput):
+    """y~ = clip(y) + continuous symmetric noise with ``noise_density`` and ``noise_tail``
+    (P(X >= s)): the exact output law for the DP tests."""
+
+    def noise_density(self, x: np.ndarray | float) -> np.ndarray:
+        raise NotImplementedError
+
+    def noise_tail(self, s: np.ndarray | float) -> np.ndarray:
+        raise NotImplementedError
+
+    def density(self, y_tilde: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
+        """Density of the continuous part of the output law (0 outside [lo, hi] if clipped)."""
+        return additive_density(
+            self.noise_density, y_tilde, y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
+        )
+
+    def atoms(self, y: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+        """(atom values, P(y~ = atom | y) with shape (n, atoms)): [lo, hi] if clipped, else none."""
+        return boundary_atoms(
+            self.noise_tail, y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
+        )

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines import (
+from bench.baselines import (
     BASELINES,
     DiscreteStaircase,
     ExponentialMechanism,
@@ -24,6 +23,7 @@ from shared.mechanisms.baselines import (
     Unbiased,
     build_baseline,
 )
+from shared.errors import InvalidParameterError
 from shared.mechanisms.histogram import Prior
 
 LO, HI = -2.0, 5.0

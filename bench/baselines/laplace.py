@@ -12,15 +12,13 @@ and hi are tails of the same density, whose ratio is bounded the same way).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
-from shared.mechanisms.baselines._common import (
-    additive_density,
-    boundary_atoms,
+from bench.baselines._common import (
+    AdditiveNoise,
     check_bool,
     check_domain,
     check_eps,
@@ -32,7 +30,7 @@ from shared.rng import Rng
 
 
 @dataclass(frozen=True, kw_only=True)
-class Laplace:
+class Laplace(AdditiveNoise):
     """y~ = clip(y) + Lap((hi - lo) / epsilon), optionally clipped to [lo, hi] afterwards.
 
     ``clip_output=False`` is unbiased for labels inside the bounds (E[y~ | y] = y) and unbounded;
@@ -45,6 +43,8 @@ class Laplace:
     clip_output: bool = True
 
     pure_dp: ClassVar[bool] = True
+    MECHANISM = "laplace"
+    PUBLIC = ("epsilon", "lo", "hi", "clip_output", "scale")
 
     def __post_init__(self) -> None:
         domain = check_domain(self.lo, self.hi)
@@ -58,9 +58,12 @@ class Laplace:
         """Laplace scale b = (hi - lo) / epsilon (sensitivity over epsilon)."""
         return (self.hi - self.lo) / self.epsilon
 
-    @property
-    def output_range(self) -> tuple[float, float]:
-        return (self.lo, self.hi) if self.clip_output else (-math.inf, math.inf)
+    def noise_density(self, x: np.ndarray | float) -> np.ndarray:
+        b = self.scale
+        return np.exp(-np.abs(x) / b) / (2.0 * b)
+
+    def noise_tail(self, s: np.ndarray | float) -> np.ndarray:
+        return 0.5 * np.exp(-np.asarray(s, dtype=np.float64) / self.scale)
 
     def randomize(self, labels: np.ndarray | list[float], rng: Rng) -> np.ndarray:
         """One noisy label per label (inverse-CDF Laplace noise from rng.random)."""
@@ -68,36 +71,3 @@ class Laplace:
         noise = self.scale * exponential_draws(rng, y.size) * signs(rng, y.size)
         out = y + noise
         return np.clip(out, self.lo, self.hi) if self.clip_output else out
-
-    def density(self, y_tilde: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
-        """Density of the continuous part of the output law (0 outside [lo, hi] if clipped)."""
-        b = self.scale
-        return additive_density(
-            lambda x: np.exp(-np.abs(x) / b) / (2.0 * b),
-            y_tilde,
-            y,
-            lo=self.lo,
-            hi=self.hi,
-            clip_output=self.clip_output,
-        )
-
-    def atoms(self, y: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-        """(atom values, P(y~ = atom | y) with shape (n, atoms)): [lo, hi] if clipped, else none."""
-        b = self.scale
-        return boundary_atoms(
-            lambda s: 0.5 * np.exp(-s / b), y, lo=self.lo, hi=self.hi, clip_output=self.clip_output
-        )
-
-    def affine_expectation(self) -> tuple[float, float] | None:
-        """(1, 0) without output clipping (for labels inside the bounds); None when clipped."""
-        return None if self.clip_output else (1.0, 0.0)
-
-    def public_params(self) -> dict[str, Any]:
-        return {
-            "mechanism": "laplace",
-            "epsilon": self.epsilon,
-            "lo": self.lo,
-            "hi": self.hi,
-            "clip_output": self.clip_output,
-            "scale": self.scale,
-        }

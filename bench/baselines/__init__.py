@@ -34,27 +34,27 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from shared.errors import InvalidParameterError
-from shared.mechanisms.baselines.exponential import ExponentialMechanism
-from shared.mechanisms.baselines.gaussian import (
+from bench.baselines.exponential import ExponentialMechanism
+from bench.baselines.gaussian import (
     Gaussian,
     analytic_gaussian_sigma,
     gaussian_delta,
 )
-from shared.mechanisms.baselines.laplace import Laplace
-from shared.mechanisms.baselines.rr_with_prior import RRWithPrior, top_k_choice
-from shared.mechanisms.baselines.staircase import (
+from bench.baselines.laplace import Laplace
+from bench.baselines.rr_with_prior import RRWithPrior, top_k_choice
+from bench.baselines.staircase import (
     DiscreteStaircase,
     Staircase,
     discrete_staircase_r,
     staircase_gamma,
 )
-from shared.mechanisms.baselines.unbiased import (
+from bench.baselines.unbiased import (
     Unbiased,
     default_output_grid,
     optimal_unbiased,
     rounding_weights,
 )
+from shared.errors import InvalidParameterError
 from shared.mechanisms.histogram import Prior
 from shared.rng import Rng
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from shared.mechanisms.baselines import (
+from bench.baselines import (
     DiscreteStaircase,
     ExponentialMechanism,
     Gaussian,
@@ -25,7 +25,7 @@ from shared.mechanisms.baselines import (
     gaussian_delta,
     staircase_gamma,
 )
-from shared.mechanisms.baselines.staircase import discrete_staircase_moment, staircase_moment
+from bench.baselines.staircase import discrete_staircase_moment, staircase_moment
 
 LO, HI = -1.0, 3.0
 EPSILONS = (0.05, 0.5, 1.0, 3.0, 8.0)
@@ -105,8 +105,11 @@ def chi_square_pvalue(mech, y: float, samples: np.ndarray, *, bins: int = 40) ->
 
 @pytest.mark.parametrize("epsilon", EPSILONS)
 @pytest.mark.parametrize("clip_output", [True, False])
-def test_laplace_dp_ratio(epsilon: float, clip_output: bool, rng: np.random.Generator) -> None:
-    mech = Laplace(epsilon=epsilon, lo=LO, hi=HI, clip_output=clip_output)
+@pytest.mark.parametrize("mechanism", [Laplace, Staircase])
+def test_laplace_and_staircase_dp_ratio(
+    mechanism: type, epsilon: float, clip_output: bool, rng: np.random.Generator
+) -> None:
+    mech = mechanism(epsilon=epsilon, lo=LO, hi=HI, clip_output=clip_output)
     check_pure_dp(mech, epsilon, output_grid(HI - LO, rng=rng))
 
 
@@ -244,13 +247,6 @@ def test_staircase_moments_match_density(epsilon: float) -> None:
     for power in (1, 2):
         exact = staircase_moment(epsilon=epsilon, gamma=mech.gamma, sensitivity=width, power=power)
         assert (np.abs(x) ** power * h).sum() * dx == pytest.approx(float(exact), rel=1e-3)
-
-
-@pytest.mark.parametrize("epsilon", EPSILONS)
-@pytest.mark.parametrize("clip_output", [True, False])
-def test_staircase_dp_ratio(epsilon: float, clip_output: bool, rng: np.random.Generator) -> None:
-    mech = Staircase(epsilon=epsilon, lo=LO, hi=HI, clip_output=clip_output)
-    check_pure_dp(mech, epsilon, output_grid(HI - LO, rng=rng))
 
 
 def test_staircase_ratio_is_tight() -> None:
