@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from features_party.config import FEATURES_TOKEN_ENV, PUBLISHER_TOKEN_ENV, Settings
 from shared.errors import InvalidParameterError
@@ -33,6 +34,12 @@ def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignor
     parser.add_argument(
         "--max-body-mb", type=int, default=256, help="largest accepted request body (MiB)"
     )
+    parser.add_argument(
+        "--labels-public-key",
+        default=None,
+        help="pin the labels party's receipt key (PEM/base64 file; default: "
+        "$LABELDP_LABELS_PUBLIC_KEY): train only on messages whose signed receipt verifies",
+    )
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=serve)
 
@@ -51,6 +58,7 @@ def serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             max_body_bytes=args.max_body_mb * 1024 * 1024,
+            labels_public_key=Path(args.labels_public_key) if args.labels_public_key else None,
         )
     except InvalidParameterError as exc:
         print(f"labeldp serve features: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ from shared.errors import InvalidParameterError
 
 FEATURES_TOKEN_ENV = "LABELDP_FEATURES_TOKEN"
 PUBLISHER_TOKEN_ENV = "LABELDP_PUBLISHER_TOKEN"
+LABELS_PUBLIC_KEY_ENV = "LABELDP_LABELS_PUBLIC_KEY"
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -47,6 +48,9 @@ class Settings:
     pull_retry: RetryPolicy = field(default_factory=RetryPolicy)
     pull_timeout: float = 120.0
     sync_batch: int = 200_000
+    # The labels party's pinned receipt key(s) (shared.receipt.load_public_keys); when set, a
+    # job trains only on a message whose signed receipt verifies and names it.
+    labels_public_key: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.labels_url.startswith(("http://", "https://")):
@@ -71,6 +75,10 @@ class Settings:
             raise InvalidParameterError(f"max_body_bytes ({self.max_body_bytes}) must be >= 1024")
         if not (math.isfinite(self.pull_timeout) and self.pull_timeout > 0):
             raise InvalidParameterError(f"pull_timeout ({self.pull_timeout}) must be > 0")
+        if self.labels_public_key is not None:
+            from shared.receipt import load_public_keys
+
+            load_public_keys(self.labels_public_key)  # refuse to start with an unusable pin
 
     @property
     def database_url(self) -> str:
@@ -87,7 +95,9 @@ class Settings:
         port: int = 8002,
         **extra: object,
     ) -> Settings:
-        """Settings from CLI values, falling back to the environment for the two tokens."""
+        """Settings from CLI values, falling back to the environment for the tokens and the key."""
+        if extra.get("labels_public_key") is None and os.environ.get(LABELS_PUBLIC_KEY_ENV):
+            extra["labels_public_key"] = Path(os.environ[LABELS_PUBLIC_KEY_ENV])
         return cls(
             db_path=Path(db_path),
             labels_url=labels_url,

@@ -162,6 +162,8 @@ class Settings:
     debug_commit_delay: float = 0.0
     # Seconds a writer waits for SQLite's write lock before giving up (503).
     lock_timeout: float = 120.0
+    # The receipt signing key (labels_party.receipts); None: next to the SQLite database.
+    signing_key_path: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -199,6 +201,9 @@ class Settings:
             "release_concurrency": _env_int(env, "LABELDP_RELEASE_CONCURRENCY", 2, minimum=1),
             "warmup": env.get("LABELDP_WARMUP", "1") not in ("0", "false", "no"),
             "debug_commit_delay": _env_float(env, "LABELDP_DEBUG_COMMIT_DELAY", 0.0),
+            "signing_key_path": Path(env["LABELDP_SIGNING_KEY"])
+            if env.get("LABELDP_SIGNING_KEY")
+            else None,
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

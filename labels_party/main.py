@@ -23,9 +23,11 @@ from labels_party.api import errors
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
 from labels_party.api.routes import datasets, examples, health, labels, ledger, releases
+from labels_party.api.routes import receipts as receipt_routes
 from labels_party.config import Settings
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.metrics import Metrics
+from labels_party.receipts import KeyStore, ReceiptService, default_key_path
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
 from shared.message import LabelMessage
 
@@ -91,6 +93,8 @@ def create_app(
     db = Database(engine, lock_timeout=settings.lock_timeout)
     create_schema(engine)
     metrics = Metrics()
+    keys = KeyStore(db, settings.signing_key_path or default_key_path(settings.database_url))
+    keys.ensure()  # the signing key is created on first start
     services = Services(
         settings=settings,
         db=db,
@@ -103,6 +107,7 @@ def create_app(
         ),
         metrics=metrics,
         token_table=tuple((role, token.encode("utf-8")) for role, token in settings.tokens.items()),
+        receipts=ReceiptService(db, keys),
     )
 
     @asynccontextmanager
@@ -120,7 +125,7 @@ def create_app(
     )
     app.state.services = services
     errors.install(app)
-    for module in (datasets, examples, labels, releases, ledger, health):
+    for module in (datasets, examples, labels, releases, ledger, health, receipt_routes):
         app.include_router(module.router)
     app.add_middleware(
         BodyLimitMiddleware,

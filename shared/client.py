@@ -373,6 +373,16 @@ class LabelsPartyClient(_ServiceClient):
             headers={"Content-Type": "text/plain"},
         )
 
+    def receipt(self, release_id: str) -> dict[str, Any]:
+        """The release's signed receipt (verify it with ``shared.receipt.verify``)."""
+        return self._json(  # type: ignore[no-any-return]
+            "GET", f"/v1/releases/{_segment(release_id)}/receipt", idempotent=True
+        )
+
+    def public_keys(self) -> list[dict[str, Any]]:
+        """The labels party's published receipt keys (current and retired)."""
+        return self._json("GET", "/v1/keys", idempotent=True)["keys"]  # type: ignore[no-any-return]
+
     def download_message(self, release_id: str, *, binary: bool = True) -> PulledMessage:
         """``GET /v1/releases/{id}/message``; the content is verified before it is returned."""
         accept = BINARY_MEDIA_TYPE if binary else JSON_MEDIA_TYPE

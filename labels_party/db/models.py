@@ -117,3 +117,24 @@ ledger = Table(
     Column("prev_hash", String(64), nullable=False),
     Column("entry_hash", String(64), nullable=False),
 )
+
+# Release receipts (labels_party.receipts): the Ed25519 public keys that ever signed one (the
+# private key is a 0600 file, never in the database) and each release's signed receipt.
+signing_keys = Table(
+    "signing_keys",
+    metadata,
+    Column("key_id", String(32), primary_key=True),
+    Column("algorithm", String(16), nullable=False),
+    Column("public_key", Text, nullable=False),  # base64 of the raw 32-byte key
+    Column("created", String(40), nullable=False),
+    Column("retired", String(40), nullable=True),  # NULL for the key that signs now
+)
+
+receipts = Table(
+    "receipts",
+    metadata,
+    Column("release_id", String(40), ForeignKey("releases.id"), primary_key=True),
+    Column("key_id", String(32), nullable=False),
+    Column("receipt", Text, nullable=False),  # the signed receipt as canonical JSON
+    Column("signed_at", String(40), nullable=False),
+)

@@ -76,6 +76,8 @@ async def create_release(
             field = "epsilon"  # the default split of epsilon made the histogram's share
         raise BadInputError(str(exc), [FieldError(field=field, message=str(exc))]) from None
     services.metrics.release(meta["mechanism"])
+    if services.receipts is not None:  # sign now from the stored rows (else on first request)
+        await run_in_threadpool(services.receipts.sign_after_release, meta["id"])
     return meta
 
 
