@@ -22,6 +22,7 @@ from labels_party import schemas
 from labels_party.api import errors
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
+from labels_party.api.routes import audit as audit_routes
 from labels_party.api.routes import datasets, examples, health, labels, ledger, releases
 from labels_party.api.routes import receipts as receipt_routes
 from labels_party.config import Settings
@@ -125,7 +126,8 @@ def create_app(
     )
     app.state.services = services
     errors.install(app)
-    for module in (datasets, examples, labels, releases, ledger, health, receipt_routes):
+    routers = (datasets, examples, labels, releases, ledger, health, receipt_routes, audit_routes)
+    for module in routers:
         app.include_router(module.router)
     app.add_middleware(
         BodyLimitMiddleware,

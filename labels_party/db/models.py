@@ -138,3 +138,19 @@ receipts = Table(
     Column("receipt", Text, nullable=False),  # the signed receipt as canonical JSON
     Column("signed_at", String(40), nullable=False),
 )
+
+# Operator trail (labels_party.trails): releases refused or failed after the request was
+# accepted. Only the request's public fields and the error text the caller got.
+release_audit = Table(
+    "release_audit",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("time", String(40), nullable=False),
+    Column("actor_role", String(16), nullable=False),
+    Column("dataset", String(200), nullable=False),
+    Column("request", Text, nullable=False),  # canonical JSON of the request's public fields
+    Column("status", Integer, nullable=False),  # the HTTP status the caller got
+    Column("error_class", String(64), nullable=False),
+    Column("detail", Text, nullable=False),  # the error text the caller got
+    Column("errors", Text, nullable=False),  # JSON [{field, message}] the caller got
+)
