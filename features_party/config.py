@@ -14,6 +14,7 @@ from shared.errors import InvalidParameterError
 FEATURES_TOKEN_ENV = "LABELDP_FEATURES_TOKEN"
 PUBLISHER_TOKEN_ENV = "LABELDP_PUBLISHER_TOKEN"
 LABELS_PUBLIC_KEY_ENV = "LABELDP_LABELS_PUBLIC_KEY"
+LABELS_CA_FILE_ENV = "LABELDP_LABELS_CA_FILE"
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -51,6 +52,11 @@ class Settings:
     # The labels party's pinned receipt key(s) (shared.receipt.load_public_keys); when set, a
     # job trains only on a message whose signed receipt verifies and names it.
     labels_public_key: Path | None = None
+    # https to the labels party: trust only this CA (shared.tls); None: the system's CAs.
+    labels_ca_file: Path | None = None
+    # Serve TLS with this certificate chain and key (both or neither).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.labels_url.startswith(("http://", "https://")):
@@ -79,6 +85,8 @@ class Settings:
             from shared.receipt import load_public_keys
 
             load_public_keys(self.labels_public_key)  # refuse to start with an unusable pin
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise InvalidParameterError("tls_cert and tls_key go together (give both or neither)")
 
     @property
     def database_url(self) -> str:
@@ -96,8 +104,14 @@ class Settings:
         **extra: object,
     ) -> Settings:
         """Settings from CLI values, falling back to the environment for the tokens and the key."""
-        if extra.get("labels_public_key") is None and os.environ.get(LABELS_PUBLIC_KEY_ENV):
-            extra["labels_public_key"] = Path(os.environ[LABELS_PUBLIC_KEY_ENV])
+        for name, env in (
+            ("labels_public_key", LABELS_PUBLIC_KEY_ENV),
+            ("labels_ca_file", LABELS_CA_FILE_ENV),
+            ("tls_cert", "LABELDP_TLS_CERT"),
+            ("tls_key", "LABELDP_TLS_KEY"),
+        ):
+            if extra.get(name) is None and os.environ.get(env):
+                extra[name] = Path(os.environ[env])
         return cls(
             db_path=Path(db_path),
             labels_url=labels_url,

@@ -39,6 +39,7 @@ def labels_client(settings: Settings, *, timeout: float | None = None) -> Labels
         token=settings.labels_token,
         retry=settings.pull_retry,
         timeout=timeout or settings.pull_timeout,
+        ca_file=settings.labels_ca_file,
     )
 
 

@@ -19,7 +19,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labels_party import schemas
-from labels_party.api import errors
+from labels_party.api import errors, limits
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
 from labels_party.api.routes import audit as audit_routes
@@ -133,7 +133,12 @@ def create_app(
         BodyLimitMiddleware,
         max_body_bytes=settings.max_body_bytes,
         max_json_bytes=settings.max_json_bytes,
+        endpoint_limit=limits.endpoint_limit,
     )
+    if settings.rate_limit > 0:
+        app.add_middleware(
+            limits.RateLimitMiddleware, rate=settings.rate_limit, burst=settings.rate_burst
+        )
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.add_middleware(errors.CatchAllMiddleware)  # outermost: nothing escapes the app
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -1,4 +1,4 @@
-"""Operator trails: releases that were refused or failed after the request was accepted.
+"""Operator trails: releases refused or failed after acceptance, and message downloads.
 
 Each row says who (the role), when, on which dataset, what was asked (the request's public
 fields: epsilon, the histogram's share, mechanism, bins, model_dim, options) and why it failed:
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import Table, insert, select, update
 
 from labels_party.db.engine import Database
-from labels_party.db.models import release_audit
+from labels_party.db.models import access_log, release_audit
 from labels_party.ledger import canonical_json
 from shared import epsilon as amounts
 
@@ -109,3 +109,46 @@ def public_refusal(row: dict[str, Any]) -> dict[str, Any]:
         "request": json.loads(row["request"]),
         "errors": json.loads(row["errors"]),
     }
+
+
+def logged_download(
+    db: Database, chunks: Iterator[bytes], *, actor_role: str, release_id: str, encoding: str
+) -> Iterator[bytes]:
+    """Record a message download now (who, which release, when, encoding), stream ``chunks``,
+    then record the bytes sent and whether the download completed (also when cut short)."""
+    with db.write() as conn:
+        seq = conn.execute(
+            insert(access_log).values(
+                time=now_text(),
+                actor_role=actor_role,
+                release_id=release_id,
+                encoding=encoding,
+                bytes=None,
+                completed=0,
+            )
+        ).inserted_primary_key[0]
+
+    def stream() -> Iterator[bytes]:
+        sent, completed = 0, False
+        try:
+            for chunk in chunks:
+                yield chunk
+                sent += len(chunk)
+            completed = True
+        finally:
+            try:
+                with db.write() as conn:
+                    conn.execute(
+                        update(access_log)
+                        .where(access_log.c.seq == seq)
+                        .values(bytes=sent, completed=int(completed))
+                    )
+            except Exception as exc:  # noqa: BLE001 - the download itself already happened
+                log.error("could not finish access-log row %s: %s", seq, type(exc).__name__)
+
+    return stream()
+
+
+def public_access(row: dict[str, Any]) -> dict[str, Any]:
+    """An ``access_log`` row as ``GET /v1/access-log`` shows it."""
+    return {**row, "completed": bool(row["completed"])}

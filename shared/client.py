@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import math
+import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import quote
 
@@ -36,6 +38,7 @@ from shared.message import (
     decode_binary,
     from_json_message,
 )
+from shared.tls import client_context
 
 # --------------------------------------------------------------------------------------------
 # Errors and retry policy
@@ -150,13 +153,20 @@ class _ServiceClient:
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        ca_file: str | Path | None = None,
     ) -> None:
+        """``ca_file``: trust only this CA for https (a private CA, ``shared.tls``)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        verify: ssl.SSLContext | bool = True if ca_file is None else client_context(ca_file)
         self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=verify,
         )
 
     def close(self) -> None:

@@ -139,8 +139,9 @@ receipts = Table(
     Column("signed_at", String(40), nullable=False),
 )
 
-# Operator trail (labels_party.trails): releases refused or failed after the request was
-# accepted. Only the request's public fields and the error text the caller got.
+# Operator trails (labels_party.trails): releases refused or failed after the request was
+# accepted (the request's public fields and the error text the caller got), and every message
+# download (who, which release, when, which encoding, how many bytes went out).
 release_audit = Table(
     "release_audit",
     metadata,
@@ -153,4 +154,16 @@ release_audit = Table(
     Column("error_class", String(64), nullable=False),
     Column("detail", Text, nullable=False),  # the error text the caller got
     Column("errors", Text, nullable=False),  # JSON [{field, message}] the caller got
+)
+
+access_log = Table(
+    "access_log",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("time", String(40), nullable=False),
+    Column("actor_role", String(16), nullable=False),
+    Column("release_id", String(40), nullable=False),
+    Column("encoding", String(64), nullable=False),
+    Column("bytes", BigInteger, nullable=True),  # NULL until the download completed
+    Column("completed", SmallInteger, nullable=False),
 )

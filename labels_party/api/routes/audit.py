@@ -1,4 +1,4 @@
-"""The operator's trail of refused and failed releases (``labels_party.trails``)."""
+"""The operator's trails (``labels_party.trails``): refused releases and message downloads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sqlalchemy.exc import OperationalError
 from labels_party import trails
 from labels_party.api import errors
 from labels_party.api.deps import Operator, Services, ServicesDep
-from labels_party.db.models import release_audit
+from labels_party.db.models import access_log, release_audit
 from labels_party.errors import FieldError, ServiceError
 from shared import epsilon as amounts
 from shared.errors import BudgetExceededError, InvalidParameterError
@@ -76,4 +76,17 @@ def get_audit(
     """Releases refused or failed after acceptance: who, when, what was asked, what they got."""
     result = trails.page(services.db, release_audit, after=after, limit=limit)
     result["entries"] = [trails.public_refusal(row) for row in result["entries"]]
+    return result
+
+
+@router.get("/access-log")
+def get_access_log(
+    role: Operator,
+    services: ServicesDep,
+    after: int = Query(default=0, ge=0, le=2**63 - 1, description="entries with seq > after"),
+    limit: int = Query(default=100, ge=1, le=1000),
+) -> Any:
+    """Every message download: role, release id, time, encoding, bytes sent, completed."""
+    result = trails.page(services.db, access_log, after=after, limit=limit)
+    result["entries"] = [trails.public_access(row) for row in result["entries"]]
     return result

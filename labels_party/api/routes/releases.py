@@ -25,7 +25,7 @@ from labels_party.schemas import (
     ReleasePreview,
     ReleasePublic,
 )
-from labels_party.trails import audited
+from labels_party.trails import audited, logged_download
 from shared.errors import InvalidParameterError
 from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE
 
@@ -161,12 +161,15 @@ def get_message(
         "Cache-Control": "no-store",
         "Vary": "Accept",
     }
+    chunks = rel.iter_binary if kind == BINARY_MEDIA_TYPE else rel.iter_json
+    body = logged_download(  # the operator's access log: who pulled which message, when
+        services.db,
+        chunks(services.db, message),
+        actor_role=role,
+        release_id=release_id,
+        encoding=kind,
+    )
     if kind == BINARY_MEDIA_TYPE:
         headers["Content-Length"] = str(message.size)
         headers["ETag"] = f'"{message.binary_sha256}"'
-        return StreamingResponse(
-            rel.iter_binary(services.db, message), media_type=BINARY_MEDIA_TYPE, headers=headers
-        )
-    return StreamingResponse(
-        rel.iter_json(services.db, message), media_type=JSON_MEDIA_TYPE, headers=headers
-    )
+    return StreamingResponse(body, media_type=kind, headers=headers)
