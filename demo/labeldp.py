@@ -5,6 +5,8 @@ parties import, depends on neither of them.
 
 labeldp serve labels ...     (labels_party.cli)
 labeldp ledger verify|export (labels_party.cli)
+labeldp keys rotate|public   (labels_party.keys_cli)
+labeldp receipt verify       (shared.receipt_cli)
 labeldp serve features ...   (features_party.cli)
 labeldp demo ...             (demo.cli)
 """
@@ -23,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     from demo import cli as demo_cli
     from features_party import cli as features_cli
     from labels_party import cli as labels_cli
+    from shared import receipt_cli
 
     parser = argparse.ArgumentParser(
         prog="labeldp", description="Feature-oblivious label differential privacy, two parties."
@@ -33,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     labels_cli.register_serve(services)
     features_cli.register_serve(services)
     labels_cli.register_commands(commands)
+    receipt_cli.register_commands(commands)
     demo_cli.register_commands(commands)
     return parser
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from features_party.config import FEATURES_TOKEN_ENV, PUBLISHER_TOKEN_ENV, Settings
 from shared.errors import InvalidParameterError
@@ -33,6 +34,19 @@ def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignor
     parser.add_argument(
         "--max-body-mb", type=int, default=256, help="largest accepted request body (MiB)"
     )
+    parser.add_argument(
+        "--labels-public-key",
+        default=None,
+        help="pin the labels party's receipt key (PEM/base64 file; default: "
+        "$LABELDP_LABELS_PUBLIC_KEY): train only on messages whose signed receipt verifies",
+    )
+    parser.add_argument(
+        "--labels-ca-file",
+        default=None,
+        help="CA certificate to trust for an https labels party ($LABELDP_LABELS_CA_FILE)",
+    )
+    parser.add_argument("--tls-cert", default=None, help="serve https: certificate chain (PEM)")
+    parser.add_argument("--tls-key", default=None, help="serve https: private key (PEM)")
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=serve)
 
@@ -51,6 +65,10 @@ def serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             max_body_bytes=args.max_body_mb * 1024 * 1024,
+            labels_public_key=Path(args.labels_public_key) if args.labels_public_key else None,
+            labels_ca_file=Path(args.labels_ca_file) if args.labels_ca_file else None,
+            tls_cert=Path(args.tls_cert) if args.tls_cert else None,
+            tls_key=Path(args.tls_key) if args.tls_key else None,
         )
     except InvalidParameterError as exc:
         print(f"labeldp serve features: {exc}", file=sys.stderr)
@@ -62,5 +80,7 @@ def serve(args: argparse.Namespace) -> int:
         port=settings.port,
         log_level=args.log_level,
         access_log=False,
+        ssl_certfile=settings.tls_cert,
+        ssl_keyfile=settings.tls_key,
     )
     return 0

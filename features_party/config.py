@@ -13,6 +13,8 @@ from shared.errors import InvalidParameterError
 
 FEATURES_TOKEN_ENV = "LABELDP_FEATURES_TOKEN"
 PUBLISHER_TOKEN_ENV = "LABELDP_PUBLISHER_TOKEN"
+LABELS_PUBLIC_KEY_ENV = "LABELDP_LABELS_PUBLIC_KEY"
+LABELS_CA_FILE_ENV = "LABELDP_LABELS_CA_FILE"
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -47,6 +49,14 @@ class Settings:
     pull_retry: RetryPolicy = field(default_factory=RetryPolicy)
     pull_timeout: float = 120.0
     sync_batch: int = 200_000
+    # The labels party's pinned receipt key(s) (shared.receipt.load_public_keys); when set, a
+    # job trains only on a message whose signed receipt verifies and names it.
+    labels_public_key: Path | None = None
+    # https to the labels party: trust only this CA (shared.tls); None: the system's CAs.
+    labels_ca_file: Path | None = None
+    # Serve TLS with this certificate chain and key (both or neither).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.labels_url.startswith(("http://", "https://")):
@@ -71,6 +81,12 @@ class Settings:
             raise InvalidParameterError(f"max_body_bytes ({self.max_body_bytes}) must be >= 1024")
         if not (math.isfinite(self.pull_timeout) and self.pull_timeout > 0):
             raise InvalidParameterError(f"pull_timeout ({self.pull_timeout}) must be > 0")
+        if self.labels_public_key is not None:
+            from shared.receipt import load_public_keys
+
+            load_public_keys(self.labels_public_key)  # refuse to start with an unusable pin
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise InvalidParameterError("tls_cert and tls_key go together (give both or neither)")
 
     @property
     def database_url(self) -> str:
@@ -87,7 +103,15 @@ class Settings:
         port: int = 8002,
         **extra: object,
     ) -> Settings:
-        """Settings from CLI values, falling back to the environment for the two tokens."""
+        """Settings from CLI values, falling back to the environment for the tokens and the key."""
+        for name, env in (
+            ("labels_public_key", LABELS_PUBLIC_KEY_ENV),
+            ("labels_ca_file", LABELS_CA_FILE_ENV),
+            ("tls_cert", "LABELDP_TLS_CERT"),
+            ("tls_key", "LABELDP_TLS_KEY"),
+        ):
+            if extra.get(name) is None and os.environ.get(env):
+                extra[name] = Path(os.environ[env])
         return cls(
             db_path=Path(db_path),
             labels_url=labels_url,

@@ -5,10 +5,17 @@ exponential back-off) and stored byte for byte; later jobs read the stored copy 
 again (format version, lengths, finiteness and the body sha256: ``shared.message.decode_binary``).
 A message whose body does not match its sha256, whose format version is unknown, or which is
 for another dataset or release is refused and never stored.
+
+With a pinned labels-party key (``Settings.labels_public_key``), every job also fetches the
+release's signed receipt and refuses the message (``shared.receipt.ReceiptError``; a new message
+is then not stored) unless the signature verifies under a pinned key and the receipt names this
+message: release, dataset, body sha256, n, mechanism and the epsilons it ran at. Without a pin,
+nothing is checked beyond the sha256 (as before receipts existed).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import numpy as np
@@ -19,6 +26,8 @@ from features_party.db.models import StoredMessage
 from shared.client import LabelsPartyClient
 from shared.errors import IntegrityError
 from shared.message import BINARY_MEDIA_TYPE, MessageHeader, decode_binary
+from shared.receipt import check_header, load_public_keys
+from shared.receipt import verify as verify_receipt
 
 log = logging.getLogger("features_party.pull")
 
@@ -30,6 +39,7 @@ def labels_client(settings: Settings, *, timeout: float | None = None) -> Labels
         token=settings.labels_token,
         retry=settings.pull_retry,
         timeout=timeout or settings.pull_timeout,
+        ca_file=settings.labels_ca_file,
     )
 
 
@@ -58,10 +68,13 @@ def pull_message(
     if stored is not None:
         header, ids, labels = stored
         _check_dataset(header, dataset)
+        check_receipt(settings, header)
         return header, ids, labels, False
     with labels_client(settings) as client:
         pulled = client.download_message(release_id, binary=True)
     _check_dataset(pulled.header, dataset)
+    binary = pulled.media_type == BINARY_MEDIA_TYPE
+    check_receipt(settings, pulled.header, raw=pulled.raw if binary else None)
     if pulled.media_type != BINARY_MEDIA_TYPE:
         # Keep one encoding on disk: re-encode is not needed because decode already verified;
         # store the JSON-derived content in binary form for uniform loading.
@@ -88,6 +101,24 @@ def pull_message(
         pulled.header.body_sha256,
     )
     return pulled.header, pulled.example_ids, pulled.noisy_labels, True
+
+
+def check_receipt(settings: Settings, header: MessageHeader, *, raw: bytes | None = None) -> None:
+    """With a pinned key: the release's receipt verifies and names this message (else raise).
+
+    ``raw``: the binary encoding as pulled, whose sha256 the receipt must state too (it covers
+    the whole header: parameters, histogram, mean).
+    """
+    if settings.labels_public_key is None:
+        return
+    keys = load_public_keys(settings.labels_public_key)
+    with labels_client(settings) as client:
+        receipt = client.receipt(header.release_id)
+    body = verify_receipt(receipt, keys)
+    check_header(
+        body, header, binary_sha256=None if raw is None else hashlib.sha256(raw).hexdigest()
+    )
+    log.info("receipt of release %s verified (key %s)", header.release_id, body["key_id"])
 
 
 def _check_dataset(header: MessageHeader, dataset: str) -> None:

@@ -30,6 +30,8 @@ def register_serve(services: Any) -> None:
     parser.add_argument(
         "--tokens-file", type=Path, help='JSON {"advertiser": .., "publisher": .., "operator": ..}'
     )
+    parser.add_argument("--tls-cert", type=Path, help="serve https: certificate chain (PEM)")
+    parser.add_argument("--tls-key", type=Path, help="serve https: private key (PEM)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     parser.set_defaults(func=serve)
 
@@ -48,6 +50,9 @@ def register_commands(commands: Any) -> None:
     _add_db_arguments(export)
     export.add_argument("--out", type=Path, help="output file (default: standard output)")
     export.set_defaults(func=export_command)
+    from labels_party import keys_cli
+
+    keys_cli.register_commands(commands)
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -67,12 +72,21 @@ def serve(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
-        settings = Settings.from_env(database_url=_url(args), tokens_file=args.tokens_file)
+        tls = {key: getattr(args, key) for key in ("tls_cert", "tls_key") if getattr(args, key)}
+        settings = Settings.from_env(database_url=_url(args), tokens_file=args.tokens_file, **tls)
     except InvalidParameterError as exc:
         print(f"labeldp serve labels: {exc}", file=sys.stderr)
         return 2
     app = create_app(settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        workers=1,
+        ssl_certfile=settings.tls_cert,
+        ssl_keyfile=settings.tls_key,
+    )
     return 0
 
 

@@ -22,6 +22,9 @@ ROLES: tuple[Role, ...] = ("advertiser", "publisher", "operator")
 DEFAULT_MAX_BODY_BYTES = 1 << 30  # bulk CSV / NDJSON / text streams: ~30 million labels
 DEFAULT_MAX_JSON_BYTES = 64 << 20  # JSON documents are parsed whole, so keep them smaller
 MIN_RECOMMENDED_TOKEN_CHARS = 16
+# A served process's default request rate per token (``Settings`` built in code: off).
+DEFAULT_RATE_LIMIT = 50.0
+DEFAULT_RATE_BURST = 500
 
 log = logging.getLogger("labels_party")
 
@@ -162,6 +165,14 @@ class Settings:
     debug_commit_delay: float = 0.0
     # Seconds a writer waits for SQLite's write lock before giving up (503).
     lock_timeout: float = 120.0
+    # The receipt signing key (labels_party.receipts); None: next to the SQLite database.
+    signing_key_path: Path | None = None
+    # Serve TLS with this certificate chain and key (both or neither; uvicorn's ssl_*file).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # Per bearer token (labels_party.api.limits): sustained requests per second and burst; 0 off.
+    rate_limit: float = 0.0
+    rate_burst: int = 0
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -169,6 +180,10 @@ class Settings:
         for name in ("max_body_bytes", "max_json_bytes", "release_concurrency"):
             if getattr(self, name) < 1:
                 raise InvalidParameterError(f"{name} ({getattr(self, name)}) must be >= 1")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise InvalidParameterError("tls_cert and tls_key go together (give both or neither)")
+        if self.rate_limit > 0 and self.rate_burst < 1:
+            raise InvalidParameterError(f"rate_burst ({self.rate_burst}) must be >= 1")
 
     @classmethod
     def from_env(
@@ -199,6 +214,13 @@ class Settings:
             "release_concurrency": _env_int(env, "LABELDP_RELEASE_CONCURRENCY", 2, minimum=1),
             "warmup": env.get("LABELDP_WARMUP", "1") not in ("0", "false", "no"),
             "debug_commit_delay": _env_float(env, "LABELDP_DEBUG_COMMIT_DELAY", 0.0),
+            "signing_key_path": Path(env["LABELDP_SIGNING_KEY"])
+            if env.get("LABELDP_SIGNING_KEY")
+            else None,
+            "tls_cert": Path(env["LABELDP_TLS_CERT"]) if env.get("LABELDP_TLS_CERT") else None,
+            "tls_key": Path(env["LABELDP_TLS_KEY"]) if env.get("LABELDP_TLS_KEY") else None,
+            "rate_limit": _env_float(env, "LABELDP_RATE_LIMIT", DEFAULT_RATE_LIMIT),
+            "rate_burst": _env_int(env, "LABELDP_RATE_BURST", DEFAULT_RATE_BURST, minimum=1),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -19,13 +19,16 @@ from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labels_party import schemas
-from labels_party.api import errors
+from labels_party.api import errors, limits
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
+from labels_party.api.routes import audit as audit_routes
 from labels_party.api.routes import datasets, examples, health, labels, ledger, releases
+from labels_party.api.routes import receipts as receipt_routes
 from labels_party.config import Settings
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.metrics import Metrics
+from labels_party.receipts import KeyStore, ReceiptService, default_key_path
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
 from shared.message import LabelMessage
 
@@ -92,6 +95,8 @@ def create_app(
     db = Database(engine, lock_timeout=settings.lock_timeout)
     create_schema(engine)
     metrics = Metrics()
+    keys = KeyStore(db, settings.signing_key_path or default_key_path(settings.database_url))
+    keys.ensure()  # the signing key is created on first start
     services = Services(
         settings=settings,
         db=db,
@@ -104,6 +109,7 @@ def create_app(
         ),
         metrics=metrics,
         token_table=tuple((role, token.encode("utf-8")) for role, token in settings.tokens.items()),
+        receipts=ReceiptService(db, keys),
     )
 
     @asynccontextmanager
@@ -121,13 +127,19 @@ def create_app(
     )
     app.state.services = services
     errors.install(app)
-    for module in (datasets, examples, labels, releases, ledger, health):
+    routers = (datasets, examples, labels, releases, ledger, health, receipt_routes, audit_routes)
+    for module in routers:
         app.include_router(module.router)
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=settings.max_body_bytes,
         max_json_bytes=settings.max_json_bytes,
+        endpoint_limit=limits.endpoint_limit,
     )
+    if settings.rate_limit > 0:
+        app.add_middleware(
+            limits.RateLimitMiddleware, rate=settings.rate_limit, burst=settings.rate_burst
+        )
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.add_middleware(errors.CatchAllMiddleware)  # outermost: nothing escapes the app
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

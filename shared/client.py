@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import json
 import math
+import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import quote
 
@@ -37,6 +39,7 @@ from shared.message import (
     decode_binary,
     from_json_message,
 )
+from shared.tls import client_context
 
 # --------------------------------------------------------------------------------------------
 # Errors and retry policy
@@ -151,13 +154,20 @@ class _ServiceClient:
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        ca_file: str | Path | None = None,
     ) -> None:
+        """``ca_file``: trust only this CA for https (a private CA, ``shared.tls``)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        verify: ssl.SSLContext | bool = True if ca_file is None else client_context(ca_file)
         self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=verify,
         )
 
     def close(self) -> None:
@@ -374,6 +384,16 @@ class LabelsPartyClient(_ServiceClient):
             content=text.encode("utf-8"),
             headers={"Content-Type": "text/plain"},
         )
+
+    def receipt(self, release_id: str) -> dict[str, Any]:
+        """The release's signed receipt (verify it with ``shared.receipt.verify``)."""
+        return self._json(  # type: ignore[no-any-return]
+            "GET", f"/v1/releases/{_segment(release_id)}/receipt", idempotent=True
+        )
+
+    def public_keys(self) -> list[dict[str, Any]]:
+        """The labels party's published receipt keys (current and retired)."""
+        return self._json("GET", "/v1/keys", idempotent=True)["keys"]  # type: ignore[no-any-return]
 
     def download_message(self, release_id: str, *, binary: bool = True) -> PulledMessage:
         """``GET /v1/releases/{id}/message``; the content is verified before it is returned."""

@@ -55,13 +55,19 @@ def where(exc: BaseException) -> str:
 
 
 async def send_json(
-    send: Send, status: int, content: dict[str, Any], *, close: bool = False
+    send: Send,
+    status: int,
+    content: dict[str, Any],
+    *,
+    close: bool = False,
+    extra_headers: Iterable[tuple[bytes, bytes]] = (),
 ) -> None:
     """Answer from a middleware with a JSON body (``close``: ask the client to hang up)."""
     body = json.dumps(content).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
+        *extra_headers,
     ]
     if close:
         headers.append((b"connection", b"close"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -31,10 +32,19 @@ class BodyLimitMiddleware:
     would be garbage or, worse, be misread.
     """
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_json_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        max_json_bytes: int,
+        endpoint_limit: Callable[[str, str], int | None] | None = None,
+    ) -> None:
+        """``endpoint_limit(method, path)``: an endpoint's own, smaller limit (or None)."""
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.max_json_bytes = max_json_bytes
+        self.endpoint_limit = endpoint_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -47,6 +57,8 @@ class BodyLimitMiddleware:
             return
         kind = media_type(headers.get(b"content-type", b"").decode("latin-1"))
         limit = self.max_json_bytes if kind in ("application/json", "") else self.max_body_bytes
+        own = self.endpoint_limit(scope["method"], scope["path"]) if self.endpoint_limit else None
+        limit = limit if own is None else min(limit, own)
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             too_large = http_errors.error_shape(_too_large(limit), [("body", "too large")])

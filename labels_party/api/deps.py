@@ -14,6 +14,7 @@ from labels_party.config import Role, Settings
 from labels_party.db.engine import Database
 from labels_party.errors import BadInputError, FieldError
 from labels_party.metrics import Metrics
+from labels_party.receipts import ReceiptService
 from labels_party.releases import ReleaseService
 
 
@@ -35,6 +36,7 @@ class Services:
     releases: ReleaseService
     metrics: Metrics
     token_table: tuple[tuple[Role, bytes], ...]
+    receipts: ReceiptService | None = None
 
 
 def get_services(request: Request) -> Services:

@@ -120,3 +120,53 @@ ledger = Table(
     Column("prev_hash", String(64), nullable=False),
     Column("entry_hash", String(64), nullable=False),
 )
+
+# Release receipts (labels_party.receipts): the Ed25519 public keys that ever signed one (the
+# private key is a 0600 file, never in the database) and each release's signed receipt.
+signing_keys = Table(
+    "signing_keys",
+    metadata,
+    Column("key_id", String(32), primary_key=True),
+    Column("algorithm", String(16), nullable=False),
+    Column("public_key", Text, nullable=False),  # base64 of the raw 32-byte key
+    Column("created", String(40), nullable=False),
+    Column("retired", String(40), nullable=True),  # NULL for the key that signs now
+)
+
+receipts = Table(
+    "receipts",
+    metadata,
+    Column("release_id", String(40), ForeignKey("releases.id"), primary_key=True),
+    Column("key_id", String(32), nullable=False),
+    Column("receipt", Text, nullable=False),  # the signed receipt as canonical JSON
+    Column("signed_at", String(40), nullable=False),
+)
+
+# Operator trails (labels_party.trails): releases refused or failed after the request was
+# accepted (the request's public fields and the error text the caller got), and every message
+# download (who, which release, when, which encoding, how many bytes went out).
+release_audit = Table(
+    "release_audit",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("time", String(40), nullable=False),
+    Column("actor_role", String(16), nullable=False),
+    Column("dataset", String(200), nullable=False),
+    Column("request", Text, nullable=False),  # canonical JSON of the request's public fields
+    Column("status", Integer, nullable=False),  # the HTTP status the caller got
+    Column("error_class", String(64), nullable=False),
+    Column("detail", Text, nullable=False),  # the error text the caller got
+    Column("errors", Text, nullable=False),  # JSON [{field, message}] the caller got
+)
+
+access_log = Table(
+    "access_log",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("time", String(40), nullable=False),
+    Column("actor_role", String(16), nullable=False),
+    Column("release_id", String(40), nullable=False),
+    Column("encoding", String(64), nullable=False),
+    Column("bytes", BigInteger, nullable=True),  # NULL until the download completed
+    Column("completed", SmallInteger, nullable=False),
+)

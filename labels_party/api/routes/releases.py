@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Path, Request, Response
@@ -14,6 +15,7 @@ from labels_party.api.body import parse_model, require_json
 from labels_party.api.deps import Advertiser, AnyRole, MessageReader, ServicesDep
 from labels_party.api.errors import engine_field
 from labels_party.api.routes import json_body_doc
+from labels_party.api.routes.audit import release_recorder
 from labels_party.api.routes.datasets import NamePath
 from labels_party.errors import BadInputError, FieldError, NotAcceptableError
 from labels_party.schemas import (
@@ -23,6 +25,7 @@ from labels_party.schemas import (
     ReleasePreview,
     ReleasePublic,
 )
+from labels_party.trails import audited, logged_download
 from shared.errors import InvalidParameterError
 from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE
 
@@ -67,15 +70,17 @@ async def create_release(
             return await run_in_threadpool(
                 services.releases.preview, dataset=name, request=request_
             )
-        meta = await run_in_threadpool(
-            services.releases.create, dataset=name, request=request_, actor_role=role
-        )
+        create = partial(services.releases.create, dataset=name, request=request_, actor_role=role)
+        recorder = release_recorder(services, role=role, dataset=name, request=request_)
+        meta = await run_in_threadpool(audited, create, recorder)  # refusals leave a trace
     except InvalidParameterError as exc:  # the engine refused a parameter: name the field
         field = engine_field(str(exc))
         if field == "epsilon_histogram" and body.epsilon_histogram is None:
             field = "epsilon"  # the default split of epsilon made the histogram's share
         raise BadInputError(str(exc), [FieldError(field=field, message=str(exc))]) from None
     services.metrics.release(meta["mechanism"])
+    if services.receipts is not None:  # sign now from the stored rows (else on first request)
+        await run_in_threadpool(services.receipts.sign_after_release, meta["id"])
     return meta
 
 
@@ -156,12 +161,15 @@ def get_message(
         "Cache-Control": "no-store",
         "Vary": "Accept",
     }
+    chunks = rel.iter_binary if kind == BINARY_MEDIA_TYPE else rel.iter_json
+    body = logged_download(  # the operator's access log: who pulled which message, when
+        services.db,
+        chunks(services.db, message),
+        actor_role=role,
+        release_id=release_id,
+        encoding=kind,
+    )
     if kind == BINARY_MEDIA_TYPE:
         headers["Content-Length"] = str(message.size)
         headers["ETag"] = f'"{message.binary_sha256}"'
-        return StreamingResponse(
-            rel.iter_binary(services.db, message), media_type=BINARY_MEDIA_TYPE, headers=headers
-        )
-    return StreamingResponse(
-        rel.iter_json(services.db, message), media_type=JSON_MEDIA_TYPE, headers=headers
-    )
+    return StreamingResponse(body, media_type=kind, headers=headers)

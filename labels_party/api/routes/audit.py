@@ -1,0 +1,92 @@
+"""The operator's trails (``labels_party.trails``): refused releases and message downloads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+from sqlalchemy.exc import OperationalError
+
+from labels_party import trails
+from labels_party.api import errors
+from labels_party.api.deps import Operator, Services, ServicesDep
+from labels_party.db.models import access_log, release_audit
+from labels_party.errors import FieldError, ServiceError
+from shared import epsilon as amounts
+from shared.errors import BudgetExceededError, InvalidParameterError
+from shared.http_errors import internal_error_body
+
+router = APIRouter(prefix="/v1", tags=["audit"])
+
+
+def caller_view(exc: BaseException, *, histogram_share_given: bool) -> tuple[int, dict[str, Any]]:
+    """The status and body the caller gets for ``exc`` from ``POST .../releases``.
+
+    Mirrors the handlers of ``labels_party.api.errors`` and the release route's mapping of an
+    engine ``InvalidParameterError`` to 422 (tested against the real responses).
+    """
+    if isinstance(exc, ServiceError):
+        status = next((code for cls, code in errors.STATUS.items() if isinstance(exc, cls)), 400)
+        found = exc.errors
+        if not found:
+            field = next(
+                (f for cls, f in errors.DEFAULT_FIELD.items() if isinstance(exc, cls)), "request"
+            )
+            found = [FieldError(field=field, message=exc.detail)]
+        return status, errors.error_body(exc.detail, found)
+    if isinstance(exc, BudgetExceededError):
+        left = f"only {amounts.text(exc.left)} of the budget is left"
+        return 409, errors.error_body(str(exc), [FieldError(field="epsilon", message=left)])
+    if isinstance(exc, InvalidParameterError):
+        field = errors.engine_field(str(exc))
+        if field == "epsilon_histogram" and not histogram_share_given:
+            field = "epsilon"
+        return 422, errors.error_body(str(exc), [FieldError(field=field, message=str(exc))])
+    if isinstance(exc, OperationalError) and "locked" in str(exc.orig):
+        busy = FieldError(field="database", message="busy; retry later")
+        return 503, errors.error_body("the database is busy; retry later", [busy])
+    return 500, internal_error_body()
+
+
+def release_recorder(services: Services, *, role: str, dataset: str, request: Any) -> Any:
+    """An ``on_error`` for ``trails.audited`` that records a failed release for the operator."""
+
+    def record(exc: BaseException) -> None:
+        status, body = caller_view(exc, histogram_share_given=request.epsilon_histogram is not None)
+        trails.record_refusal(
+            services.db,
+            actor_role=role,
+            dataset=dataset,
+            request=trails.public_request(request),
+            status=status,
+            error_class=type(exc).__name__,
+            body=body,
+        )
+
+    return record
+
+
+@router.get("/audit")
+def get_audit(
+    role: Operator,
+    services: ServicesDep,
+    after: int = Query(default=0, ge=0, le=2**63 - 1, description="entries with seq > after"),
+    limit: int = Query(default=100, ge=1, le=1000),
+) -> Any:
+    """Releases refused or failed after acceptance: who, when, what was asked, what they got."""
+    result = trails.page(services.db, release_audit, after=after, limit=limit)
+    result["entries"] = [trails.public_refusal(row) for row in result["entries"]]
+    return result
+
+
+@router.get("/access-log")
+def get_access_log(
+    role: Operator,
+    services: ServicesDep,
+    after: int = Query(default=0, ge=0, le=2**63 - 1, description="entries with seq > after"),
+    limit: int = Query(default=100, ge=1, le=1000),
+) -> Any:
+    """Every message download: role, release id, time, encoding, bytes sent, completed."""
+    result = trails.page(services.db, access_log, after=after, limit=limit)
+    result["entries"] = [trails.public_access(row) for row in result["entries"]]
+    return result

@@ -1,0 +1,78 @@
+"""``labeldp keys rotate|public``: the labels party's receipt-signing key (labels_party.receipts).
+
+``rotate`` writes a new private key (0600) over the key file and retires the old public key,
+which ``GET /v1/keys`` keeps publishing; a running service signs with the new key from its next
+receipt on (it reads the key file at each signature). ``public`` prints the current public key
+as PEM, the file the features party pins (``--labels-public-key``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from shared.errors import InvalidParameterError
+
+
+def register_commands(commands: Any) -> None:
+    """Add ``labeldp keys rotate`` and ``labeldp keys public``."""
+    from labels_party.cli import _add_db_arguments
+
+    parser = commands.add_parser("keys", help="the labels party's receipt-signing key")
+    sub = parser.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    for name, text, func in (
+        ("rotate", "replace the signing key (old public keys stay published)", rotate_command),
+        ("public", "print the current public key (PEM) for the features party to pin", public),
+    ):
+        action = sub.add_parser(name, help=text)
+        _add_db_arguments(action)
+        action.add_argument(
+            "--signing-key", type=Path, help="key file (default: next to the SQLite database)"
+        )
+        action.set_defaults(func=func)
+
+
+def _store(args: argparse.Namespace) -> Any:
+    import os
+
+    from labels_party.cli import _url
+    from labels_party.db.engine import Database, create_schema, make_engine
+    from labels_party.receipts import KeyStore, default_key_path
+
+    if args.db is not None and not args.db.is_file():
+        raise FileNotFoundError(f"no database at {args.db}")
+    url = _url(args)
+    engine = make_engine(url)
+    create_schema(engine)
+    path = args.signing_key or (
+        Path(os.environ["LABELDP_SIGNING_KEY"])
+        if os.environ.get("LABELDP_SIGNING_KEY")
+        else default_key_path(url)
+    )
+    return KeyStore(Database(engine), path)
+
+
+def rotate_command(args: argparse.Namespace) -> int:
+    try:
+        keys = _store(args)
+        old, new = keys.rotate()
+    except (FileNotFoundError, InvalidParameterError) as exc:
+        print(f"labeldp keys rotate: {exc}", file=sys.stderr)
+        return 2
+    print(f"signing key {keys.path}: now {new}" + (f" (retired {old})" if old else ""))
+    return 0
+
+
+def public(args: argparse.Namespace) -> int:
+    from shared import receipt as rc
+
+    try:
+        keys = _store(args)
+        keys.ensure()
+        print(rc.public_pem(keys.current().public_key()), end="")
+    except (FileNotFoundError, InvalidParameterError) as exc:
+        print(f"labeldp keys public: {exc}", file=sys.stderr)
+        return 2
+    return 0

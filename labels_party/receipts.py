@@ -1,0 +1,265 @@
+"""The labels party's release receipts: its signing key, key rotation, and signing from storage.
+
+The private Ed25519 key lives in one file (default ``labels-signing-key.pem`` next to the SQLite
+database), created on first start with mode 0600 and refused if group or others may read it.
+Every public key that ever signed is recorded in the ``signing_keys`` table and published by
+``GET /v1/keys``; rotation (``labeldp keys rotate``) writes a new private key over the file and
+retires the previous public key, which stays published, so older receipts stay verifiable.
+
+A receipt is signed from what is stored (the release row and its ledger entries), once: right
+after the release is committed, or on its first request for a release made before there were
+keys (or whose signing failed). The signed receipt is stored and served unchanged afterwards.
+See ``shared.receipt`` for the format.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from datetime import UTC, datetime
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import insert, select, update
+from sqlalchemy.engine import make_url
+
+from labels_party import ledger
+from labels_party.db.engine import Database
+from labels_party.db.models import ledger as ledger_table
+from labels_party.db.models import receipts, signing_keys
+from labels_party.releases import release_metadata
+from shared import epsilon as amounts
+from shared import receipt as rc
+from shared.errors import InvalidParameterError
+
+log = logging.getLogger("labels_party")
+
+DEFAULT_KEY_FILE = "labels-signing-key.pem"
+
+
+def default_key_path(database_url: str) -> Path:
+    """Next to the SQLite file; in the working directory for another database."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database:
+        return Path(url.database).resolve().parent / DEFAULT_KEY_FILE
+    return Path(DEFAULT_KEY_FILE).resolve()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def product_version() -> str:
+    try:
+        return importlib_metadata.version("labeldp")
+    except importlib_metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _write_private(path: Path, key: Ed25519PrivateKey) -> None:
+    """Write ``key`` as PEM with mode 0600, atomically (a temporary file, then rename)."""
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, pem)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+
+def _read_private(path: Path) -> Ed25519PrivateKey:
+    mode = path.stat().st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise InvalidParameterError(
+            f"signing key {path} is accessible by group or others (mode {mode & 0o777:o}); "
+            f"run: chmod 600 {path}"
+        )
+    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InvalidParameterError(f"signing key {path} is not an Ed25519 private key")
+    return key
+
+
+class KeyStore:
+    """The signing key file and the table of published public keys."""
+
+    def __init__(self, db: Database, path: Path) -> None:
+        self._db = db
+        self.path = path
+
+    def ensure(self) -> str:
+        """Create the key file if missing, register its public key; returns its key id."""
+        if not self.path.exists():
+            _write_private(self.path, Ed25519PrivateKey.generate())
+            log.info("created the receipt signing key %s", self.path)
+        return self._register(_read_private(self.path))
+
+    def current(self) -> Ed25519PrivateKey:
+        """The key that signs now (read from its file each time, so a rotation takes effect)."""
+        key = _read_private(self.path)
+        self._register(key)
+        return key
+
+    def rotate(self) -> tuple[str, str]:
+        """Replace the signing key; returns (retired key id or "", new key id)."""
+        old = rc.key_id(_read_private(self.path).public_key()) if self.path.exists() else ""
+        _write_private(self.path, Ed25519PrivateKey.generate())
+        return old, self.ensure()
+
+    def _register(self, key: Ed25519PrivateKey) -> str:
+        """Record the public key as current (others retired); idempotent."""
+        public = key.public_key()
+        kid = rc.key_id(public)
+        with self._db.read() as conn:
+            rows = {
+                row.key_id: row.retired
+                for row in conn.execute(select(signing_keys.c.key_id, signing_keys.c.retired))
+            }
+        if (
+            kid in rows
+            and rows[kid] is None
+            and all(retired is not None for other, retired in rows.items() if other != kid)
+        ):
+            return kid
+        now = _now()
+        with self._db.write() as conn:
+            present = conn.execute(
+                select(signing_keys.c.key_id).where(signing_keys.c.key_id == kid)
+            ).first()
+            if present is None:
+                conn.execute(
+                    insert(signing_keys).values(
+                        key_id=kid,
+                        algorithm=rc.ALGORITHM,
+                        public_key=rc.public_b64(public),
+                        created=now,
+                        retired=None,
+                    )
+                )
+            else:
+                conn.execute(
+                    update(signing_keys).where(signing_keys.c.key_id == kid).values(retired=None)
+                )
+            conn.execute(
+                update(signing_keys)
+                .where(signing_keys.c.key_id != kid, signing_keys.c.retired.is_(None))
+                .values(retired=now)
+            )
+        return kid
+
+    def published(self) -> list[dict[str, Any]]:
+        """Every public key that ever signed, current first, as ``GET /v1/keys`` shows them."""
+        with self._db.read() as conn:
+            rows = conn.execute(select(signing_keys).order_by(signing_keys.c.created)).all()
+        out = []
+        for row in rows:
+            public = rc.from_b64(row.public_key)
+            out.append(
+                {
+                    "key_id": row.key_id,
+                    "algorithm": row.algorithm,
+                    "public_key": row.public_key,
+                    "public_key_pem": rc.public_pem(public),
+                    "status": "current" if row.retired is None else "retired",
+                    "created": row.created,
+                    "retired": row.retired,
+                }
+            )
+        out.sort(key=lambda item: item["status"] != "current")
+        return out
+
+
+class ReceiptService:
+    """Signs each release's receipt once, from the stored release and ledger rows."""
+
+    def __init__(self, db: Database, keys: KeyStore) -> None:
+        self._db = db
+        self.keys = keys
+
+    def get(self, release_id: str) -> dict[str, Any]:
+        """The stored signed receipt, signing it now if it has none (404 for an unknown id)."""
+        with self._db.read() as conn:
+            stored = conn.execute(
+                select(receipts.c.receipt).where(receipts.c.release_id == release_id)
+            ).scalar()
+        if stored is not None:
+            return json.loads(stored)  # type: ignore[no-any-return]
+        payload = self.payload(release_id)
+        signed = rc.sign(payload, self.keys.current())
+        with self._db.write() as conn:  # first signer wins; a concurrent second one is dropped
+            stored = conn.execute(
+                select(receipts.c.receipt).where(receipts.c.release_id == release_id)
+            ).scalar()
+            if stored is not None:
+                return json.loads(stored)  # type: ignore[no-any-return]
+            conn.execute(
+                insert(receipts).values(
+                    release_id=release_id,
+                    key_id=signed["key_id"],
+                    receipt=rc.canonical(signed).decode("ascii"),
+                    signed_at=payload["signed_at"],
+                )
+            )
+        return signed
+
+    def sign_after_release(self, release_id: str) -> None:
+        """Sign right after a release; a failure is logged (the receipt is signed on request)."""
+        try:
+            self.get(release_id)
+        except Exception as exc:  # noqa: BLE001 - the release is committed; never fail it here
+            log.error("could not sign the receipt of %s: %s", release_id, type(exc).__name__)
+
+    def payload(self, release_id: str) -> dict[str, Any]:
+        """What the receipt of ``release_id`` states, from the stored rows (public data only)."""
+        meta = release_metadata(self._db, release_id)  # 404 for an unknown release
+        with self._db.read() as conn:
+            entries = [
+                dict(entry._mapping)
+                for entry in conn.execute(
+                    select(ledger_table)
+                    .where(ledger_table.c.release_id == release_id)
+                    .order_by(ledger_table.c.seq)
+                )
+            ]
+        delta = amounts.add(amounts.ZERO, *(ledger.delta(entry) for entry in entries))
+        return {
+            "receipt_version": rc.RECEIPT_VERSION,
+            **{
+                key: meta[key]
+                for key in (
+                    "dataset",
+                    "mechanism",
+                    "requested_mechanism",
+                    "params",
+                    "epsilon1",
+                    "epsilon2",
+                    "epsilon",
+                    "n",
+                    "message_sha256",
+                    "binary_sha256",
+                    "binary_size",
+                )
+            },
+            "release_id": meta["id"],
+            "delta": "0" if delta == 0 else amounts.text(delta),
+            "ledger_entries": [
+                {"seq": int(e["seq"]), "kind": e["kind"], "entry_hash": e["entry_hash"]}
+                for e in entries
+            ],
+            "released_at": meta["created"],
+            "signed_at": _now(),
+            "product": "labeldp",
+            "product_version": product_version(),
+        }

@@ -1,0 +1,192 @@
+"""Signed release receipts: Ed25519 signatures over canonical JSON, and their verification.
+
+A receipt is the labels party's signed statement of what one release is and what it cost: the
+dataset, the release id, the mechanism and its public parameters, the exact charges (epsilon1,
+epsilon2, their sum, delta), n, the message's body sha256 and binary sha256, the hashes of the
+ledger entries that paid for it, the product version and the times. The signed bytes are the
+canonical JSON (sorted keys, no spaces, ASCII, Python's shortest round-trip floats) of every
+field but ``signature``; ``key_id`` (the first 16 hex digits of the sha256 of the raw 32-byte
+public key) is itself signed, so a receipt cannot be re-attributed to another key.
+
+Ed25519 (RFC 8032) through the ``cryptography`` package: deterministic signatures, 32-byte keys.
+A receipt proves who said it and that nothing was changed since; it says nothing about privacy
+that the ledger does not (it is checked against the message, not instead of it).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from shared import epsilon as amounts
+from shared.errors import IntegrityError, InvalidParameterError
+
+if TYPE_CHECKING:
+    from shared.message import MessageHeader
+
+ALGORITHM = "ed25519"
+RECEIPT_VERSION = 1
+PEM_BEGIN = "-----BEGIN PUBLIC KEY-----"
+
+
+class ReceiptError(IntegrityError):
+    """A receipt whose signature, key or content does not check out."""
+
+
+def canonical(payload: Mapping[str, Any]) -> bytes:
+    """The bytes a receipt's signature covers (sorted keys, no spaces, no NaN / infinity)."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def raw_public(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def key_id(key: Ed25519PublicKey) -> str:
+    """The id a receipt names its key by: sha256 of the raw public key, first 16 hex digits."""
+    return hashlib.sha256(raw_public(key)).hexdigest()[:16]
+
+
+def public_pem(key: Ed25519PublicKey) -> str:
+    return key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode("ascii")
+
+
+def public_b64(key: Ed25519PublicKey) -> str:
+    return base64.b64encode(raw_public(key)).decode("ascii")
+
+
+def sign(payload: Mapping[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:
+    """``payload`` with ``algorithm``, ``key_id`` and its base64 ``signature`` added."""
+    body = {**payload, "algorithm": ALGORITHM, "key_id": key_id(private_key.public_key())}
+    body.pop("signature", None)
+    signature = private_key.sign(canonical(body))
+    return {**body, "signature": base64.b64encode(signature).decode("ascii")}
+
+
+def verify(receipt: Mapping[str, Any], keys: Mapping[str, Ed25519PublicKey]) -> dict[str, Any]:
+    """The receipt without its signature if it verifies under one of ``keys`` (by key id).
+
+    Raises :class:`ReceiptError` naming what failed: the shape, an unknown key, the signature.
+    """
+    if not isinstance(receipt, Mapping):
+        raise ReceiptError("a receipt must be a JSON object")
+    body = {key: value for key, value in receipt.items() if key != "signature"}
+    signature = receipt.get("signature")
+    if not isinstance(signature, str):
+        raise ReceiptError("the receipt has no signature")
+    if body.get("algorithm") != ALGORITHM:
+        raise ReceiptError(f"the receipt's algorithm is not {ALGORITHM}")
+    kid = body.get("key_id")
+    key = keys.get(kid) if isinstance(kid, str) else None
+    if key is None:
+        raise ReceiptError(f"the receipt is signed by key {kid!r}, which is not a pinned key")
+    try:
+        raw_signature = base64.b64decode(signature, validate=True)
+        key.verify(raw_signature, canonical(body))
+    except (InvalidSignature, binascii.Error, ValueError):
+        raise ReceiptError("the receipt's signature does not verify") from None
+    return body
+
+
+def load_public_keys(path: str | Path) -> dict[str, Ed25519PublicKey]:
+    """The Ed25519 public keys in a file, by key id.
+
+    Accepted: PEM ``PUBLIC KEY`` blocks (several pin several keys), lines of base64 raw 32-byte
+    keys, or the JSON of ``GET /v1/keys``. Raises :class:`InvalidParameterError` otherwise.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidParameterError(f"cannot read public key file {path}: {exc}") from None
+    keys: list[Ed25519PublicKey] = []
+    try:
+        if text.lstrip().startswith("{"):
+            keys = [from_b64(item["public_key"]) for item in json.loads(text)["keys"]]
+        elif PEM_BEGIN in text:
+            for block in text.split(PEM_BEGIN)[1:]:
+                key = serialization.load_pem_public_key((PEM_BEGIN + block).encode("ascii"))
+                if not isinstance(key, Ed25519PublicKey):
+                    raise ValueError("not an Ed25519 key")
+                keys.append(key)
+        else:
+            keys = [from_b64(line.strip()) for line in text.splitlines() if line.strip()]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidParameterError(
+            f"public key file {path} holds no valid Ed25519 public key ({exc})"
+        ) from None
+    if not keys:
+        raise InvalidParameterError(f"public key file {path} holds no public key")
+    return {key_id(key): key for key in keys}
+
+
+def from_b64(text: str) -> Ed25519PublicKey:
+    """An Ed25519 public key from the base64 of its raw 32 bytes."""
+    raw = base64.b64decode(text, validate=True)
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def check_header(
+    receipt: Mapping[str, Any], header: MessageHeader, *, binary_sha256: str | None = None
+) -> None:
+    """:func:`check_matches` on a message header (and its binary encoding's sha256, if given)."""
+    check_matches(
+        receipt,
+        release_id=header.release_id,
+        dataset=header.dataset,
+        message_sha256=header.body_sha256,
+        n=header.n,
+        mechanism=header.mechanism,
+        epsilon1=header.epsilon1,
+        epsilon2=header.epsilon2,
+        binary_sha256=binary_sha256,
+    )
+
+
+def check_matches(
+    receipt: Mapping[str, Any],
+    *,
+    release_id: str,
+    dataset: str,
+    message_sha256: str,
+    n: int,
+    mechanism: str,
+    epsilon1: float,
+    epsilon2: float,
+    binary_sha256: str | None = None,
+) -> None:
+    """Raise :class:`ReceiptError` unless the (verified) receipt is about this message.
+
+    The header's epsilons are the floats the steps ran at: each the largest float not above the
+    exact charge the receipt states (``shared.epsilon.float_at_most``).
+    """
+    expected: dict[str, Any] = {
+        "release_id": release_id,
+        "dataset": dataset,
+        "message_sha256": message_sha256,
+        "n": n,
+        "mechanism": mechanism,
+    }
+    if binary_sha256 is not None:
+        expected["binary_sha256"] = binary_sha256
+    for name, value in expected.items():
+        if receipt.get(name) != value:
+            raise ReceiptError(f"the receipt's {name} does not match the message")
+    for name, ran_at in (("epsilon1", epsilon1), ("epsilon2", epsilon2)):
+        try:
+            charged = amounts.float_at_most(Decimal(str(receipt.get(name))))
+        except (ArithmeticError, ValueError):
+            raise ReceiptError(f"the receipt's {name} is not a decimal amount") from None
+        if charged != ran_at:
+            raise ReceiptError(f"the receipt's {name} does not match the message")

@@ -1,0 +1,67 @@
+"""``labeldp receipt verify RECEIPT.json --public-key KEYFILE [--message FILE]``.
+
+Exit 0 when the receipt's signature verifies under a key of KEYFILE (and, with ``--message``,
+the message file is the one the receipt names); 1 when it does not; 2 for unusable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from shared import receipt as rc
+from shared.errors import IntegrityError, InvalidParameterError
+from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE, MAGIC
+
+
+def register_commands(commands: Any) -> None:
+    """Add ``labeldp receipt verify``."""
+    parser = commands.add_parser("receipt", help="check a labels party's signed release receipt")
+    sub = parser.add_subparsers(dest="receipt_command", required=True, metavar="ACTION")
+    verify = sub.add_parser("verify", help="verify a receipt's signature (and a message file)")
+    verify.add_argument("receipt", type=Path, help="the receipt JSON (GET .../receipt)")
+    verify.add_argument(
+        "--public-key", type=Path, required=True, help="PEM or base64 public key(s) to trust"
+    )
+    verify.add_argument(
+        "--message", type=Path, help="a downloaded message (binary or JSON) the receipt must name"
+    )
+    verify.set_defaults(func=verify_command)
+
+
+def check_message_file(receipt: dict[str, Any], path: Path) -> None:
+    """Raise ``IntegrityError`` unless the file is the (intact) message the receipt names."""
+    from shared.client import parse_message
+
+    raw = path.read_bytes()
+    binary = raw.startswith(MAGIC)
+    header, _ids, _labels = parse_message(raw, BINARY_MEDIA_TYPE if binary else JSON_MEDIA_TYPE)
+    rc.check_header(
+        receipt, header, binary_sha256=hashlib.sha256(raw).hexdigest() if binary else None
+    )
+
+
+def verify_command(args: argparse.Namespace) -> int:
+    try:
+        keys = rc.load_public_keys(args.public_key)
+        receipt = json.loads(args.receipt.read_text(encoding="utf-8"))
+    except (InvalidParameterError, OSError, ValueError) as exc:
+        print(f"labeldp receipt verify: {exc}", file=sys.stderr)
+        return 2
+    try:
+        body = rc.verify(receipt, keys)
+        if args.message is not None:
+            check_message_file(body, args.message)
+    except (IntegrityError, OSError) as exc:
+        print(f"INVALID: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"OK: release {body.get('release_id')} of dataset {body.get('dataset')}, epsilon "
+        f"{body.get('epsilon')} (epsilon1 {body.get('epsilon1')}, "
+        f"epsilon2 {body.get('epsilon2')}), signed by key {body['key_id']}"
+    )
+    return 0

@@ -1,0 +1,148 @@
+"""The features party with a pinned labels-party key: it trains only on a verified receipt.
+
+Against a REAL labels-party process (its key file sits next to its database).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from features_party.db.models import StoredMessage
+from shared import receipt as rc
+from shared.errors import InvalidParameterError
+from tests.features_party.conftest import TamperingProxy, wait_job
+from tests.features_party.test_flow import count_messages, prepare
+
+pytestmark = pytest.mark.integration
+
+
+def pin(labels_party: Any, path: Path) -> Path:
+    """The labels party's current public key, written where the publisher pins it."""
+    (current,) = [
+        k for k in labels_party.client("publisher").public_keys() if k["status"] == "current"
+    ]
+    path.write_text(current["public_key_pem"])
+    return path
+
+
+def train(features: Any, dataset: str, release_id: str) -> dict[str, Any]:
+    created = features.post(
+        "/v1/models",
+        json={"dataset": dataset, "release_id": release_id, "model": "ridge", "seed": 1},
+    )
+    assert created.status_code == 202, created.text
+    return wait_job(features, created.json()["id"])
+
+
+def test_a_pinned_key_admits_a_verified_release(labels_party, features_factory, tmp_path) -> None:
+    features = features_factory(labels_public_key=pin(labels_party, tmp_path / "labels.pub"))
+    _, _, _, release = prepare(labels_party, features, "rcpt_ok", n=200)
+    job = train(features, "rcpt_ok", release.id)
+    assert job["status"] == "succeeded", job["error"]
+    assert count_messages(features) == 1
+
+
+def test_another_key_is_refused_and_nothing_is_stored(
+    labels_party, features_factory, tmp_path
+) -> None:
+    other = tmp_path / "other.pub"
+    other.write_text(rc.public_pem(Ed25519PrivateKey.generate().public_key()))
+    features = features_factory(labels_public_key=other)
+    _, _, _, release = prepare(labels_party, features, "rcpt_other", n=200)
+    job = train(features, "rcpt_other", release.id)
+    assert job["status"] == "failed"
+    assert "ReceiptError" in job["error"] and "not a pinned key" in job["error"]
+    assert count_messages(features) == 0
+
+
+class ReceiptTamperer(TamperingProxy):
+    """Relays everything; changes one field of every receipt (the signature no longer fits)."""
+
+    def __init__(self, upstream: str, field: str, value: Any) -> None:
+        super().__init__(upstream)
+        handler = self.server.RequestHandlerClass
+        proxy = self
+
+        def do_get(request: Any) -> None:
+            answer = httpx.get(
+                proxy.upstream + request.path,
+                headers={k: v for k, v in request.headers.items() if k.lower() != "host"},
+            )
+            content = answer.content
+            if request.path.endswith("/receipt") and answer.status_code == 200:
+                content = json.dumps({**answer.json(), field: value}).encode()
+                proxy.tampered += 1
+            request.send_response(answer.status_code)
+            request.send_header("content-type", answer.headers.get("content-type", ""))
+            request.send_header("content-length", str(len(content)))
+            request.end_headers()
+            request.wfile.write(content)
+
+        handler.do_GET = do_get  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("epsilon", "0.001"), ("n", 1), ("signature", "AAAA")]
+)
+def test_a_tampered_receipt_is_refused(
+    labels_party, features_factory: Callable[..., Any], tmp_path, field: str, value: Any
+) -> None:
+    key = pin(labels_party, tmp_path / "labels.pub")
+    name = f"rcpt_t_{field}"
+    direct = features_factory(labels_public_key=key)
+    _, _, _, release = prepare(labels_party, direct, name, n=200)
+    with ReceiptTamperer(labels_party.url, field, value) as proxy:
+        features = features_factory(labels_url=proxy.url, labels_public_key=key)
+        job = train(features, name, release.id)
+        assert proxy.tampered >= 1
+    assert job["status"] == "failed"
+    assert "ReceiptError" in job["error"]
+    with features.app.state.sessions() as session:
+        assert session.get(StoredMessage, release.id) is None
+
+
+def test_a_receipt_for_another_message_is_refused(labels_party, features_factory, tmp_path) -> None:
+    """A valid receipt of release B served for release A: signature fine, content does not match."""
+    key = pin(labels_party, tmp_path / "labels.pub")
+    direct = features_factory(labels_public_key=key)
+    _, _, _, first = prepare(labels_party, direct, "rcpt_swap", n=200)
+    second = labels_party.client("advertiser").create_release("rcpt_swap", epsilon=1.0)
+    swapped = labels_party.client("publisher").receipt(second.id)
+
+    class Swapper(ReceiptTamperer):
+        pass
+
+    with Swapper(labels_party.url, "x", None) as proxy:
+        handler = proxy.server.RequestHandlerClass
+        original = handler.do_GET
+
+        def do_get(request: Any) -> None:
+            if request.path.endswith("/receipt"):
+                content = json.dumps(swapped).encode()
+                request.send_response(200)
+                request.send_header("content-type", "application/json")
+                request.send_header("content-length", str(len(content)))
+                request.end_headers()
+                request.wfile.write(content)
+                return
+            original(request)
+
+        handler.do_GET = do_get  # type: ignore[attr-defined]
+        features = features_factory(labels_url=proxy.url, labels_public_key=key)
+        job = train(features, "rcpt_swap", first.id)
+    assert job["status"] == "failed"
+    assert "release_id does not match" in job["error"]
+
+
+def test_an_unusable_pin_is_refused_at_start(features_factory, tmp_path) -> None:
+    bad = tmp_path / "bad.pub"
+    bad.write_text("not a key")
+    with pytest.raises(InvalidParameterError, match="public key"):
+        features_factory(labels_public_key=bad)

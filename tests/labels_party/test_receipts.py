@@ -1,0 +1,230 @@
+"""Signed release receipts through the real app: content, tampering, the CLI, key rotation."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labels_party.receipts import DEFAULT_KEY_FILE
+from shared import receipt as rc
+from shared.errors import InvalidParameterError
+from shared.message import BINARY_MEDIA_TYPE
+from shared.receipt_cli import check_message_file
+from tests.labels_party.conftest import (
+    ADV,
+    OPS,
+    PUB,
+    create_dataset,
+    ledger_rows,
+    put_labels,
+    register,
+    release,
+)
+
+IDS = [f"e{i:03d}" for i in range(60)]
+
+
+def released(client: Any, name: str = "ds", **body: Any) -> dict[str, Any]:
+    if client.get(f"/v1/datasets/{name}", headers=OPS).status_code == 404:
+        create_dataset(client, name)
+        register(client, name, IDS)
+        assert (
+            put_labels(client, name, [(i, float(k)) for k, i in enumerate(IDS)]).status_code == 200
+        )
+    response = release(client, name, **body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def keys_of(client: Any) -> dict[str, Any]:
+    listed = client.get("/v1/keys", headers=PUB)
+    assert listed.status_code == 200
+    return {item["key_id"]: rc.from_b64(item["public_key"]) for item in listed.json()["keys"]}
+
+
+def labeldp(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "demo.labeldp", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_receipt_states_the_release_and_its_ledger_entries(client: Any, db_path: Path) -> None:
+    meta = released(client, epsilon="0.7", epsilon_histogram="0.2")
+    answer = client.get(f"/v1/releases/{meta['id']}/receipt", headers=PUB)
+    assert answer.status_code == 200
+    receipt = answer.json()
+    body = rc.verify(receipt, keys_of(client))
+    assert body["release_id"] == meta["id"] and body["dataset"] == "ds"
+    assert (body["epsilon1"], body["epsilon2"], body["epsilon"]) == ("0.2", "0.5", "0.7")
+    assert body["delta"] == "0" and body["n"] == len(IDS)
+    assert body["mechanism"] == meta["mechanism"] and body["params"] == meta["params"]
+    assert body["message_sha256"] == meta["message_sha256"]
+    assert body["binary_sha256"] == meta["binary_sha256"]
+    entries = [e for e in ledger_rows(db_path) if e["release_id"] == meta["id"]]
+    assert body["ledger_entries"] == [
+        {"seq": e["seq"], "kind": e["kind"], "entry_hash": e["entry_hash"]} for e in entries
+    ]
+    assert body["product"] == "labeldp" and body["product_version"]
+    # Signed once (right after the release): every request returns the same bytes.
+    again = client.get(f"/v1/releases/{meta['id']}/receipt", headers=ADV).json()
+    assert again == receipt
+    # The message the publisher pulls is the one the receipt names.
+    pulled = client.get(
+        f"/v1/releases/{meta['id']}/message", headers={**PUB, "Accept": BINARY_MEDIA_TYPE}
+    )
+    message = db_path.parent / "message.bin"
+    message.write_bytes(pulled.content)
+    check_message_file(body, message)
+
+
+def test_receipts_need_a_token_and_a_known_release(client: Any) -> None:
+    meta = released(client)
+    assert client.get(f"/v1/releases/{meta['id']}/receipt").status_code == 401
+    assert client.get("/v1/keys").status_code == 401
+    missing = client.get("/v1/releases/rel_" + "0" * 24 + "/receipt", headers=OPS)
+    assert missing.status_code == 404 and missing.json()["errors"][0]["field"] == "id"
+    assert client.get("/v1/releases/nope/receipt", headers=OPS).status_code == 422
+
+
+def test_tampered_message_body_fails_against_the_receipt(client: Any, tmp_path: Path) -> None:
+    meta = released(client)
+    body = rc.verify(
+        client.get(f"/v1/releases/{meta['id']}/receipt", headers=PUB).json(), keys_of(client)
+    )
+    for accept in (BINARY_MEDIA_TYPE, "application/json"):
+        raw = bytearray(
+            client.get(
+                f"/v1/releases/{meta['id']}/message", headers={**PUB, "Accept": accept}
+            ).content
+        )
+        path = tmp_path / "m"
+        path.write_bytes(bytes(raw))
+        check_message_file(body, path)
+        raw[-5] ^= 0x01  # inside the last noisy label / its last digits
+        path.write_bytes(bytes(raw))
+        with pytest.raises(rc.IntegrityError):
+            check_message_file(body, path)
+
+
+def test_cli_verify_exit_codes(client: Any, db_path: Path, tmp_path: Path) -> None:
+    meta = released(client)
+    receipt = client.get(f"/v1/releases/{meta['id']}/receipt", headers=PUB).json()
+    ((kid, key),) = keys_of(client).items()
+    pin = tmp_path / "labels.pub"
+    pin.write_text(rc.public_pem(key))
+    good = tmp_path / "receipt.json"
+    good.write_text(json.dumps(receipt))
+    message = tmp_path / "message.bin"
+    message.write_bytes(
+        client.get(
+            f"/v1/releases/{meta['id']}/message", headers={**PUB, "Accept": BINARY_MEDIA_TYPE}
+        ).content
+    )
+    ok = labeldp(
+        "receipt", "verify", str(good), "--public-key", str(pin), "--message", str(message)
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert meta["id"] in ok.stdout and kid in ok.stdout
+
+    bad = tmp_path / "tampered.json"
+    bad.write_text(json.dumps({**receipt, "epsilon": "0.5"}))
+    tampered = labeldp("receipt", "verify", str(bad), "--public-key", str(pin))
+    assert tampered.returncode == 1 and "INVALID" in tampered.stderr
+
+    other = tmp_path / "other.pub"
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    other.write_text(rc.public_pem(Ed25519PrivateKey.generate().public_key()))
+    assert labeldp("receipt", "verify", str(good), "--public-key", str(other)).returncode == 1
+
+    changed = bytearray(message.read_bytes())
+    changed[-5] ^= 1
+    message.write_bytes(bytes(changed))
+    args = ("receipt", "verify", str(good), "--public-key", str(pin), "--message", str(message))
+    assert labeldp(*args).returncode == 1
+    assert (
+        labeldp(
+            "receipt", "verify", str(tmp_path / "nope.json"), "--public-key", str(pin)
+        ).returncode
+        == 2
+    )
+
+
+def test_rotation_keeps_old_receipts_verifiable(
+    make_client: Callable[..., Any], db_path: Path, tmp_path: Path
+) -> None:
+    client = make_client()
+    first = released(client)
+    old_receipt = client.get(f"/v1/releases/{first['id']}/receipt", headers=PUB).json()
+    key_file = db_path.parent / DEFAULT_KEY_FILE
+    rotated = labeldp("keys", "rotate", "--db", str(db_path))
+    assert rotated.returncode == 0, rotated.stderr
+    assert old_receipt["key_id"] in rotated.stdout
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    # The running service signs its next receipt with the new key.
+    second = released(client)
+    new_receipt = client.get(f"/v1/releases/{second['id']}/receipt", headers=PUB).json()
+    assert new_receipt["key_id"] != old_receipt["key_id"]
+    listed = client.get("/v1/keys", headers=OPS).json()["keys"]
+    assert [(k["key_id"], k["status"]) for k in listed] == [
+        (new_receipt["key_id"], "current"),
+        (old_receipt["key_id"], "retired"),
+    ]
+    published = keys_of(client)
+    for receipt in (old_receipt, new_receipt):
+        rc.verify(receipt, published)
+    # The stored receipt is served unchanged after the rotation.
+    assert client.get(f"/v1/releases/{first['id']}/receipt", headers=PUB).json() == old_receipt
+    # A publisher pinned only to the new key refuses the old receipt, and vice versa.
+    with pytest.raises(rc.ReceiptError, match="not a pinned key"):
+        rc.verify(old_receipt, {new_receipt["key_id"]: published[new_receipt["key_id"]]})
+    # `keys public` prints the current key, the one to pin.
+    pem = labeldp("keys", "public", "--db", str(db_path))
+    pin = tmp_path / "pin.pem"
+    pin.write_text(pem.stdout)
+    assert list(rc.load_public_keys(pin)) == [new_receipt["key_id"]]
+
+
+def test_a_release_made_before_keys_existed_is_signed_on_first_request(
+    make_client: Callable[..., Any], db_path: Path
+) -> None:
+    client = make_client()
+    meta = released(client)
+    # Make the database look like one written before receipts: no keys, no receipts, no file.
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        conn.execute("DROP TABLE receipts")
+        conn.execute("DROP TABLE signing_keys")
+        conn.commit()
+    (db_path.parent / DEFAULT_KEY_FILE).unlink()
+    upgraded = make_client()  # first start of the new version: creates the key and the tables
+    receipt = upgraded.get(f"/v1/releases/{meta['id']}/receipt", headers=PUB)
+    assert receipt.status_code == 200
+    body = rc.verify(receipt.json(), keys_of(upgraded))
+    assert (
+        body["message_sha256"] == meta["message_sha256"] and body["released_at"] == meta["created"]
+    )
+    assert body["signed_at"] > body["released_at"]
+
+
+def test_key_file_is_owner_only_and_a_readable_one_is_refused(
+    make_client: Callable[..., Any], db_path: Path
+) -> None:
+    make_client()
+    key_file = db_path.parent / DEFAULT_KEY_FILE
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    os.chmod(key_file, 0o644)
+    with pytest.raises(InvalidParameterError, match="chmod 600"):
+        make_client()
