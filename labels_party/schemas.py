@@ -42,6 +42,13 @@ class DatasetCreate(BaseModel):
         description="total epsilon all releases may spend (a JSON number or a decimal string, "
         "kept as an exact decimal)",
     )
+    delta_budget: Decimal = Field(
+        default=Decimal(0),
+        ge=0,
+        lt=1,
+        description="total delta the (epsilon, delta) model releases (ePTR) may spend, in "
+        "[0, 1); default 0: no delta may be spent (a JSON number or a decimal string)",
+    )
 
 
 class ReleaseOptions(BaseModel):
@@ -197,6 +204,9 @@ class DatasetPublic(BaseModel):
     epsilon_budget: str = Field(description="exact decimal")
     epsilon_spent: str = Field(description="exact decimal")
     epsilon_left: str = Field(description="exact decimal")
+    delta_budget: str = Field(default="0", description="exact decimal")
+    delta_spent: str = Field(default="0", description="exact decimal")
+    delta_left: str = Field(default="0", description="exact decimal")
     state: Literal["open", "released"]
     n_examples: int
     n_labels: int | None = Field(default=None, description="advertiser only")
@@ -242,7 +252,7 @@ class LedgerEntry(BaseModel):
     time: str
     dataset: str
     release_id: str | None
-    kind: Literal["dataset", "histogram", "randomizer"]
+    kind: Literal["dataset", "histogram", "randomizer", "model"]
     mechanism: str | None
     epsilon: str = Field(description="exact decimal")
     delta: str | None = Field(default=None, description="exact decimal, (epsilon, delta) spends")
