@@ -1,0 +1,80 @@
+"""Schema migrations of both services' databases with Alembic: upgrade to head on start.
+
+Each service keeps its revisions next to its tables (``labels_party/db/migrations``,
+``features_party/db/migrations``); revision 0001 of each is the schema of the last release
+written before Alembic (commit e1a89f1), so a database that release wrote (it has the tables
+but no ``alembic_version``) is stamped at 0001 and then upgraded like any other. The upgrade runs
+in ONE transaction on the caller's connection (SQLite DDL is transactional): a failed migration
+leaves the database as it was.
+
+:func:`schema_drift` compares a database with the tables the code declares (Alembic's
+autogenerate comparison): the tests run it on a database built by the migrations alone, so a
+table or column declared without its revision fails them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, MetaData, inspect
+
+BASELINE = "0001"
+
+
+def config(script_location: Path, connection: Connection | None = None) -> Config:
+    """An Alembic config for ``script_location`` (no ini file), bound to ``connection``."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(script_location))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head(script_location: Path) -> str:
+    """The head revision of a migrations directory."""
+    revision = ScriptDirectory.from_config(config(script_location)).get_current_head()
+    assert revision is not None
+    return revision
+
+
+def current(connection: Connection) -> str | None:
+    """The revision a database is at (None: never migrated)."""
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade(connection: Connection, script_location: Path, *, legacy_table: str) -> str | None:
+    """Upgrade the database of ``connection`` (inside its transaction) to head.
+
+    A database without ``alembic_version`` that has ``legacy_table`` was written before
+    Alembic: it is stamped at the baseline first. Returns the revision it started from.
+    """
+    start = current(connection)
+    cfg = config(script_location, connection)
+    if start is None and inspect(connection).has_table(legacy_table):
+        command.stamp(cfg, BASELINE)
+        start = BASELINE
+    command.upgrade(cfg, "head")
+    return start
+
+
+def run_env(target_metadata: MetaData) -> None:
+    """The body of each ``env.py``: run the migrations on the connection handed over."""
+    from alembic import context
+
+    connection = context.config.attributes.get("connection")
+    if connection is None:
+        raise RuntimeError("migrations run through shared.migrations.upgrade (a connection)")
+    context.configure(connection=connection, target_metadata=target_metadata)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def schema_drift(connection: Connection, metadata: MetaData) -> list[Any]:
+    """Differences between the database and ``metadata`` (empty when they agree)."""
+    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    return list(compare_metadata(context, metadata))
