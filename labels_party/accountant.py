@@ -159,7 +159,7 @@ def spend(
     charges: Iterable[Charge],
     *,
     time: str,
-    release_id: str,
+    release_id: str | None,
     actor_role: str,
     message_sha256: str,
 ) -> Budget:

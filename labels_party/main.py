@@ -23,9 +23,11 @@ from labels_party.api import errors
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
 from labels_party.api.routes import datasets, examples, health, labels, ledger, releases
+from labels_party.api.routes import model_releases as model_release_routes
 from labels_party.config import Settings
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.metrics import Metrics
+from labels_party.model_releases import ModelReleaseService
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
 from shared.message import LabelMessage
 
@@ -120,9 +122,11 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.services = services
+    app.state.model_releases = ModelReleaseService(db, rng_factory=rng_factory)
     errors.install(app)
     for module in (datasets, examples, labels, releases, ledger, health):
         app.include_router(module.router)
+    app.include_router(model_release_routes.router)
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=settings.max_body_bytes,

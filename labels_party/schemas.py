@@ -279,3 +279,42 @@ class ErrorBody(BaseModel):
 
     detail: str
     errors: list[FieldErrorBody] = []
+
+
+class ModelParams(BaseModel):
+    """Public parameters of a model release (which ones each estimator needs: API.md)."""
+
+    model_config = _STRICT
+
+    intercept: bool | None = Field(default=None, description="ols: add a constant column")
+    bandwidth: float | None = Field(default=None, gt=0, description="nw: Gaussian kernel sigma")
+    queries: list[list[float]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="nw: the public query points, one value per feature column",
+    )
+    r_x: float | None = Field(default=None, gt=0, description="eptr ols/bayes: feature radius")
+    r_theta: float | None = Field(default=None, gt=0, description="eptr ols: coefficient radius")
+    r_f: float | None = Field(default=None, gt=0, description="eptr nw: label radius")
+    c0: float | None = Field(default=None, gt=0, description="eptr: the SaLBo constant")
+    n_classes: int | None = Field(default=None, ge=2, le=64, description="bayes: classes")
+
+
+class ModelReleaseCreate(BaseModel):
+    """``POST /v1/datasets/{name}/model-releases``: fit and release one model."""
+
+    model_config = _STRICT
+
+    estimator: Literal["ols", "nw", "bayes"]
+    privacy: Literal["label", "eptr"]
+    epsilon: Decimal = Field(gt=0, description="exact decimal charged")
+    delta: Decimal | None = Field(
+        default=None, gt=0, lt=1, description="eptr only: exact decimal in (0, 1) charged"
+    )
+    params: ModelParams = Field(default_factory=ModelParams)
+    public_features: str | None = Field(
+        default=None,
+        pattern=r"^pf_[0-9a-f]{24}$",
+        description="the feature set (default: the dataset's latest upload)",
+    )
