@@ -176,6 +176,7 @@ class VerifyReport:
     entries: int = 0
     head_hash: str = GENESIS_HASH
     spent: dict[str, Decimal] = field(default_factory=dict)
+    delta_spent: dict[str, Decimal] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -280,6 +281,7 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
             problems.append(
                 f"dataset {name!r}: spent {_text(spent)} exceeds the budget {_text(budget)}"
             )
+        report.delta_spent[name] = amounts.add(*delta_spends.get(name, []))
         problems.extend(_check_delta(name, row, params, delta_spends.get(name, [])))
     for name in set(spends) | set(created):
         if name not in stored:

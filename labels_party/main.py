@@ -151,6 +151,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         schemas.ExamplesBatch,
         schemas.LabelsBatch,
         schemas.ReleaseCreate,
+        schemas.ModelReleaseCreate,
         schemas.ErrorBody,
         LabelMessage,
     ]

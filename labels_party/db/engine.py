@@ -76,6 +76,19 @@ def create_schema(engine: Engine) -> None:
             migrations.upgrade(conn, MIGRATIONS, legacy_table="ledger")
 
 
+def schema_behind(engine: Engine) -> str | None:
+    """Why the database is not at the migrations' head (None when it is): for read-only tools."""
+    with engine.connect() as conn:
+        revision = migrations.current(conn)
+    head = migrations.head(MIGRATIONS)
+    if revision == head:
+        return None
+    return (
+        f"the database schema is at revision {revision or 'none (written before Alembic)'}, "
+        f"not {head}: start the service on it once (it upgrades the schema), then retry"
+    )
+
+
 class Database:
     """The engine plus an in-process writer lock (fair queueing before SQLite's own lock)."""
 

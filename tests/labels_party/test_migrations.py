@@ -62,6 +62,16 @@ def test_the_fixture_is_the_previous_release(tmp_path: Path) -> None:
     engine.dispose()
 
 
+def test_verify_refuses_a_database_not_yet_upgraded(tmp_path: Path) -> None:
+    """labeldp ledger verify never migrates: it says to start the service first (exit 2)."""
+    path = _copy(tmp_path)
+    before = path.read_bytes()
+    done = cli("ledger", "verify", "--db", str(path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "written before Alembic" in done.stderr and "start the service" in done.stderr
+    assert path.read_bytes() == before
+
+
 def test_previous_release_upgrades_and_its_ledger_still_verifies(
     tmp_path: Path, make_client: Any, db_path: Path
 ) -> None:

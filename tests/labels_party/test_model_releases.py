@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -13,7 +14,8 @@ from sqlalchemy import func, select
 from labels_party import ledger
 from labels_party.db.models import public_feature_sets
 from shared.model_message import ModelMessage, verify_model
-from tests.labels_party.conftest import ADV, OPS, PUB, create_dataset, put_labels, register
+from shared.rng import SystemRandom
+from tests.labels_party.conftest import ADV, OPS, PUB, cli, create_dataset, put_labels, register
 
 N = 300
 TRUE_COEF = np.array([10.0, -5.0, 50.0])  # x1, x2, intercept
@@ -321,3 +323,29 @@ def test_no_public_features_is_a_conflict(client: Any) -> None:
     register(client, "bare", ["a", "b"])
     answer = model_release(client, "bare", estimator="ols", privacy="label", epsilon="1")
     assert answer.status_code == 409 and answer.json()["errors"][0]["field"] == "dataset"
+
+
+def test_cli_verify_reports_both_totals(client: Any, db_path: Any) -> None:
+    setup_dataset(client)
+    body = {"estimator": "ols", "privacy": "eptr", "epsilon": "0.25", "delta": "0.0001"}
+    assert model_release(client, **body, params=GOOD_EPTR).status_code == 201
+    done = cli("ledger", "verify", "--db", str(db_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dataset ds: epsilon spent 0.25\ndataset ds: delta spent 0.0001\n" in done.stdout
+
+
+def test_openapi_documents_model_releases(client: Any) -> None:
+    spec = client.get("/openapi.json").json()
+    for path in (
+        "/v1/datasets/{name}/public-features",
+        "/v1/datasets/{name}/model-releases",
+        "/v1/model-releases/{model_release_id}",
+    ):
+        assert path in spec["paths"], path
+    refs = set(re.findall(r'"#/components/schemas/([^"]+)"', json.dumps(spec)))
+    assert "ModelReleaseCreate" in refs and refs <= set(spec["components"]["schemas"])
+
+
+def test_production_model_randomness_is_the_os_csprng(make_client: Any) -> None:
+    client = make_client(seed=None)
+    assert isinstance(client.app.state.model_releases._rng_factory(), SystemRandom)
