@@ -4,8 +4,9 @@ Each service keeps its revisions next to its tables (``labels_party/db/migration
 ``features_party/db/migrations``); revision 0001 of each is the schema of the last release
 written before Alembic (commit e1a89f1), so a database that release wrote (it has the tables
 but no ``alembic_version``) is stamped at 0001 and then upgraded like any other. The upgrade runs
-in ONE transaction on the caller's connection (SQLite DDL is transactional): a failed migration
-leaves the database as it was.
+in ONE transaction on the caller's connection (SQLite DDL is transactional when the connection
+issues BEGIN itself, as the labels party's engine and :func:`upgrade_url` do; pysqlite's default
+would commit each DDL statement alone): a failed migration leaves the database as it was.
 
 :func:`schema_drift` compares a database with the tables the code declares (Alembic's
 autogenerate comparison): the tests run it on a database built by the migrations alone, so a
@@ -22,7 +23,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, MetaData, inspect
+from sqlalchemy import Connection, MetaData, create_engine, event, inspect
+from sqlalchemy.engine import make_url
 
 BASELINE = "0001"
 
@@ -60,6 +62,30 @@ def upgrade(connection: Connection, script_location: Path, *, legacy_table: str)
         start = BASELINE
     command.upgrade(cfg, "head")
     return start
+
+
+def upgrade_url(url: str, script_location: Path, *, legacy_table: str) -> str | None:
+    """:func:`upgrade` on a connection of its own, in one BEGIN IMMEDIATE transaction on SQLite.
+
+    For a service whose engine leaves transactions to pysqlite (the features party): a short-
+    lived engine with SQLAlchemy's documented pysqlite recipe (we emit BEGIN ourselves).
+    """
+    engine = create_engine(url)
+    if make_url(url).get_backend_name() == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _no_implicit(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    try:
+        with engine.begin() as conn:
+            return upgrade(conn, script_location, legacy_table=legacy_table)
+    finally:
+        engine.dispose()
 
 
 def run_env(target_metadata: MetaData) -> None:

@@ -29,8 +29,7 @@ def make_engine(url: str) -> Engine:
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
 
-    with engine.begin() as conn:
-        migrations.upgrade(conn, MIGRATIONS, legacy_table="feature_datasets")
+    migrations.upgrade_url(url, MIGRATIONS, legacy_table="feature_datasets")
     return engine
 
 

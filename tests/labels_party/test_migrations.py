@@ -150,10 +150,7 @@ def test_a_database_the_stop_gap_extended_is_upgraded_too(tmp_path: Path) -> Non
     engine.dispose()
 
 
-def test_a_failed_migration_changes_nothing(tmp_path: Path, monkeypatch: Any) -> None:
-    """The upgrade is one transaction: a revision that fails midway leaves the old schema."""
-    path = _copy(tmp_path)
-    before = path.read_bytes()
+def _fail_after_upgrading(monkeypatch: Any) -> None:
     real = migrations.command.upgrade
 
     def upgrade_then_fail(cfg: Any, revision: str) -> None:
@@ -161,16 +158,41 @@ def test_a_failed_migration_changes_nothing(tmp_path: Path, monkeypatch: Any) ->
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(migrations.command, "upgrade", upgrade_then_fail)
+
+
+def _tables_and_columns(path: Path) -> set[tuple[str, str]]:
+    with sqlite3.connect(path) as conn:
+        tables = [
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        ]
+        return {
+            (table, row[1])
+            for table in tables
+            for row in conn.execute(f"PRAGMA table_info({table})")
+        }
+
+
+def test_a_failed_migration_changes_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    """The upgrade is one transaction: a revision that fails midway leaves the old schema."""
+    path = _copy(tmp_path)
+    before = _tables_and_columns(path)
+    _fail_after_upgrading(monkeypatch)
     engine = make_engine(f"sqlite:///{path}")
     with pytest.raises(RuntimeError, match="disk full"):
         create_schema(engine)
-    with engine.connect() as conn:
-        assert migrations.current(conn) is None
     engine.dispose()
-    with sqlite3.connect(path) as conn:
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(datasets)")}
-    assert "delta_budget_exact" not in columns
-    assert len(before) > 0
+    assert _tables_and_columns(path) == before
+    assert ("datasets", "delta_budget_exact") not in before
+
+
+def test_a_failed_features_migration_changes_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    path = _copy(tmp_path, "prev_release_features.db")
+    before = _tables_and_columns(path)
+    _fail_after_upgrading(monkeypatch)
+    with pytest.raises(RuntimeError, match="disk full"):
+        features_engine.make_engine(f"sqlite:///{path}")
+    assert _tables_and_columns(path) == before
+    assert not any(table == "model_release_messages" for table, _ in before)
 
 
 def test_features_party_previous_release_upgrades(tmp_path: Path) -> None:
