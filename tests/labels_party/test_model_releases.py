@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from labels_party import ledger
-from labels_party.db.models import public_feature_sets
+from labels_party.db.models import datasets, public_feature_sets
 from shared.model_message import ModelMessage, verify_model
 from shared.rng import SystemRandom
 from tests.labels_party.conftest import ADV, OPS, PUB, cli, create_dataset, put_labels, register
@@ -349,3 +349,31 @@ def test_openapi_documents_model_releases(client: Any) -> None:
 def test_production_model_randomness_is_the_os_csprng(make_client: Any) -> None:
     client = make_client(seed=None)
     assert isinstance(client.app.state.model_releases._rng_factory(), SystemRandom)
+
+
+def test_labels_changing_during_the_fit_are_refitted_and_charged_once(
+    client: Any, monkeypatch: Any
+) -> None:
+    """A fit whose labels changed before the write lock is discarded unseen and redone."""
+    from labels_party import model_releases
+
+    setup_dataset(client)
+    real = model_releases.fit
+    calls = []
+
+    def fit_while_labels_change(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # an ingest commits while the first fit runs (it bumps the version)
+            with client.app.state.services.db.write() as conn:
+                conn.execute(update(datasets).values(data_version=datasets.c.data_version + 1))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_releases, "fit", fit_while_labels_change)
+    answer = model_release(client, estimator="ols", privacy="label", epsilon="1")
+    assert answer.status_code == 201, answer.text
+    assert len(calls) == 2
+    with client.app.state.services.db.read() as conn:
+        kinds = [entry["kind"] for entry in ledger.entries(conn)]
+    assert kinds.count("model") == 1
+    assert client.get("/v1/datasets/ds", headers=ADV).json()["epsilon_spent"] == "1"
+    assert verify(client).ok
