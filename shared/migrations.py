@@ -104,3 +104,18 @@ def schema_drift(connection: Connection, metadata: MetaData) -> list[Any]:
     """Differences between the database and ``metadata`` (empty when they agree)."""
     context = MigrationContext.configure(connection, opts={"compare_type": True})
     return list(compare_metadata(context, metadata))
+
+
+def undeclared(connection: Connection, metadata: MetaData) -> list[str]:
+    """Tables and columns ``metadata`` declares that the database lacks (after an upgrade).
+
+    A clear start-up error instead of a missing-column error on the first request when code
+    declares a table or column without its revision.
+    """
+    out = []
+    for diff in schema_drift(connection, metadata):
+        if diff[0] == "add_table":
+            out.append(f"table {diff[1].name}")
+        elif diff[0] == "add_column":
+            out.append(f"column {diff[2]}.{diff[3].name}")
+    return out

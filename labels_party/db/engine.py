@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from labels_party.db.models import metadata
 from labels_party.errors import ServiceUnavailableError
 from shared import migrations
 
@@ -74,6 +75,12 @@ def create_schema(engine: Engine) -> None:
         conn.execution_options(**{_WRITE: True})
         with conn.begin():
             migrations.upgrade(conn, MIGRATIONS, legacy_table="ledger")
+            missing = migrations.undeclared(conn, metadata)
+    if missing:
+        raise RuntimeError(
+            "labels_party/db/models.py declares what no Alembic revision creates: "
+            f"{', '.join(missing)}; add a revision under labels_party/db/migrations/versions"
+        )
 
 
 def schema_behind(engine: Engine) -> str | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import Column, Integer, Table, create_engine
 
 from features_party.db import engine as features_engine
 from features_party.db.models import Base
@@ -47,6 +47,17 @@ def test_migrations_alone_build_exactly_the_declared_schema(tmp_path: Path) -> N
         assert migrations.current(conn) == migrations.head(MIGRATIONS)
         assert migrations.schema_drift(conn, metadata) == []
     engine.dispose()
+
+
+def test_a_table_declared_without_its_revision_stops_the_start(tmp_path: Path) -> None:
+    extra = Table("someone_elses", metadata, Column("id", Integer, primary_key=True))
+    try:
+        engine = make_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
+        with pytest.raises(RuntimeError, match="table someone_elses.*add a revision"):
+            create_schema(engine)
+        engine.dispose()
+    finally:
+        metadata.remove(extra)
 
 
 def test_the_fixture_is_the_previous_release(tmp_path: Path) -> None:
