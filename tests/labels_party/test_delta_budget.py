@@ -35,7 +35,7 @@ def _spend(client: Any, name: str, *, epsilon: str, delta: str | None) -> accoun
                 )
             ],
             time=ds.utc_now(),
-            release_id=None,  # type: ignore[arg-type]
+            release_id=None,
             actor_role="advertiser",
             message_sha256="0" * 64,
         )
