@@ -5,10 +5,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from shared.client import FeatureUploadResult
 from shared.message import EXAMPLE_ID_PATTERN
+from shared.model_message import MODEL_RELEASE_ID_PATTERN
 
 CellIn = float | int | str | bool | None
 
@@ -75,10 +83,23 @@ class SyncOut(BaseModel):
 
 class ModelCreate(_Strict):
     dataset: str = Field(pattern=DATASET_LOOKUP_PATTERN)
-    release_id: str = Field(pattern=RELEASE_ID_PATTERN, description="rel_... of the labels party")
-    model: Literal["auto", "gbm", "ridge", "mlp"] = "gbm"
+    model: Literal["auto", "gbm", "ridge", "mlp", "released"] = "gbm"
+    release_id: str | None = Field(
+        default=None,
+        pattern=RELEASE_ID_PATTERN,
+        json_schema_extra={"pattern": RELEASE_ID_PATTERN},
+        validate_default=True,
+        description='rel_... of the labels party (every model but "released")',
+    )
     label_transform: Literal["auto", "raw", "debiased"] = "auto"
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    model_release_id: str | None = Field(
+        default=None,
+        pattern=MODEL_RELEASE_ID_PATTERN,
+        json_schema_extra={"pattern": MODEL_RELEASE_ID_PATTERN},
+        validate_default=True,
+        description='model "released" only: mrel_... of the labels party (a released model)',
+    )
 
     @field_validator("seed", mode="before")
     @classmethod
@@ -87,6 +108,19 @@ class ModelCreate(_Strict):
         # false as 0 and "3" as 3.
         if isinstance(value, bool | str):
             raise ValueError("must be a JSON integer")
+        return value
+
+    @field_validator("release_id", "model_release_id")
+    @classmethod
+    def _source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A trained model names a release_id, a released one a model_release_id: not both."""
+        released = info.data.get("model") == "released"
+        wanted = (info.field_name == "model_release_id") == released
+        if wanted and value is None:
+            raise ValueError(f"required for model {info.data.get('model', '?')!r}")
+        if not wanted and value is not None:
+            other = "release_id" if info.field_name == "model_release_id" else "model_release_id"
+            raise ValueError(f"not for model {info.data.get('model', '?')!r} (use {other})")
         return value
 
 

@@ -22,7 +22,7 @@ from sqlalchemy import Connection, update
 from labels_party import ledger
 from labels_party.db.models import datasets
 from shared import epsilon as amounts
-from shared.errors import BudgetExceededError
+from shared.errors import BudgetExceededError, InvalidParameterError, LabelDPError
 
 
 def columns(prefix: str, amount: Decimal) -> dict[str, Any]:
@@ -32,17 +32,26 @@ def columns(prefix: str, amount: Decimal) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class Budget:
-    """A dataset's budget and what its ledger has spent, exactly."""
+    """A dataset's budget and what its ledger has spent, exactly: epsilon and delta.
+
+    Basic composition holds both: the epsilons of all spends add up to at most ``budget`` and
+    their deltas to at most ``delta_budget`` (0 for a dataset created without one: no
+    (epsilon, delta) release fits).
+    """
 
     budget: Decimal
     spent: Decimal
+    delta_budget: Decimal = amounts.ZERO
+    delta_spent: Decimal = amounts.ZERO
 
     @classmethod
     def of(cls, row: Any) -> Budget:
-        """From a ``datasets`` row (or a ``DatasetRow``)."""
+        """From a ``datasets`` row (or a ``DatasetRow``); NULL delta columns read as 0."""
         return cls(
             budget=ledger.stored_amount(row.epsilon_budget_exact, row.epsilon_budget),
             spent=ledger.stored_amount(row.epsilon_spent_exact, row.epsilon_spent),
+            delta_budget=ledger.stored_amount(getattr(row, "delta_budget_exact", None), None),
+            delta_spent=ledger.stored_amount(getattr(row, "delta_spent_exact", None), None),
         )
 
     @property
@@ -50,22 +59,83 @@ class Budget:
         """What is left (never below 0)."""
         return max(amounts.subtract(self.budget, self.spent), amounts.ZERO)
 
-    def fits(self, requested: Decimal) -> bool:
-        """Whether ``requested`` more keeps the total within the budget: exact, no slack."""
-        return amounts.add(self.spent, requested) <= self.budget
+    @property
+    def delta_left(self) -> Decimal:
+        """The delta left (never below 0)."""
+        return max(amounts.subtract(self.delta_budget, self.delta_spent), amounts.ZERO)
 
-    def check(self, requested: Decimal) -> None:
-        """Raise :class:`BudgetExceededError` (spent, requested, left) unless ``requested`` fits."""
-        if not self.fits(requested):
+    def fits(self, requested: Decimal, *, delta: Decimal = amounts.ZERO) -> bool:
+        """Whether ``requested`` (and ``delta``) more keep both totals within budget: exact."""
+        return (
+            amounts.add(self.spent, requested) <= self.budget
+            and amounts.add(self.delta_spent, delta) <= self.delta_budget
+        )
+
+    def check(self, requested: Decimal, *, delta: Decimal = amounts.ZERO) -> None:
+        """Raise :class:`BudgetExceededError` (spent, requested, left) unless the spend fits.
+
+        The epsilon is checked first; a delta that does not fit raises
+        :class:`DeltaBudgetExceededError` (its ``field`` is ``"delta"``).
+        """
+        if not amounts.add(self.spent, requested) <= self.budget:
             raise BudgetExceededError(spent=self.spent, requested=requested, budget=self.budget)
+        if not amounts.add(self.delta_spent, delta) <= self.delta_budget:
+            raise DeltaBudgetExceededError(
+                spent=self.delta_spent, requested=delta, budget=self.delta_budget
+            )
+
+    def after(self, *, epsilon: Decimal, delta: Decimal = amounts.ZERO) -> Budget:
+        """This budget once ``epsilon`` and ``delta`` more are spent."""
+        return Budget(
+            budget=self.budget,
+            spent=amounts.add(self.spent, epsilon),
+            delta_budget=self.delta_budget,
+            delta_spent=amounts.add(self.delta_spent, delta),
+        )
 
     def public(self) -> dict[str, str]:
-        """Budget, spent and left as exact decimal strings."""
+        """Budget, spent and left of epsilon and delta as exact decimal strings."""
         return {
             "epsilon_budget": amounts.text(self.budget),
             "epsilon_spent": amounts.text(self.spent),
             "epsilon_left": amounts.text(self.left),
+            "delta_budget": _text(self.delta_budget),
+            "delta_spent": _text(self.delta_spent),
+            "delta_left": _text(self.delta_left),
         }
+
+
+def _text(value: Decimal) -> str:
+    return "0" if value == 0 else amounts.text(value)
+
+
+class DeltaBudgetExceededError(BudgetExceededError):
+    """An (epsilon, delta) spend whose delta does not fit the dataset's delta budget."""
+
+    field = "delta"
+
+    def __init__(self, *, spent: Decimal, requested: Decimal, budget: Decimal) -> None:
+        self.spent, self.requested, self.budget = spent, requested, budget
+        self.left = max(amounts.subtract(budget, spent), amounts.ZERO)
+        LabelDPError.__init__(
+            self,
+            f"delta budget exceeded: spent {_text(spent)}, requested {_text(requested)}, left "
+            f"{_text(self.left)} of {_text(budget)}; "
+            + (
+                f"request at most delta {_text(self.left)}, or ask the operator for a delta budget"
+                if self.left > 0
+                else "no delta is left: use label privacy (no delta), or ask the operator "
+                "for a dataset with a delta budget"
+            ),
+        )
+
+
+def exact_delta(value: Any, *, name: str = "delta") -> Decimal:
+    """A delta as an exact decimal strictly inside (0, 1) (:class:`InvalidParameterError`)."""
+    delta = amounts.exact(value, name=name)
+    if not delta < 1:
+        raise InvalidParameterError(f"{name} ({value!r}) must be in (0, 1)")
+    return delta
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +148,10 @@ class Charge:
     parameters: dict[str, Any]
     delta: Decimal | None = None
 
+    def __post_init__(self) -> None:
+        if self.delta is not None:
+            exact_delta(self.delta)
+
 
 def spend(
     conn: Connection,
@@ -85,7 +159,7 @@ def spend(
     charges: Iterable[Charge],
     *,
     time: str,
-    release_id: str,
+    release_id: str | None,
     actor_role: str,
     message_sha256: str,
 ) -> Budget:
@@ -98,7 +172,8 @@ def spend(
     items = list(charges)
     budget = Budget.of(row)
     total = amounts.add(*(charge.epsilon for charge in items))
-    budget.check(total)
+    total_delta = amounts.add(*(charge.delta for charge in items if charge.delta is not None))
+    budget.check(total, delta=total_delta)
     for charge in items:
         ledger.append(
             conn,
@@ -113,12 +188,11 @@ def spend(
             parameters=charge.parameters,
             message_sha256=message_sha256,
         )
-    after = Budget(budget=budget.budget, spent=amounts.add(budget.spent, total))
-    conn.execute(
-        update(datasets)
-        .where(datasets.c.id == row.id)
-        .values(**columns("epsilon_spent", after.spent))
-    )
+    after = budget.after(epsilon=total, delta=total_delta)
+    values = columns("epsilon_spent", after.spent)
+    if total_delta > 0:
+        values["delta_spent_exact"] = amounts.text(after.delta_spent)
+    conn.execute(update(datasets).where(datasets.c.id == row.id).values(**values))
     return after
 
 

@@ -90,12 +90,21 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+class OutdatedSchemaError(FileNotFoundError):
+    """The database exists but its schema is older than this code (not upgraded yet)."""
+
+
 def _open_existing(args: argparse.Namespace) -> Any:
-    from labels_party.db.engine import Database, make_engine
+    from labels_party.db.engine import Database, make_engine, schema_behind
 
     if args.db is not None and not args.db.is_file():
         raise FileNotFoundError(f"no database at {args.db}")
-    return Database(make_engine(_url(args)))
+    engine = make_engine(_url(args))
+    behind = schema_behind(engine)
+    if behind is not None:  # read-only tools never migrate: the service does, on start
+        engine.dispose()
+        raise OutdatedSchemaError(behind)
+    return Database(engine)
 
 
 def verify_command(args: argparse.Namespace) -> int:
@@ -116,6 +125,8 @@ def verify_command(args: argparse.Namespace) -> int:
         print(f"PROBLEM: {problem}", file=sys.stderr)
     for name, spent in sorted(report.spent.items()):
         print(f"dataset {name}: epsilon spent {amounts.text(spent)}")
+        if report.delta_spent.get(name):
+            print(f"dataset {name}: delta spent {amounts.text(report.delta_spent[name])}")
     status = "OK" if report.ok else f"FAILED ({len(report.problems)} problem(s))"
     print(f"ledger {status}: {report.entries} entries, head {report.head_hash}")
     return 0 if report.ok else 1

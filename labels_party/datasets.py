@@ -65,6 +65,8 @@ class DatasetRow:
     epsilon_spent: float
     epsilon_budget_exact: str | None
     epsilon_spent_exact: str | None
+    delta_budget_exact: str | None
+    delta_spent_exact: str | None
     state: str
     n_examples: int
     n_labels: int
@@ -85,6 +87,8 @@ class DatasetSpec:
     label_max: float
     default_label: float
     epsilon_budget: Decimal
+    # The total delta (epsilon, delta) model releases may spend; 0: none (label DP only).
+    delta_budget: Decimal = amounts.ZERO
 
     def __post_init__(self) -> None:
         errors: list[FieldError] = []
@@ -95,6 +99,13 @@ class DatasetSpec:
             errors.append(FieldError(field="epsilon_budget", message=str(exc)))
         else:
             object.__setattr__(self, "epsilon_budget", budget)
+        if self.delta_budget != 0:
+            try:
+                delta = accountant.exact_delta(self.delta_budget, name="delta_budget")
+            except InvalidParameterError as exc:
+                errors.append(FieldError(field="delta_budget", message=str(exc)))
+            else:
+                object.__setattr__(self, "delta_budget", delta)
         for field in ("label_min", "label_max", "default_label"):
             if not math.isfinite(getattr(self, field)):
                 errors.append(FieldError(field=field, message="must be a finite number"))
@@ -147,6 +158,7 @@ def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> Datas
                 default_label=spec.default_label,
                 **accountant.columns("epsilon_budget", spec.epsilon_budget),
                 **accountant.columns("epsilon_spent", amounts.ZERO),
+                **_delta_columns(spec.delta_budget),
                 state=OPEN,
                 n_examples=0,
                 n_labels=0,
@@ -165,9 +177,21 @@ def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> Datas
                 "label_max": spec.label_max,
                 "default_label": spec.default_label,
                 "epsilon_budget": amounts.text(spec.epsilon_budget),
+                **(
+                    {"delta_budget": amounts.text(spec.delta_budget)}
+                    if spec.delta_budget > 0
+                    else {}
+                ),
             },
         )
         return load(conn, spec.name)
+
+
+def _delta_columns(delta_budget: Decimal) -> dict[str, str | None]:
+    """A dataset's delta columns at creation (NULL, read as 0, when it has no delta budget)."""
+    if delta_budget == 0:
+        return {"delta_budget_exact": None, "delta_spent_exact": None}
+    return {"delta_budget_exact": amounts.text(delta_budget), "delta_spent_exact": "0"}
 
 
 def load(conn: Connection, name: str, *, for_update: bool = False) -> DatasetRow:

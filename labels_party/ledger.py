@@ -28,13 +28,23 @@ from typing import Any, TextIO
 
 from sqlalchemy import Connection, func, insert, select
 
-from labels_party.db.models import PART_HEAD, datasets, ledger, message_chunks, releases
+from labels_party.db.models import (
+    PART_HEAD,
+    datasets,
+    ledger,
+    message_chunks,
+    model_releases,
+    releases,
+)
 from shared import epsilon as amounts
 
 GENESIS_HASH = "0" * 64
 KIND_DATASET, KIND_HISTOGRAM, KIND_RANDOMIZER = "dataset", "histogram", "randomizer"
 # Entries that spend nothing: an operator's budget top-up, and archiving a dataset.
 KIND_TOPUP, KIND_ARCHIVE = "topup", "archive"
+# An (epsilon, delta) model release (labels_party.model_releases): one entry, its id in the
+# parameters (``model_release_id``), the model message's body sha256 as ``message_sha256``.
+KIND_MODEL = "model"
 COLUMNS = (
     "seq",
     "time",
@@ -192,6 +202,7 @@ class VerifyReport:
     entries: int = 0
     head_hash: str = GENESIS_HASH
     spent: dict[str, Decimal] = field(default_factory=dict)
+    delta_spent: dict[str, Decimal] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -210,6 +221,8 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
     problems = report.problems
     prev, expected_seq = GENESIS_HASH, 1
     spends: dict[str, list[Decimal]] = defaultdict(list)
+    delta_spends: dict[str, list[Decimal]] = defaultdict(list)
+    model_entries: dict[str, dict[str, Any]] = {}
     created: dict[str, dict[str, Any]] = {}
     by_release: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for entry in _iter_ledger(conn):
@@ -233,6 +246,8 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
             continue
         if entry.get("epsilon_exact") is not None and float(epsilon) != entry["epsilon"]:
             problems.append(f"entry seq {seq}: epsilon column disagrees with its exact amount")
+        if entry.get("delta_exact") is not None and not 0 < delta(entry) < 1:
+            problems.append(f"entry seq {seq}: delta is not in (0, 1)")
         kind = entry["kind"]
         if kind == KIND_DATASET:
             if entry["dataset"] in created:
@@ -261,6 +276,14 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
                 problems.append(f"entry seq {seq}: release {release_id} has two {kind} entries")
             else:
                 by_release[release_id][kind] = entry
+        elif kind == KIND_MODEL:
+            spends[entry["dataset"]].append(epsilon)
+            delta_spends[entry["dataset"]].append(delta(entry))
+            model_id = json.loads(entry["parameters"]).get("model_release_id")
+            if not isinstance(model_id, str) or model_id in model_entries:
+                problems.append(f"entry seq {seq}: a model spend without its own model release")
+            else:
+                model_entries[model_id] = entry
         else:
             problems.append(f"entry seq {seq}: unknown kind {kind!r}")
     report.head_hash = prev
@@ -298,6 +321,8 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
             problems.append(
                 f"dataset {name!r}: spent {_text(spent)} exceeds the budget {_text(budget)}"
             )
+        report.delta_spent[name] = amounts.add(*delta_spends.get(name, []))
+        problems.extend(_check_delta(name, row, params, delta_spends.get(name, [])))
     for name in set(spends) | set(created):
         if name not in stored:
             problems.append(f"ledger names dataset {name!r}, which does not exist")
@@ -340,7 +365,71 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
     for release_id in chunk_counts:
         if release_id not in seen:
             problems.append(f"a message is stored for unknown release {release_id}")
+    problems.extend(_check_model_releases(conn, model_entries, names_by_id))
     return report
+
+
+def _check_delta(
+    name: str, row: Any, params: dict[str, Any] | None, deltas: list[Decimal]
+) -> list[str]:
+    """A dataset's delta total: the ledger's sum, recorded exactly, within its delta budget."""
+    problems = []
+    spent = amounts.add(*deltas)
+    budget = stored_amount(row.delta_budget_exact, None)
+    recorded = stored_amount(row.delta_spent_exact, None)
+    if recorded != spent:
+        problems.append(
+            f"dataset {name!r}: ledger delta total {_text(spent)} != recorded delta_spent "
+            f"{_text(recorded)}"
+        )
+    if spent > budget:
+        problems.append(
+            f"dataset {name!r}: delta spent {_text(spent)} exceeds the budget {_text(budget)}"
+        )
+    if params is not None and (_param_amount(params.get("delta_budget")) or 0) != budget:
+        problems.append(f"dataset {name!r}: delta_budget differs from its creation entry")
+    return problems
+
+
+def _check_model_releases(
+    conn: Connection, entries_by_id: dict[str, dict[str, Any]], names_by_id: dict[int, str]
+) -> list[str]:
+    """Every model release has its one ledger entry (same amounts, sha256, dataset) and back."""
+    from shared.errors import IntegrityError
+    from shared.model_message import verify_model
+
+    problems = []
+    seen = set()
+    for rel in conn.execute(select(model_releases)):
+        seen.add(rel.id)
+        entry = entries_by_id.get(rel.id)
+        if entry is None:
+            problems.append(f"model release {rel.id}: no ledger entry")
+            continue
+        if amount(entry) != Decimal(rel.epsilon_exact) or entry.get("delta_exact") != (
+            rel.delta_exact
+        ):
+            problems.append(f"model release {rel.id}: ledger entry amounts != model release")
+        if entry["message_sha256"] != rel.message_sha256:
+            problems.append(f"model release {rel.id}: ledger entry sha256 != model release")
+        if entry["dataset"] != names_by_id.get(rel.dataset_id):
+            problems.append(f"model release {rel.id}: ledger entry names another dataset")
+        try:
+            header = verify_model(rel.message).header
+        except IntegrityError as exc:
+            problems.append(f"model release {rel.id}: stored message is invalid: {exc}")
+            continue
+        if (
+            header.body_sha256 != rel.message_sha256
+            or header.model_release_id != rel.id
+            or header.epsilon != rel.epsilon_exact
+            or header.delta != rel.delta_exact
+        ):
+            problems.append(f"model release {rel.id}: message header disagrees with the release")
+    for model_id in entries_by_id:
+        if model_id not in seen:
+            problems.append(f"ledger spends for model release {model_id}, which is not stored")
+    return problems
 
 
 def _param_amount(value: Any) -> Decimal | None:

@@ -22,12 +22,22 @@ from labels_party import schemas
 from labels_party.api import errors, limits
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
+from labels_party.api.routes import (
+    BODY_MODELS,
+    datasets,
+    examples,
+    health,
+    labels,
+    ledger,
+    releases,
+)
 from labels_party.api.routes import audit as audit_routes
-from labels_party.api.routes import datasets, examples, health, labels, ledger, releases
+from labels_party.api.routes import model_releases as model_release_routes
 from labels_party.api.routes import receipts as receipt_routes
 from labels_party.config import Settings
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.metrics import Metrics
+from labels_party.model_releases import ModelReleaseService
 from labels_party.receipts import KeyStore, ReceiptService, default_key_path
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
 from shared.message import LabelMessage
@@ -126,10 +136,12 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.services = services
+    app.state.model_releases = ModelReleaseService(db, rng_factory=rng_factory)
     errors.install(app)
     routers = (datasets, examples, labels, releases, ledger, health, receipt_routes, audit_routes)
     for module in routers:
         app.include_router(module.router)
+    app.include_router(model_release_routes.router)
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=settings.max_body_bytes,
@@ -154,14 +166,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         title=app.title, version=app.version, summary=app.summary, routes=app.routes
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    models: list[type[Any]] = [
-        schemas.DatasetCreate,
-        schemas.ExamplesBatch,
-        schemas.LabelsBatch,
-        schemas.ReleaseCreate,
-        schemas.ErrorBody,
-        LabelMessage,
-    ]
+    models: list[type[Any]] = [*BODY_MODELS, schemas.ErrorBody, LabelMessage]
     for model in models:
         doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(doc.pop("$defs", {}))

@@ -42,6 +42,13 @@ class DatasetCreate(BaseModel):
         description="total epsilon all releases may spend (a JSON number or a decimal string, "
         "kept as an exact decimal)",
     )
+    delta_budget: Decimal = Field(
+        default=Decimal(0),
+        ge=0,
+        lt=1,
+        description="total delta the (epsilon, delta) model releases (ePTR) may spend, in "
+        "[0, 1); default 0: no delta may be spent (a JSON number or a decimal string)",
+    )
 
 
 class ReleaseOptions(BaseModel):
@@ -214,6 +221,9 @@ class DatasetPublic(BaseModel):
     epsilon_budget: str = Field(description="exact decimal")
     epsilon_spent: str = Field(description="exact decimal")
     epsilon_left: str = Field(description="exact decimal")
+    delta_budget: str = Field(default="0", description="exact decimal")
+    delta_spent: str = Field(default="0", description="exact decimal")
+    delta_left: str = Field(default="0", description="exact decimal")
     state: Literal["open", "released", "archived"]
     n_examples: int
     n_labels: int | None = Field(default=None, description="advertiser only")
@@ -259,7 +269,7 @@ class LedgerEntry(BaseModel):
     time: str
     dataset: str
     release_id: str | None
-    kind: Literal["dataset", "histogram", "randomizer", "topup", "archive"]
+    kind: Literal["dataset", "histogram", "randomizer", "model", "topup", "archive"]
     mechanism: str | None
     epsilon: str = Field(description="exact decimal")
     delta: str | None = Field(default=None, description="exact decimal, (epsilon, delta) spends")
@@ -286,3 +296,42 @@ class ErrorBody(BaseModel):
 
     detail: str
     errors: list[FieldErrorBody] = []
+
+
+class ModelParams(BaseModel):
+    """Public parameters of a model release (which ones each estimator needs: API.md)."""
+
+    model_config = _STRICT
+
+    intercept: bool | None = Field(default=None, description="ols: add a constant column")
+    bandwidth: float | None = Field(default=None, gt=0, description="nw: Gaussian kernel sigma")
+    queries: list[list[float]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="nw: the public query points, one value per feature column",
+    )
+    r_x: float | None = Field(default=None, gt=0, description="eptr ols/bayes: feature radius")
+    r_theta: float | None = Field(default=None, gt=0, description="eptr ols: coefficient radius")
+    r_f: float | None = Field(default=None, gt=0, description="eptr nw: label radius")
+    c0: float | None = Field(default=None, gt=0, description="eptr: the SaLBo constant")
+    n_classes: int | None = Field(default=None, ge=2, le=64, description="bayes: classes")
+
+
+class ModelReleaseCreate(BaseModel):
+    """``POST /v1/datasets/{name}/model-releases``: fit and release one model."""
+
+    model_config = _STRICT
+
+    estimator: Literal["ols", "nw", "bayes"]
+    privacy: Literal["label", "eptr"]
+    epsilon: Decimal = Field(gt=0, description="exact decimal charged")
+    delta: Decimal | None = Field(
+        default=None, gt=0, lt=1, description="eptr only: exact decimal in (0, 1) charged"
+    )
+    params: ModelParams = Field(default_factory=ModelParams)
+    public_features: str | None = Field(
+        default=None,
+        pattern=r"^pf_[0-9a-f]{24}$",
+        description="the feature set (default: the dataset's latest upload)",
+    )

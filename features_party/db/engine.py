@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party.db.models import Base
+from shared import migrations
+
+# Alembic revisions (shared.migrations): the database is upgraded to head when it is opened.
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 def make_engine(url: str) -> Engine:
@@ -25,7 +29,7 @@ def make_engine(url: str) -> Engine:
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
 
-    Base.metadata.create_all(engine)
+    migrations.upgrade_url(url, MIGRATIONS, legacy_table="feature_datasets")
     return engine
 
 

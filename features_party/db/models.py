@@ -81,3 +81,15 @@ class TrainedModel(Base):
     result_json: Mapped[str | None] = mapped_column(Text, nullable=True)
     blob: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     blob_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class ReleasedModelMessage(Base):
+    """A model release's message as pulled from the labels party (JSON) and verified."""
+
+    __tablename__ = "model_release_messages"
+
+    model_release_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    dataset: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+    body_sha256: Mapped[str] = mapped_column(String(64))
+    fetched: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

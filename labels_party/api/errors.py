@@ -139,7 +139,12 @@ def install(app: FastAPI) -> None:
         return JSONResponse(
             error_body(
                 str(exc),
-                [FieldError(field="epsilon", message=f"only {left} of the budget is left")],
+                [
+                    FieldError(
+                        field=getattr(exc, "field", "epsilon"),
+                        message=f"only {left} of the budget is left",
+                    )
+                ],
                 spent=amounts.text(exc.spent),
                 requested=amounts.text(exc.requested),
                 left=left,

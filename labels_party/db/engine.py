@@ -14,13 +14,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from labels_party.db.models import metadata
 from labels_party.errors import ServiceUnavailableError
+from shared import migrations
 
 _WRITE = "labeldp_write"
 
@@ -59,24 +61,39 @@ def make_engine(database_url: str, *, lock_timeout: float = 120.0) -> Engine:
     return engine
 
 
-def create_schema(engine: Engine) -> None:
-    """Create missing tables and add missing nullable columns (idempotent).
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
-    A database written by an older release gains the columns added since (each nullable, read
-    as "not recorded"), so it keeps working; nothing is ever dropped or rewritten.
+
+def create_schema(engine: Engine) -> None:
+    """Upgrade the database to the Alembic head (``labels_party/db/migrations``), atomically.
+
+    A new database is built by the migrations; one written by the last release before Alembic
+    is stamped at its baseline and upgraded (``shared.migrations``). Runs in one write
+    transaction (BEGIN IMMEDIATE on SQLite), so two processes starting at once take turns.
     """
-    metadata.create_all(engine)
-    inspector = inspect(engine)
-    with engine.begin() as conn:
-        for table in metadata.sorted_tables:
-            present = {column["name"] for column in inspector.get_columns(table.name)}
-            for column in table.columns:
-                if column.name in present:
-                    continue
-                if not column.nullable:
-                    raise RuntimeError(f"cannot add the non-null column {table.name}.{column.name}")
-                kind = column.type.compile(dialect=engine.dialect)
-                conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+    with engine.connect() as conn:
+        conn.execution_options(**{_WRITE: True})
+        with conn.begin():
+            migrations.upgrade(conn, MIGRATIONS, legacy_table="ledger")
+            missing = migrations.undeclared(conn, metadata)
+    if missing:
+        raise RuntimeError(
+            "labels_party/db/models.py declares what no Alembic revision creates: "
+            f"{', '.join(missing)}; add a revision under labels_party/db/migrations/versions"
+        )
+
+
+def schema_behind(engine: Engine) -> str | None:
+    """Why the database is not at the migrations' head (None when it is): for read-only tools."""
+    with engine.connect() as conn:
+        revision = migrations.current(conn)
+    head = migrations.head(MIGRATIONS)
+    if revision == head:
+        return None
+    return (
+        f"the database schema is at revision {revision or 'none (written before Alembic)'}, "
+        f"not {head}: start the service on it once (it upgrades the schema), then retry"
+    )
 
 
 class Database:

@@ -41,6 +41,10 @@ datasets = Table(
     # them, where the float above is read at its exact binary value.
     Column("epsilon_budget_exact", Text, nullable=True),
     Column("epsilon_spent_exact", Text, nullable=True),
+    # The delta budget of (epsilon, delta) model releases and what they spent (exact decimal
+    # text); NULL means 0: no delta may be spent (datasets created before deltas).
+    Column("delta_budget_exact", Text, nullable=True),
+    Column("delta_spent_exact", Text, nullable=True),
     Column("state", String(16), nullable=False, default="open"),
     Column("n_examples", BigInteger, nullable=False, default=0),
     Column("n_labels", BigInteger, nullable=False, default=0),
@@ -107,7 +111,7 @@ ledger = Table(
     Column("time", String(40), nullable=False),
     Column("dataset", String(64), nullable=False),
     Column("release_id", String(40), ForeignKey("releases.id"), nullable=True),
-    Column("kind", String(16), nullable=False),  # dataset | histogram | randomizer
+    Column("kind", String(16), nullable=False),  # dataset | histogram | randomizer | model
     Column("mechanism", String(32), nullable=True),
     Column("epsilon", Double, nullable=False),
     # The exact amount (decimal text) and delta of an (epsilon, delta) spend; NULL in entries
@@ -169,4 +173,39 @@ access_log = Table(
     Column("encoding", String(64), nullable=False),
     Column("bytes", BigInteger, nullable=True),  # NULL until the download completed
     Column("completed", SmallInteger, nullable=False),
+)
+
+# Public features the publisher uploads for model releases (labels_party.model_releases): the
+# chosen numeric columns, one float64 row per example id (ids newline-joined, the matrix as
+# little-endian float64 bytes, row-major), and the sha256 that a model message names.
+public_feature_sets = Table(
+    "public_feature_sets",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("dataset_id", Integer, ForeignKey("datasets.id"), nullable=False),
+    Column("columns", Text, nullable=False),  # JSON list of column names
+    Column("n", BigInteger, nullable=False),
+    Column("ids", Text, nullable=False),
+    Column("matrix", LargeBinary, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("created", String(40), nullable=False),
+    Column("actor_role", String(16), nullable=False),
+)
+
+# Released models: the stored message (canonical JSON), charged by one ``model`` ledger entry
+# (its parameters name the model release id; ``ledger.release_id`` is for label releases).
+model_releases = Table(
+    "model_releases",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("dataset_id", Integer, ForeignKey("datasets.id"), nullable=False),
+    Column("features_id", String(40), ForeignKey("public_feature_sets.id"), nullable=False),
+    Column("estimator", String(16), nullable=False),
+    Column("privacy", String(16), nullable=False),
+    Column("epsilon_exact", Text, nullable=False),
+    Column("delta_exact", Text, nullable=True),
+    Column("message", Text, nullable=False),
+    Column("message_sha256", String(64), nullable=False),  # header.body_sha256
+    Column("created", String(40), nullable=False),
+    Column("actor_role", String(16), nullable=False),
 )

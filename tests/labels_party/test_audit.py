@@ -159,14 +159,19 @@ def test_the_callers_error_text_does_not_depend_on_the_labels(
 def test_an_older_database_gains_the_audit_table(
     db_path: Path, make_client: Callable[..., Any]
 ) -> None:
-    client = make_client()
-    ready(client)
+    """A database written by the release before these tables (the committed fixture) is
+    upgraded by the migrations on start and records refusals from then on."""
+    import shutil
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "prev_release.db"
+    shutil.copy(fixture, db_path)
     with contextlib.closing(sqlite3.connect(db_path)) as conn:
-        conn.execute("DROP TABLE release_audit")
-        conn.commit()
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert "release_audit" not in tables
     create_schema(make_engine(f"sqlite:///{db_path}"))
     again = make_client()
-    assert release(again, "ds", epsilon=100).status_code == 409
+    name = again.get("/v1/ledger", headers=OPS).json()["entries"][0]["dataset"]
+    assert release(again, name, epsilon=100).status_code == 409
     assert len(audit(again)["entries"]) == 1
 
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -201,16 +199,16 @@ def test_rotation_keeps_old_receipts_verifiable(
 def test_a_release_made_before_keys_existed_is_signed_on_first_request(
     make_client: Callable[..., Any], db_path: Path
 ) -> None:
-    client = make_client()
-    meta = released(client)
-    # Make the database look like one written before receipts: no keys, no receipts, no file.
-    with contextlib.closing(sqlite3.connect(db_path)) as conn:
-        conn.execute("DROP TABLE receipts")
-        conn.execute("DROP TABLE signing_keys")
-        conn.commit()
-    (db_path.parent / DEFAULT_KEY_FILE).unlink()
-    upgraded = make_client()  # first start of the new version: creates the key and the tables
-    receipt = upgraded.get(f"/v1/releases/{meta['id']}/receipt", headers=PUB)
+    """A database written by the release before receipts (the committed fixture): its first
+    start creates the key and the tables, and its old releases get receipts on request."""
+    import shutil
+
+    shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "prev_release.db", db_path)
+    upgraded = make_client()
+    entries = upgraded.get("/v1/ledger", headers=OPS).json()["entries"]
+    release_id = next(e["release_id"] for e in entries if e["release_id"])
+    meta = upgraded.get(f"/v1/releases/{release_id}", headers=PUB).json()
+    receipt = upgraded.get(f"/v1/releases/{release_id}/receipt", headers=PUB)
     assert receipt.status_code == 200
     body = rc.verify(receipt.json(), keys_of(upgraded))
     assert (

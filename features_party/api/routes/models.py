@@ -8,10 +8,11 @@ import secrets
 import uuid
 
 import numpy as np
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 
+from features_party import released_models
 from features_party.api.deps import RunnerDep, SessionDep, require_json
 from features_party.api.errors import FieldHTTPError
 from features_party.db.models import FeatureDataset, FeatureRow, TrainedModel
@@ -55,8 +56,16 @@ def model_out(job: TrainedModel) -> ModelOut:
 
 
 @router.post("", response_model=ModelOut, status_code=202, dependencies=[Depends(require_json)])
-def create_model(body: ModelCreate, session: SessionDep, runner: RunnerDep) -> ModelOut:
-    """Queue a training job: pull the release's message once, join, select, fit."""
+def create_model(
+    body: ModelCreate, session: SessionDep, runner: RunnerDep, request: Request, response: Response
+) -> ModelOut:
+    """Queue a training job: pull the release's message once, join, select, fit.
+
+    ``model: "released"`` instead pulls and verifies a released model (201, ready at once).
+    """
+    if body.model == released_models.RELEASED:
+        response.status_code = 201
+        return model_out(released_models.create(session, request.app.state.settings, body))
     if session.get(FeatureDataset, body.dataset) is None:
         raise FieldHTTPError(
             404,
@@ -114,6 +123,8 @@ async def predict(body: PredictIn, request: Request, model_id: str = ModelIdPath
                     field="model_id",
                     message=f"is {job.status}, not trained",
                 )
+            if job.model == released_models.RELEASED:
+                return released_models.predict(session, job, body)
             fitted = runner.fitted(session, model_id)
             columns = list(fitted.encoder.columns)
             if body.example_ids is not None:

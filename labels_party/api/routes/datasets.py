@@ -34,6 +34,7 @@ async def create_dataset(request: Request, role: Operator, services: ServicesDep
         label_max=float(body.label_max),
         default_label=float(body.default_label),
         epsilon_budget=body.epsilon_budget,
+        delta_budget=body.delta_budget,
     )
     row = await run_in_threadpool(ds.create_dataset, services.db, spec, actor_role=role)
     return ds.public_view(row, [], role=role)

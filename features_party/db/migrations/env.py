@@ -1,0 +1,6 @@
+"""Alembic environment of the features party (shared.migrations.upgrade hands the connection)."""
+
+from features_party.db.models import Base
+from shared.migrations import run_env
+
+run_env(Base.metadata)

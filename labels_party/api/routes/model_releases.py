@@ -1,0 +1,93 @@
+"""Model releases: public features (publisher), a released model (advertiser), its message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from labels_party import model_releases as mr
+from labels_party.api.body import parse_model, require_json, require_media
+from labels_party.api.deps import Advertiser, MessageReader, Publisher, ServicesDep
+from labels_party.api.routes import json_body_doc
+from labels_party.api.routes.datasets import NamePath
+from labels_party.errors import BadInputError, FieldError
+from labels_party.schemas import ModelReleaseCreate
+from shared.errors import InvalidParameterError
+from shared.message import JSON_MEDIA_TYPE
+from shared.model_message import MODEL_RELEASE_ID_PATTERN
+
+router = APIRouter(tags=["model releases"])
+ModelReleasePath = Path(pattern=MODEL_RELEASE_ID_PATTERN, description="model release id")
+_PARAMS = ("r_x", "r_theta", "r_f", "c0", "bandwidth", "n_classes", "queries")
+
+
+@router.post(
+    "/v1/datasets/{name}/public-features",
+    status_code=201,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "text/csv": {"schema": {"type": "string"}},
+                "application/json": {"schema": {"type": "object"}},
+            },
+        }
+    },
+)
+async def upload_public_features(
+    request: Request, role: Publisher, services: ServicesDep, name: str = NamePath
+) -> Any:
+    """Upload the numeric feature columns the publisher chooses for model releases.
+
+    CSV (``example_id,col,...``) or JSON (``{"rows": [{"example_id": ..., "col": 1.5}]}``); every
+    id registered in the dataset, every value a finite number. The advertiser sees these columns.
+    """
+    media = require_media(
+        request.headers.get("content-type"), {"text/csv": 1, "application/json": 1, "": 1}
+    )
+    table = mr.parse_features(await request.body(), media or "application/json")
+    return await run_in_threadpool(mr.store_features, services.db, name, table, actor_role=role)
+
+
+@router.post(
+    "/v1/datasets/{name}/model-releases",
+    status_code=201,
+    openapi_extra=json_body_doc(ModelReleaseCreate),
+)
+async def create_model_release(
+    request: Request, role: Advertiser, services: ServicesDep, name: str = NamePath
+) -> Any:
+    """Fit ``estimator`` on the labels joined with the public features; spend (epsilon, delta)."""
+    require_json(request.headers.get("content-type"))
+    body = parse_model(ModelReleaseCreate, await request.body())
+    model_request = mr.ModelRequest(
+        estimator=body.estimator,
+        privacy=body.privacy,
+        epsilon=body.epsilon,
+        delta=body.delta,
+        params=body.params.model_dump(exclude_none=True),
+        public_features=body.public_features,
+    )
+    service: mr.ModelReleaseService = request.app.state.model_releases
+    try:
+        return await run_in_threadpool(
+            service.create, dataset=name, request=model_request, actor_role=role
+        )
+    except InvalidParameterError as exc:  # an estimator refused a parameter: name it
+        message = str(exc)
+        field = next((f"params.{p}" for p in _PARAMS if message.startswith(f"{p} (")), "params")
+        if message.startswith("delta ("):
+            field = "delta"
+        raise BadInputError(message, [FieldError(field=field, message=message)]) from None
+
+
+@router.get("/v1/model-releases/{model_release_id}")
+def get_model_release(
+    role: MessageReader, services: ServicesDep, model_release_id: str = ModelReleasePath
+) -> Response:
+    """The stored model message (``shared.model_message.ModelMessage``), byte-identical."""
+    text = mr.stored_model(services.db, model_release_id)
+    return Response(text, media_type=JSON_MEDIA_TYPE, headers={"Cache-Control": "no-store"})

@@ -1,0 +1,608 @@
+"""Model releases: a fitted estimator on the publisher's public features, charged in the ledger.
+
+The second, FEATURE-AWARE mode of the product (``shared.estimators``, Shen, Tong & Wang,
+"Efficient Propose-Test-Release", and its exact label-DP counterparts). Unlike the one-message
+protocol (``labels_party.releases``) it takes TWO messages: the publisher first sends the
+numeric feature columns it chooses (:func:`store_features`; the advertiser sees those columns),
+then the labels party releases ONE model fitted on its labels joined with them
+(:meth:`ModelReleaseService.create`), as a message of the same schema family
+(``shared.model_message``).
+
+Privacy. The features are public (the publisher sent them), so every check on them (rows >=
+columns, a non-singular X^T X, query points of the right dimension and with kernel support) is
+a public function and may refuse freely. Only the estimator reads labels:
+
+* ``privacy: "label"``: ``label_dp_ols`` / ``label_dp_nw``, pure epsilon-label-DP with the exact
+  L1 sensitivity (Laplace noise sampled exactly on integers); charged (epsilon, no delta).
+* ``privacy: "eptr"``: ``eptr_ols`` / ``eptr_nw`` / ``eptr_bayes`` (Algorithms 4, 5, 3), (epsilon,
+  delta)-DP for a whole example (so also for its label); charged (epsilon, delta). The
+  diagnostics gamma and the release probability depend on the labels and are never stored.
+
+Every step runs at the largest float not above its exact charge (``shared.epsilon``). Order of
+work as for label releases: read a snapshot (budget checked, labels' ``data_version``), compute
+outside the write lock, then in ONE write transaction re-check the version and the budget,
+store the model release and append its ``model`` ledger entry (``accountant.spend``), and
+freeze the dataset. A result that loses a race is discarded unseen, which costs no privacy.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import re
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, insert, select, update
+
+from labels_party import accountant, ledger
+from labels_party import datasets as ds
+from labels_party.db.engine import Database
+from labels_party.db.models import datasets, entries, model_releases, public_feature_sets
+from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
+from shared import epsilon as amounts
+from shared.errors import InvalidParameterError
+from shared.estimators import bayes, kernel, ols
+from shared.estimators._checks import full_column_rank
+from shared.message import check_example_id
+from shared.model_message import (
+    MODEL_RELEASE_ID_PATTERN,
+    ModelBody,
+    ModelHeader,
+    ModelMessage,
+    model_body_sha256,
+)
+from shared.rng import Rng, SystemRandom
+
+RngFactory = Callable[[], Rng]
+FEATURES_ID_PATTERN = r"^pf_[0-9a-f]{24}$"
+COLUMN_PATTERN = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
+_COLUMN_RE = re.compile(COLUMN_PATTERN)
+MAX_COLUMNS = 64
+MAX_QUERIES = 4096
+MAX_CLASSES = 64
+_MAX_ATTEMPTS = 4
+_MAX_ERRORS = 10
+ID_COLUMN = "example_id"
+
+# Which parameters each (estimator, privacy) needs; anything else is refused, never ignored.
+REQUIRED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ols", "label"): (),
+    ("ols", "eptr"): ("r_x", "r_theta", "c0"),
+    ("nw", "label"): ("bandwidth", "queries"),
+    ("nw", "eptr"): ("bandwidth", "queries", "r_f", "c0"),
+    ("bayes", "eptr"): ("n_classes", "r_x", "c0"),
+}
+OPTIONAL: dict[str, tuple[str, ...]] = {"ols": ("intercept",), "nw": (), "bayes": ()}
+
+
+# ---- public features ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeatureTable:
+    """Parsed public features: ids in upload order and one float64 row per id."""
+
+    columns: list[str]
+    ids: list[str]
+    matrix: np.ndarray
+
+    def sha256(self) -> str:
+        """Binds columns, ids and values (little-endian float64, row-major)."""
+        digest = hashlib.sha256(b"labeldp-public-features-v1\n")
+        digest.update(json.dumps(self.columns).encode("utf-8") + b"\n")
+        digest.update("\n".join(self.ids).encode("utf-8") + b"\n")
+        digest.update(np.ascontiguousarray(self.matrix, dtype="<f8").tobytes())
+        return digest.hexdigest()
+
+
+def _bad(detail: str, errors: list[tuple[str, str]]) -> BadInputError:
+    return BadInputError(detail, [FieldError(field=f, message=m) for f, m in errors[:_MAX_ERRORS]])
+
+
+def _check_columns(columns: list[str], where: str) -> None:
+    errors = []
+    if not columns:
+        errors.append((where, "at least one numeric column besides example_id"))
+    if len(columns) > MAX_COLUMNS:
+        errors.append((where, f"at most {MAX_COLUMNS} columns"))
+    for name in columns:
+        if not isinstance(name, str) or not _COLUMN_RE.fullmatch(name):
+            errors.append((where, f"column {name!r} must match {COLUMN_PATTERN}"))
+    if len(set(columns)) != len(columns):
+        errors.append((where, "column names must be distinct"))
+    if errors:
+        raise _bad("invalid feature columns", errors)
+
+
+def _number(cell: Any, *, text: bool) -> float | None:
+    """A finite float from a JSON number or (``text``) CSV text; None if it is not one."""
+    if isinstance(cell, bool):
+        return None
+    if isinstance(cell, int | float):
+        value = float(cell)
+    elif isinstance(cell, str) and text:
+        try:
+            value = float(cell.strip())
+        except ValueError:
+            return None
+    else:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_features(body: bytes, media: str) -> FeatureTable:
+    """CSV (header ``example_id,col,...``) or JSON (``{"rows": [{"example_id", col: number}]}``).
+
+    Every cell must be a finite number; ids must be valid and distinct; at least one row.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _bad("the body is not UTF-8", [("body", "must be UTF-8 text")]) from None
+    if media == "text/csv":
+        reader = csv.reader(io.StringIO(text))
+        header = next(reader, None)
+        if not header or header[0].strip() != ID_COLUMN:
+            raise _bad("CSV needs a header", [("header", f"first column must be {ID_COLUMN}")])
+        columns = [name.strip() for name in header[1:]]
+        _check_columns(columns, "header")
+        raw = [(f"line {i}", row) for i, row in enumerate(reader, start=2) if row]
+        rows = [
+            (where, row[0], dict(zip(columns, row[1:], strict=False)), len(row))
+            for where, row in raw
+        ]
+        width = len(columns) + 1
+    else:
+        try:
+            document = json.loads(text, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise _bad("invalid JSON", [("body", str(exc)[:200])]) from None
+        items = document.get("rows") if isinstance(document, dict) else None
+        if not isinstance(items, list) or set(document) != {"rows"}:
+            raise _bad('JSON body must be {"rows": [...]}', [("rows", "a list of objects")])
+        first = items[0] if items and isinstance(items[0], dict) else {}
+        columns = [key for key in first if key != ID_COLUMN]
+        _check_columns(columns, "rows[0]")
+        rows = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise _bad("invalid row", [(f"rows[{i}]", "must be an object")])
+            if set(item) != {ID_COLUMN, *columns}:
+                raise _bad(
+                    "every row must have the same columns",
+                    [(f"rows[{i}]", f"must have exactly example_id and {columns}")],
+                )
+            rows.append((f"rows[{i}]", item.get(ID_COLUMN), item, len(columns) + 1))
+        width = len(columns) + 1
+    if not rows:
+        raise _bad("no feature rows", [("rows", "at least one row")])
+    errors: list[tuple[str, str]] = []
+    ids: list[str] = []
+    matrix = np.empty((len(rows), len(columns)), dtype=np.float64)
+    for r, (where, example_id, cells, size) in enumerate(rows):
+        if size != width:
+            errors.append((where, f"must have {width} fields, has {size}"))
+            continue
+        try:
+            ids.append(
+                check_example_id(example_id.strip() if isinstance(example_id, str) else example_id)
+            )
+        except ValueError as exc:
+            errors.append((f"{where}.example_id", str(exc)[:200]))
+        for c, name in enumerate(columns):
+            value = _number(cells.get(name), text=media == "text/csv")
+            if value is None:
+                errors.append((f"{where}.{name}", "must be a finite number"))
+            else:
+                matrix[r, c] = value
+        if len(errors) >= _MAX_ERRORS:
+            break
+    if errors:
+        raise _bad(f"invalid public features ({len(errors)}+ problem(s))", errors)
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        duplicate = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+        raise _bad("duplicate example id", [("example_id", f"{duplicate!r} appears twice")])
+    return FeatureTable(columns=columns, ids=ids, matrix=matrix)
+
+
+def store_features(
+    db: Database, name: str, table: FeatureTable, *, actor_role: str
+) -> dict[str, Any]:
+    """Store an upload as a new feature set of ``name`` (every id must be registered there)."""
+    created = ds.utc_now()
+    features_id = "pf_" + secrets.token_hex(12)
+    with db.write() as conn:
+        row = ds.load(conn, name, for_update=True)
+        registered: set[str] = set()
+        for start in range(0, len(table.ids), 500):
+            chunk = table.ids[start : start + 500]
+            registered.update(
+                conn.execute(
+                    select(entries.c.example_id).where(
+                        entries.c.dataset_id == row.id,
+                        entries.c.registered == 1,
+                        entries.c.example_id.in_(chunk),
+                    )
+                ).scalars()
+            )
+        unknown = [i for i, example_id in enumerate(table.ids) if example_id not in registered]
+        if unknown:
+            raise _bad(
+                f"{len(unknown)} example id(s) are not registered in dataset {name!r}",
+                [(f"rows[{i}].example_id", "not registered in this dataset") for i in unknown],
+            )
+        record = {
+            "id": features_id,
+            "dataset_id": row.id,
+            "columns": json.dumps(table.columns),
+            "n": len(table.ids),
+            "ids": "\n".join(table.ids),
+            "matrix": np.ascontiguousarray(table.matrix, dtype="<f8").tobytes(),
+            "sha256": table.sha256(),
+            "created": created,
+            "actor_role": actor_role,
+        }
+        conn.execute(insert(public_feature_sets).values(**record))
+    return {
+        "id": features_id,
+        "dataset": name,
+        "columns": table.columns,
+        "n": len(table.ids),
+        "sha256": record["sha256"],
+        "created": created,
+    }
+
+
+def _load_features(conn: Connection, row: ds.DatasetRow, features_id: str | None) -> Any:
+    query = select(public_feature_sets).where(public_feature_sets.c.dataset_id == row.id)
+    if features_id is None:
+        query = query.order_by(public_feature_sets.c.created.desc(), public_feature_sets.c.id)
+    else:
+        query = query.where(public_feature_sets.c.id == features_id)
+    found = conn.execute(query.limit(1)).first()
+    if found is None:
+        field_name = "public_features" if features_id is not None else "dataset"
+        raise ConflictError(
+            f"dataset {row.name!r} has no public features"
+            + (f" {features_id!r}" if features_id else "")
+            + ": the publisher uploads them with POST /v1/datasets/{name}/public-features",
+            [FieldError(field=field_name, message="no such public features")],
+        )
+    return found
+
+
+# ---- model releases -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    """What the advertiser asks for (validated by :func:`check_request`)."""
+
+    estimator: str
+    privacy: str
+    epsilon: Decimal
+    delta: Decimal | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    public_features: str | None = None
+
+
+def check_request(request: ModelRequest) -> ModelRequest:
+    """Refuse a bad combination naming the field: privacy, delta, each parameter."""
+    errors: list[tuple[str, str]] = []
+    key = (request.estimator, request.privacy)
+    if key not in REQUIRED:
+        errors.append(("privacy", f"{request.estimator} is released by eptr only"))
+        raise _bad("invalid model release", errors)
+    delta = request.delta
+    if request.privacy == "label" and delta is not None:
+        errors.append(("delta", "label privacy is pure epsilon-DP: give no delta"))
+    elif request.privacy == "eptr":
+        if delta is None:
+            errors.append(("delta", "eptr needs a delta in (0, 1)"))
+        else:
+            try:
+                delta = accountant.exact_delta(delta)
+            except InvalidParameterError as exc:
+                errors.append(("delta", str(exc)))
+    allowed = set(REQUIRED[key]) | set(OPTIONAL[request.estimator])
+    for name in REQUIRED[key]:
+        if name not in request.params:
+            errors.append((f"params.{name}", f"required for {request.estimator}/{request.privacy}"))
+    for name in request.params:
+        if name not in allowed:
+            errors.append(
+                (f"params.{name}", f"not a parameter of {request.estimator}/{request.privacy}")
+            )
+    if errors:
+        raise _bad("invalid model release", errors)
+    return ModelRequest(
+        estimator=request.estimator,
+        privacy=request.privacy,
+        epsilon=request.epsilon,
+        delta=delta,
+        params=request.params,
+        public_features=request.public_features,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Design:
+    """The public design: feature matrix (with the intercept column), the query points."""
+
+    x: np.ndarray
+    queries: np.ndarray | None
+    intercept: bool
+
+
+def public_design(request: ModelRequest, features: np.ndarray, columns: list[str]) -> _Design:
+    """Check everything about the public features before any label is read (4xx, field named)."""
+    params = request.params
+    n, p = features.shape
+    intercept = request.estimator == "ols" and bool(params.get("intercept", True))
+    x = np.column_stack([features, np.ones(n)]) if intercept else features
+    queries = None
+    try:
+        if request.estimator == "ols":
+            full_column_rank(x, name="X")
+        if request.estimator == "nw":
+            queries = np.asarray(params["queries"], dtype=np.float64)
+            if queries.ndim != 2 or queries.shape[1] != p:
+                raise _bad(
+                    "the query grid does not match the features",
+                    [("params.queries", f"must be a list of points with {p} values ({columns})")],
+                )
+            if request.privacy == "label":
+                kernel.nw_map(x, queries, bandwidth=params["bandwidth"], name="params.queries")
+    except InvalidParameterError as exc:
+        where = "params.queries" if "params.queries" in str(exc) else "public_features"
+        raise _bad(str(exc), [(where, str(exc))]) from None
+    if request.estimator == "bayes" and n < 2 * params["n_classes"]:
+        raise _bad("too few rows", [("public_features", "fewer rows than 2 x n_classes")])
+    return _Design(x=x, queries=queries, intercept=intercept)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fitted:
+    """What the estimator released (public) and the noise it added (public)."""
+
+    body: ModelBody
+    released: bool
+    noise: str
+    noise_scale: float
+    sensitivity: float | None
+
+
+def fit(
+    request: ModelRequest, design: _Design, labels: np.ndarray, *, lo: float, hi: float, rng: Rng
+) -> Fitted:
+    """Run the estimator at floats never above the exact charges; only the release leaves."""
+    eps = amounts.float_at_most(request.epsilon)
+    params = request.params
+    if request.privacy == "label":
+        if request.estimator == "ols":
+            out = ols.label_dp_ols(design.x, labels, lo=lo, hi=hi, epsilon=eps, rng=rng)
+            body = ModelBody(coef=out.coef.tolist())
+        else:
+            assert design.queries is not None
+            nw = kernel.label_dp_nw(
+                design.x, labels, design.queries, lo=lo, hi=hi, epsilon=eps,
+                bandwidth=params["bandwidth"], rng=rng,
+            )  # fmt: skip
+            out, body = nw, ModelBody(queries=design.queries.tolist(), values=nw.values.tolist())
+        return Fitted(
+            body=body, released=True, noise="discrete_laplace", noise_scale=out.noise_scale,
+            sensitivity=out.sensitivity,
+        )  # fmt: skip
+    assert request.delta is not None
+    delta = amounts.float_at_most(request.delta)
+    if request.estimator == "ols":
+        e = ols.eptr_ols(
+            design.x, labels, epsilon=eps, delta=delta, r_x=params["r_x"],
+            r_theta=params["r_theta"], c0=params["c0"], rng=rng,
+        )  # fmt: skip
+        body, released, scale = ModelBody(coef=e.coef.tolist()), e.released, e.noise_scale
+    elif request.estimator == "nw":
+        assert design.queries is not None
+        k = kernel.eptr_nw(
+            design.x, labels, design.queries, epsilon=eps, delta=delta,
+            bandwidth=params["bandwidth"], r_f=params["r_f"], c0=params["c0"], rng=rng,
+        )  # fmt: skip
+        body = ModelBody(queries=design.queries.tolist(), values=k.values.tolist())
+        released, scale = k.released, k.noise_scale
+    else:
+        n_classes = int(params["n_classes"])
+        # Public rule: a label's class is the nearest integer, clipped into 0..n_classes-1.
+        classes = np.clip(np.rint(labels), 0, n_classes - 1).astype(np.int64)
+        b = bayes.eptr_bayes(
+            design.x, classes, n_classes=n_classes, epsilon=eps, delta=delta,
+            r_x=params["r_x"], c0=params["c0"], rng=rng,
+        )  # fmt: skip
+        body = ModelBody(priors=b.priors.tolist(), means=b.means.tolist())
+        released, scale = b.released, b.noise_scale
+    return Fitted(
+        body=body, released=released, noise="gaussian", noise_scale=scale, sensitivity=None
+    )
+
+
+def new_model_release_id() -> str:
+    return "mrel_" + secrets.token_hex(12)
+
+
+class _Stale(Exception):
+    """The labels changed between the snapshot and the write lock."""
+
+
+class ModelReleaseService:
+    """Creates model releases; randomness is injectable for tests (default: the OS CSPRNG)."""
+
+    def __init__(self, db: Database, *, rng_factory: RngFactory | None = None) -> None:
+        self._db = db
+        self._rng_factory: RngFactory = rng_factory or SystemRandom
+        self._slots = threading.BoundedSemaphore(2)
+
+    def create(self, *, dataset: str, request: ModelRequest, actor_role: str) -> dict[str, Any]:
+        """Fit, then spend and store in one transaction; returns the metadata and the message."""
+        request = check_request(request)
+        for _attempt in range(_MAX_ATTEMPTS):
+            try:
+                return self._attempt(dataset, request, actor_role)
+            except _Stale:
+                continue
+        raise ConflictError(
+            f"dataset {dataset!r} kept changing while the model was fitted; retry",
+            [FieldError(field="dataset", message="labels changed during the release")],
+        )
+
+    def _attempt(self, name: str, request: ModelRequest, actor_role: str) -> dict[str, Any]:
+        with self._db.read() as conn:
+            row = ds.load(conn, name)
+            accountant.Budget.of(row).check(request.epsilon, delta=request.delta or amounts.ZERO)
+            features = _load_features(conn, row, request.public_features)
+            columns = json.loads(features.columns)
+            ids = features.ids.split("\n")
+            matrix = np.frombuffer(features.matrix, dtype="<f8").reshape(len(ids), len(columns))
+            design = public_design(request, matrix, columns)
+            labels = _labels(conn, row, ids)
+        with self._slots:
+            fitted = fit(
+                request, design, labels, lo=row.label_min, hi=row.label_max, rng=self._rng_factory()
+            )
+        model_id = new_model_release_id()
+        created = datetime.now(UTC)
+        created_text = created.isoformat(timespec="microseconds").replace("+00:00", "Z")
+        public_params = {key: value for key, value in request.params.items() if key != "queries"}
+        header = ModelHeader(
+            model_release_id=model_id,
+            dataset=row.name,
+            created=created,
+            estimator=request.estimator,  # type: ignore[arg-type]
+            privacy=request.privacy,  # type: ignore[arg-type]
+            epsilon=amounts.text(request.epsilon),
+            delta=None if request.delta is None else amounts.text(request.delta),
+            columns=columns,
+            intercept=design.intercept,
+            features_id=features.id,
+            features_sha256=features.sha256,
+            n=len(ids),
+            label_min=row.label_min,
+            label_max=row.label_max,
+            params=public_params,
+            noise=fitted.noise,  # type: ignore[arg-type]
+            noise_scale=fitted.noise_scale,
+            sensitivity=fitted.sensitivity,
+            released=fitted.released,
+            body_sha256=model_body_sha256(fitted.body),
+        )
+        message = ModelMessage(header=header, body=fitted.body)
+        text = ledger.canonical_json(message.model_dump(mode="json"))
+        charge = accountant.Charge(
+            kind=ledger.KIND_MODEL,
+            mechanism=f"{request.privacy}_{request.estimator}",
+            epsilon=request.epsilon,
+            delta=request.delta,
+            parameters={
+                "model_release_id": model_id,
+                "estimator": request.estimator,
+                "privacy": request.privacy,
+                "features_id": features.id,
+                "features_sha256": features.sha256,
+                "columns": columns,
+                "n": len(ids),
+                "params": public_params,
+                "noise": fitted.noise,
+                "noise_scale": fitted.noise_scale,
+                "sensitivity": fitted.sensitivity,
+            },
+        )
+        with self._db.write() as conn:
+            current = ds.load(conn, row.name, for_update=True)
+            if current.data_version != row.data_version:
+                raise _Stale
+            conn.execute(
+                insert(model_releases).values(
+                    id=model_id,
+                    dataset_id=row.id,
+                    features_id=features.id,
+                    estimator=request.estimator,
+                    privacy=request.privacy,
+                    epsilon_exact=header.epsilon,
+                    delta_exact=header.delta,
+                    message=text,
+                    message_sha256=header.body_sha256,
+                    created=created_text,
+                    actor_role=actor_role,
+                )
+            )
+            budget = accountant.spend(
+                conn, current, [charge], time=created_text, release_id=None,
+                actor_role=actor_role, message_sha256=header.body_sha256,
+            )  # fmt: skip
+            conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
+        return {**_summary(header), "budget": budget.public(), "message": json.loads(text)}
+
+
+def _labels(conn: Connection, row: ds.DatasetRow, ids: list[str]) -> np.ndarray:
+    """The labels of ``ids`` in order (``default_label`` where none was posted)."""
+    values: dict[str, float | None] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        values.update(
+            conn.execute(
+                select(entries.c.example_id, entries.c.value).where(
+                    entries.c.dataset_id == row.id, entries.c.example_id.in_(chunk)
+                )
+            ).all()
+        )
+    return np.array(
+        [row.default_label if values.get(i) is None else values[i] for i in ids], dtype=np.float64
+    )
+
+
+def _summary(header: ModelHeader) -> dict[str, Any]:
+    return {
+        "id": header.model_release_id,
+        "dataset": header.dataset,
+        "estimator": header.estimator,
+        "privacy": header.privacy,
+        "epsilon": header.epsilon,
+        "delta": header.delta,
+        "features_id": header.features_id,
+        "columns": header.columns,
+        "n": header.n,
+        "released": header.released,
+        "message_sha256": header.body_sha256,
+        "created": header.created.isoformat().replace("+00:00", "Z"),
+    }
+
+
+def stored_model(db: Database, model_release_id: str) -> str:
+    """The stored message of a model release (canonical JSON text; 404 if unknown)."""
+    if not re.fullmatch(MODEL_RELEASE_ID_PATTERN, model_release_id):
+        raise NotFoundError(
+            "model release not found", [FieldError(field="id", message="unknown model release")]
+        )
+    with db.read() as conn:
+        text = conn.execute(
+            select(model_releases.c.message).where(model_releases.c.id == model_release_id)
+        ).scalar()
+    if text is None:
+        raise NotFoundError(
+            f"model release {model_release_id!r} not found",
+            [FieldError(field="id", message="unknown model release")],
+        )
+    return str(text)

@@ -1,0 +1,213 @@
+"""model: "released": the features party pulls a model release, verifies it and predicts with it.
+
+A REAL labels-party process (conftest) releases the models; the features party runs in-process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import update
+
+from features_party.db.models import ReleasedModelMessage
+from shared.errors import IntegrityError
+from shared.estimators.kernel import interpolate
+from shared.model_message import verify_model
+from tests.features_party.conftest import LabelsParty
+
+N = 200
+GRID = [[a, b] for a in (-1.0, 0.0, 1.0) for b in (-1.0, 0.0, 1.0)]
+
+
+def _labels_party_model(labels_party: LabelsParty, name: str, **release: Any) -> dict[str, Any]:
+    """Create ``name`` upstream with N labelled examples and features x1, x2; release a model."""
+    rng = np.random.default_rng(3)
+    x = np.round(rng.normal(size=(N, 2)), 6)
+    y = np.clip(50 + 10 * x[:, 0] - 5 * x[:, 1] + rng.normal(0, 1, N), 0, 100)
+    ids = [f"ex-{i:04d}" for i in range(N)]
+    dataset = {"name": name, "label_min": 0, "label_max": 100, "default_label": 0}
+    with (
+        labels_party.client("operator") as ops,
+        labels_party.client("publisher") as pub,
+        labels_party.client("advertiser") as adv,
+    ):
+        body = {**dataset, "epsilon_budget": "10", "delta_budget": "0.001"}
+        ops.request("POST", "/v1/datasets", idempotent=False, json_body=body)
+        pub.register_examples(name, ids)
+        labels = [{"example_id": i, "value": float(v)} for i, v in zip(ids, y, strict=True)]
+        adv.request(
+            "POST", f"/v1/datasets/{name}/labels", idempotent=True, json_body={"labels": labels}
+        )
+        csv = "example_id,x1,x2\n" + "".join(
+            f"{i},{a!r},{b!r}\n" for i, (a, b) in zip(ids, x.tolist(), strict=True)
+        )
+        pub.request(
+            "POST",
+            f"/v1/datasets/{name}/public-features",
+            idempotent=True,
+            content=csv,
+            headers={"Content-Type": "text/csv"},
+        )
+        answer = adv.request(
+            "POST", f"/v1/datasets/{name}/model-releases", idempotent=False, json_body=release
+        )
+    return answer.json()
+
+
+@pytest.fixture(scope="module")
+def ols_release(labels_party: LabelsParty) -> dict[str, Any]:
+    return _labels_party_model(
+        labels_party, "fp-ols", estimator="ols", privacy="label", epsilon="2"
+    )
+
+
+@pytest.fixture(scope="module")
+def nw_release(labels_party: LabelsParty) -> dict[str, Any]:
+    return _labels_party_model(
+        labels_party, "fp-nw", estimator="nw", privacy="eptr", epsilon="4", delta="0.0001",
+        params={"bandwidth": 0.5, "queries": GRID, "r_f": 100.0, "c0": 0.01},
+    )  # fmt: skip
+
+
+def _released(features: Any, release: dict[str, Any], dataset: str | None = None) -> Any:
+    body = {
+        "dataset": dataset or release["dataset"],
+        "model": "released",
+        "model_release_id": release["id"],
+    }
+    return features.post("/v1/models", json=body)
+
+
+def test_ols_predicts_by_the_released_coefficients(
+    features: Any, ols_release: dict[str, Any]
+) -> None:
+    answer = _released(features, ols_release)
+    assert answer.status_code == 201, answer.text
+    model = answer.json()
+    assert (model["status"], model["model"], model["release_id"]) == (
+        "succeeded",
+        "released",
+        ols_release["id"],
+    )
+    assert model["result"]["epsilon"] == "2" and model["result"]["columns"] == ["x1", "x2"]
+    coef = verify_model(ols_release["message"]).body.coef
+    points = [[0.0, 0.0], [1.5, -2.0], [-3.0, 0.25]]
+    rows = [{"features": {"x1": a, "x2": b}} for a, b in points]
+    predicted = features.post(f"/v1/models/{model['id']}/predict", json={"rows": rows})
+    assert predicted.status_code == 200, predicted.text
+    expected = np.array(points) @ np.array(coef[:2]) + coef[2]
+    assert predicted.json()["predictions"] == expected.tolist()
+    # The model is served from the stored, re-verified copy (listing and reading it work too).
+    assert features.get(f"/v1/models/{model['id']}").json()["status"] == "succeeded"
+
+
+def test_nw_predicts_by_interpolating_the_released_grid(
+    features: Any, nw_release: dict[str, Any]
+) -> None:
+    model = _released(features, nw_release).json()
+    message = verify_model(nw_release["message"])
+    points = [[0.0, 0.0], [0.3, -0.4], [2.0, 2.0]]
+    rows = [{"features": {"x1": a, "x2": b}} for a, b in points]
+    predicted = features.post(f"/v1/models/{model['id']}/predict", json={"rows": rows}).json()
+    expected = interpolate(
+        np.array(message.body.queries), np.array(message.body.values), np.array(points)
+    )
+    assert predicted["predictions"] == expected.tolist()
+    assert predicted["predictions"][0] == message.body.values[GRID.index([0.0, 0.0])]
+    assert model["result"]["delta"] == "0.0001" and model["result"]["privacy"] == "eptr"
+
+
+def test_predict_by_stored_example_ids(features: Any, ols_release: dict[str, Any]) -> None:
+    csv = "example_id,x1,x2,colour\nex-0000,0.5,1.0,red\nex-0001,-1.0,2.0,blue\n"
+    answer = features.post(
+        "/v1/datasets/fp-ols/features", content=csv, headers={"Content-Type": "text/csv"}
+    )
+    assert answer.status_code == 200, answer.text
+    model = _released(features, ols_release).json()
+    coef = verify_model(ols_release["message"]).body.coef
+    by_id = features.post(
+        f"/v1/models/{model['id']}/predict", json={"example_ids": ["ex-0000", "ex-0001"]}
+    )
+    assert by_id.status_code == 200, by_id.text
+    expected = np.array([[0.5, 1.0], [-1.0, 2.0]]) @ np.array(coef[:2]) + coef[2]
+    assert by_id.json()["predictions"] == expected.tolist()
+    missing = features.post(f"/v1/models/{model['id']}/predict", json={"example_ids": ["nope"]})
+    assert missing.status_code == 422 and missing.json()["errors"][0]["field"] == "example_ids[0]"
+
+
+@pytest.mark.parametrize(
+    ("features_row", "field"),
+    [
+        ({"x1": 1.0}, "rows[0].features"),
+        ({"x1": 1.0, "x2": 2.0, "x3": 0.0}, "rows[0].features"),
+        ({"x1": "1", "x2": 2.0}, "rows[0].features.x1"),
+        ({"x1": True, "x2": 2.0}, "rows[0].features.x1"),
+        ({"x1": None, "x2": 2.0}, "rows[0].features.x1"),
+    ],
+)
+def test_bad_rows_name_the_field(
+    features: Any, ols_release: dict[str, Any], features_row: dict[str, Any], field: str
+) -> None:
+    model = _released(features, ols_release).json()
+    answer = features.post(
+        f"/v1/models/{model['id']}/predict", json={"rows": [{"features": features_row}]}
+    )
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"dataset": "fp-ols", "model": "released"}, 422, "model_release_id"),
+        ({"dataset": "fp-ols", "model": "released", "release_id": "rel_x",
+          "model_release_id": f"mrel_{'0' * 24}"}, 422, "release_id"),
+        ({"dataset": "fp-ols", "model": "released", "model_release_id": "mrel_x"}, 422,
+         "model_release_id"),
+        ({"dataset": "fp-ols", "model": "gbm", "release_id": "rel_x",
+          "model_release_id": f"mrel_{'0' * 24}"}, 422, "model_release_id"),
+    ],
+)  # fmt: skip
+def test_bad_create_is_refused(
+    features: Any, body: dict[str, Any], status: int, field: str
+) -> None:
+    answer = features.post("/v1/models", json=body)
+    assert answer.status_code == status, answer.text
+    assert field in {e["field"] for e in answer.json()["errors"]}, answer.json()
+
+
+def test_unknown_or_foreign_model_release(features: Any, ols_release: dict[str, Any]) -> None:
+    unknown = features.post(
+        "/v1/models",
+        json={"dataset": "fp-ols", "model": "released", "model_release_id": f"mrel_{'0' * 24}"},
+    )
+    assert unknown.status_code in (404, 502), unknown.text
+    foreign = _released(features, ols_release, dataset="another")
+    assert foreign.status_code == 422 and foreign.json()["errors"][0]["field"] == "dataset"
+    assert features.get("/v1/models").json()["models"] == []
+
+
+def test_a_corrupted_stored_message_is_not_trusted(
+    features_factory: Callable[..., Any], ols_release: dict[str, Any]
+) -> None:
+    features = features_factory()
+    model = _released(features, ols_release).json()
+    sessions = features.app.state.sessions
+    with sessions() as session:
+        stored = session.get(ReleasedModelMessage, ols_release["id"])
+        tampered = json.loads(stored.message)
+        tampered["body"]["coef"][0] += 1.0
+        session.execute(
+            update(ReleasedModelMessage).values(message=json.dumps(tampered, separators=(",", ":")))
+        )
+        session.commit()
+    answer = features.post(
+        f"/v1/models/{model['id']}/predict", json={"rows": [{"features": {"x1": 0, "x2": 0}}]}
+    )
+    assert answer.status_code >= 400 and "sha256" in answer.json()["detail"], answer.text
+    with pytest.raises(IntegrityError, match="sha256"):
+        verify_model(tampered)

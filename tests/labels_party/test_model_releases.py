@@ -1,0 +1,379 @@
+"""Public features and model releases through the real app: charges, messages, bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select, update
+
+from labels_party import ledger
+from labels_party.db.models import datasets, public_feature_sets
+from shared.model_message import ModelMessage, verify_model
+from shared.rng import SystemRandom
+from tests.labels_party.conftest import ADV, OPS, PUB, cli, create_dataset, put_labels, register
+
+N = 300
+TRUE_COEF = np.array([10.0, -5.0, 50.0])  # x1, x2, intercept
+
+
+def _data(seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.normal(size=(N, 2)), 6)
+    y = np.clip(x @ TRUE_COEF[:2] + TRUE_COEF[2] + rng.normal(0, 1, N), 0, 100)
+    return [f"ex-{i:04d}" for i in range(N)], x, y
+
+
+def _csv(ids: list[str], x: np.ndarray, columns: tuple[str, ...] = ("x1", "x2")) -> str:
+    lines = ["example_id," + ",".join(columns)]
+    lines += [
+        f"{i}," + ",".join(repr(float(v)) for v in row) for i, row in zip(ids, x, strict=True)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def setup_dataset(client: Any, name: str = "ds", **fields: Any) -> tuple[list[str], np.ndarray]:
+    """A dataset of N labelled examples with features x1, x2 uploaded (CSV)."""
+    ids, x, y = _data()
+    create_dataset(client, name, **{"epsilon_budget": "10", "delta_budget": "0.001", **fields})
+    register(client, name, ids)
+    assert put_labels(client, name, list(zip(ids, y.tolist(), strict=True))).status_code == 200
+    answer = upload(client, name, _csv(ids, x), "text/csv")
+    assert answer.status_code == 201, answer.text
+    return ids, x
+
+
+def upload(client: Any, name: str, body: str, media: str, headers: Any = PUB) -> Any:
+    return client.post(
+        f"/v1/datasets/{name}/public-features",
+        content=body.encode(),
+        headers={**headers, "Content-Type": media},
+    )
+
+
+def model_release(client: Any, name: str = "ds", **body: Any) -> Any:
+    return client.post(f"/v1/datasets/{name}/model-releases", json=body, headers=ADV)
+
+
+def state(client: Any, name: str = "ds") -> tuple[Any, ...]:
+    """Everything a refused request must leave alone: the ledger and both budgets."""
+    view = client.get(f"/v1/datasets/{name}", headers=ADV).json()
+    with client.app.state.services.db.read() as conn:
+        entries = ledger.entries(conn)
+    keys = ("epsilon_spent", "delta_spent", "state")
+    return (len(entries), entries[-1]["entry_hash"], *(view[k] for k in keys))
+
+
+def verify(client: Any) -> ledger.VerifyReport:
+    with client.app.state.services.db.read() as conn:
+        return ledger.verify(conn)
+
+
+# ---- public features ------------------------------------------------------------------------
+
+
+def test_upload_public_features_csv_and_json(client: Any) -> None:
+    ids, x = setup_dataset(client)
+    rows = [
+        {"example_id": i, "x1": float(a), "x2": float(b)} for i, (a, b) in zip(ids, x, strict=True)
+    ]
+    answer = upload(client, "ds", json.dumps({"rows": rows}), "application/json")
+    assert answer.status_code == 201, answer.text
+    body = answer.json()
+    assert (body["columns"], body["n"], body["dataset"]) == (["x1", "x2"], N, "ds")
+    assert body["id"].startswith("pf_") and len(body["sha256"]) == 64
+    # The same table by CSV has the same digest.
+    assert upload(client, "ds", _csv(ids, x), "text/csv").json()["sha256"] == body["sha256"]
+
+
+@pytest.mark.parametrize(
+    ("body", "media", "field"),
+    [
+        ("example_id,x1\nex-0000,nan\n", "text/csv", "line 2.x1"),
+        ("example_id,x1\nex-0000,1e999\n", "text/csv", "line 2.x1"),
+        ("example_id,x1\nex-0000,abc\n", "text/csv", "line 2.x1"),
+        ("example_id,x1\nex-0000,1,2\n", "text/csv", "line 2"),
+        ("example_id,x1\nnope-9999,1\n", "text/csv", "rows[0].example_id"),
+        ("example_id,x1\nex-0000,1\nex-0000,2\n", "text/csv", "example_id"),
+        ("id,x1\nex-0000,1\n", "text/csv", "header"),
+        ("example_id\nex-0000\n", "text/csv", "header"),
+        ('{"rows": [{"example_id": "ex-0000", "x1": NaN}]}', "application/json", "body"),
+        ('{"rows": [{"example_id": "ex-0000", "x1": "1"}]}', "application/json", "rows[0].x1"),
+        ('{"rows": [{"example_id": "ex-0000", "x1": true}]}', "application/json", "rows[0].x1"),
+        ('{"rows": [{"example_id": "ex-0000", "x1": 1}, {"example_id": "ex-0001"}]}',
+         "application/json", "rows[1]"),
+        ('{"rows": []}', "application/json", "rows[0]"),
+    ],
+)  # fmt: skip
+def test_bad_public_features_name_the_field(client: Any, body: str, media: str, field: str) -> None:
+    setup_dataset(client)
+    answer = upload(client, "ds", body, media)
+    assert answer.status_code == 422, answer.text
+    assert field in {e["field"] for e in answer.json()["errors"]}, answer.json()
+    with client.app.state.services.db.read() as conn:  # only setup_dataset's upload is stored
+        assert conn.execute(select(func.count()).select_from(public_feature_sets)).scalar() == 1
+
+
+def test_only_the_publisher_uploads_features(client: Any) -> None:
+    setup_dataset(client)
+    assert upload(client, "ds", "example_id,x1\nex-0000,1\n", "text/csv", ADV).status_code == 403
+
+
+# ---- model releases -------------------------------------------------------------------------
+
+
+def test_label_dp_ols_release_charges_epsilon_only_and_verifies(client: Any) -> None:
+    setup_dataset(client)
+    answer = model_release(client, estimator="ols", privacy="label", epsilon="2")
+    assert answer.status_code == 201, answer.text
+    out = answer.json()
+    assert (out["epsilon"], out["delta"], out["released"]) == ("2", None, True)
+    assert out["budget"]["epsilon_spent"] == "2" and out["budget"]["delta_spent"] == "0"
+    message = verify_model(out["message"])
+    assert message.header.columns == ["x1", "x2"] and message.header.intercept
+    assert message.header.noise == "discrete_laplace" and message.header.sensitivity > 0
+    assert np.allclose(message.body.coef, TRUE_COEF, atol=2.0)
+    # Publisher and advertiser read the same stored message; the operator may not.
+    pulled = [client.get(f"/v1/model-releases/{out['id']}", headers=h) for h in (PUB, ADV)]
+    assert pulled[0].status_code == 200 and pulled[0].content == pulled[1].content
+    assert ModelMessage.model_validate_json(pulled[0].content) == message
+    assert client.get(f"/v1/model-releases/{out['id']}", headers=OPS).status_code == 403
+    assert client.get(f"/v1/model-releases/mrel_{'0' * 24}", headers=PUB).status_code == 404
+    with client.app.state.services.db.read() as conn:
+        entry = ledger.public_entry(ledger.entries(conn)[-1])
+    assert (entry["kind"], entry["epsilon"], entry.get("delta")) == ("model", "2", None)
+    assert entry["parameters"]["model_release_id"] == out["id"]
+    assert entry["message_sha256"] == message.header.body_sha256
+    report = verify(client)
+    assert report.ok, report.problems
+
+
+def test_eptr_release_charges_epsilon_and_delta_exactly(client: Any) -> None:
+    setup_dataset(client)
+    params = {"r_x": 4.0, "r_theta": 60.0, "c0": 0.1}
+    for _ in range(3):
+        answer = model_release(
+            client, estimator="ols", privacy="eptr", epsilon="0.1", delta="0.0001", params=params
+        )
+        assert answer.status_code == 201, answer.text
+    message = verify_model(answer.json()["message"])
+    assert message.header.delta == "0.0001" and message.header.noise == "gaussian"
+    assert "gamma" not in answer.text and "release_probability" not in answer.text
+    view = client.get("/v1/datasets/ds", headers=ADV).json()
+    assert (view["epsilon_spent"], view["delta_spent"], view["delta_left"]) == (
+        "0.3",
+        "0.0003",
+        "0.0007",
+    )
+    report = verify(client)
+    assert report.ok, report.problems
+    assert report.spent["ds"] == Decimal("0.3")
+
+
+def test_the_delta_budget_is_held_exactly(client: Any) -> None:
+    setup_dataset(client, delta_budget="0.0002")
+    params = {"r_x": 4.0, "r_theta": 60.0, "c0": 0.1}
+    body = {"estimator": "ols", "privacy": "eptr", "epsilon": "0.5", "params": params}
+    for _ in range(2):
+        assert model_release(client, **body, delta="0.0001").status_code == 201
+    before = state(client)
+    refused = model_release(client, **body, delta="0.00000001")
+    assert refused.status_code == 409, refused.text
+    assert [e["field"] for e in refused.json()["errors"]] == ["delta"]
+    assert state(client) == before
+    # Epsilon is still there for label privacy (no delta).
+    assert model_release(client, estimator="ols", privacy="label", epsilon="1").status_code == 201
+    view = client.get("/v1/datasets/ds", headers=ADV).json()
+    assert (view["epsilon_spent"], view["delta_spent"]) == ("2", "0.0002")
+    assert verify(client).ok
+
+
+def test_a_dataset_without_delta_budget_refuses_eptr(client: Any) -> None:
+    setup_dataset(client, delta_budget="0")
+    before = state(client)
+    answer = model_release(
+        client, estimator="ols", privacy="eptr", epsilon="1", delta="0.001",
+        params={"r_x": 4.0, "r_theta": 60.0, "c0": 0.1},
+    )  # fmt: skip
+    assert answer.status_code == 409 and answer.json()["errors"][0]["field"] == "delta"
+    assert state(client) == before
+
+
+def test_epsilon_budget_refusal_spends_nothing(client: Any) -> None:
+    setup_dataset(client, epsilon_budget="1")
+    before = state(client)
+    answer = model_release(client, estimator="ols", privacy="label", epsilon="1.5")
+    assert answer.status_code == 409 and answer.json()["errors"][0]["field"] == "epsilon"
+    assert state(client) == before
+
+
+def test_nadaraya_watson_releases_on_the_named_grid(client: Any) -> None:
+    setup_dataset(client)
+    grid = [[a, b] for a in (-1.0, 0.0, 1.0) for b in (-1.0, 0.0, 1.0)]
+    answer = model_release(
+        client, estimator="nw", privacy="label", epsilon="4",
+        params={"bandwidth": 0.5, "queries": grid},
+    )  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    message = verify_model(answer.json()["message"])
+    assert message.body.queries == grid and len(message.body.values) == 9
+    truth = np.array(grid) @ TRUE_COEF[:2] + TRUE_COEF[2]
+    assert np.mean(np.abs(np.array(message.body.values) - truth)) < 10  # smoothing bias + noise
+    answer = model_release(
+        client, estimator="nw", privacy="eptr", epsilon="4", delta="0.0001",
+        params={"bandwidth": 0.5, "queries": grid, "r_f": 100.0, "c0": 0.01},
+    )  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    assert verify_model(answer.json()["message"]).header.params == {
+        "bandwidth": 0.5,
+        "r_f": 100.0,
+        "c0": 0.01,
+    }
+    assert verify(client).ok
+
+
+def test_bayes_releases_priors_and_means(client: Any) -> None:
+    setup_dataset(client)
+    answer = model_release(
+        client, estimator="bayes", privacy="eptr", epsilon="4", delta="0.0001",
+        params={"n_classes": 2, "r_x": 4.0, "c0": 0.05},
+    )  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    message = verify_model(answer.json()["message"])
+    assert len(message.body.priors) == 2 and np.isclose(sum(message.body.priors), 1.0)
+    assert verify(client).ok
+
+
+GOOD_EPTR = {"r_x": 4.0, "r_theta": 60.0, "c0": 0.1}
+GRID = [[0.0, 0.0], [1.0, 1.0]]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"estimator": "ols", "privacy": "eptr", "epsilon": 1, "params": GOOD_EPTR}, "delta"),
+        ({"estimator": "ols", "privacy": "label", "epsilon": 1, "delta": "0.001"}, "delta"),
+        ({"estimator": "ols", "privacy": "eptr", "epsilon": 1, "delta": 1, "params": GOOD_EPTR},
+         "delta"),
+        ({"estimator": "ols", "privacy": "eptr", "epsilon": 1, "delta": 0, "params": GOOD_EPTR},
+         "delta"),
+        ({"estimator": "ols", "privacy": "eptr", "epsilon": 1, "delta": "-0.1",
+          "params": GOOD_EPTR}, "delta"),
+        ({"estimator": "bayes", "privacy": "label", "epsilon": 1}, "privacy"),
+        ({"estimator": "nw", "privacy": "label", "epsilon": 1,
+          "params": {"bandwidth": 0.5, "queries": [[0.0, 0.0, 0.0]]}}, "params.queries"),
+        ({"estimator": "nw", "privacy": "label", "epsilon": 1,
+          "params": {"bandwidth": 0.5, "queries": [[0.0], [1.0]]}}, "params.queries"),
+        ({"estimator": "nw", "privacy": "label", "epsilon": 1,
+          "params": {"bandwidth": 0.01, "queries": [[1e6, 1e6]]}}, "params.queries"),
+        ({"estimator": "nw", "privacy": "label", "epsilon": 1, "params": {"queries": GRID}},
+         "params.bandwidth"),
+        ({"estimator": "ols", "privacy": "label", "epsilon": 1, "params": {"r_x": 1.0}},
+         "params.r_x"),
+        ({"estimator": "ols", "privacy": "eptr", "epsilon": 1, "delta": "0.001",
+          "params": {**GOOD_EPTR, "c0": -1}}, "params.c0"),
+        ({"estimator": "bayes", "privacy": "eptr", "epsilon": 1, "delta": "0.001",
+          "params": {"n_classes": 2, "r_x": 1.0, "c0": 0.9}}, "params.c0"),
+        ({"estimator": "ols", "privacy": "label", "epsilon": 0}, "epsilon"),
+        ({"estimator": "ols", "privacy": "label", "epsilon": 1,
+          "public_features": f"pf_{'0' * 24}"}, "public_features"),
+    ],
+)  # fmt: skip
+def test_bad_model_release_names_the_field_and_spends_nothing(
+    client: Any, body: dict[str, Any], field: str
+) -> None:
+    setup_dataset(client)
+    before = state(client)
+    answer = model_release(client, **body)
+    assert 400 <= answer.status_code < 500, answer.text
+    assert field in {e["field"] for e in answer.json()["errors"]}, answer.json()
+    assert state(client) == before
+    assert verify(client).ok
+
+
+def _features_then_release(client: Any, csv_text: str) -> Any:
+    answer = upload(client, "ds", csv_text, "text/csv")
+    assert answer.status_code == 201, answer.text
+    return model_release(client, estimator="ols", privacy="label", epsilon="1")
+
+
+def test_singular_design_and_too_few_rows_are_refused_before_spending(client: Any) -> None:
+    ids, x = setup_dataset(client)
+    before = state(client)
+    collinear = np.column_stack([x[:, 0], 2.0 * x[:, 0]])
+    for csv_text in (
+        _csv(ids, collinear),  # X^T X singular
+        _csv(ids[:2], x[:2]),  # 2 rows, 3 columns with the intercept
+        _csv(ids, np.ones((N, 1)), ("constant",)),  # a constant column beside the intercept
+    ):
+        answer = _features_then_release(client, csv_text)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["errors"][0]["field"] == "public_features"
+        assert state(client) == before
+    # Non-finite features never get in (refused at upload), so nothing to fit on them.
+    assert upload(client, "ds", "example_id,x1\nex-0000,inf\n", "text/csv").status_code == 422
+
+
+def test_no_public_features_is_a_conflict(client: Any) -> None:
+    create_dataset(client, "bare", delta_budget="0.001")
+    register(client, "bare", ["a", "b"])
+    answer = model_release(client, "bare", estimator="ols", privacy="label", epsilon="1")
+    assert answer.status_code == 409 and answer.json()["errors"][0]["field"] == "dataset"
+
+
+def test_cli_verify_reports_both_totals(client: Any, db_path: Any) -> None:
+    setup_dataset(client)
+    body = {"estimator": "ols", "privacy": "eptr", "epsilon": "0.25", "delta": "0.0001"}
+    assert model_release(client, **body, params=GOOD_EPTR).status_code == 201
+    done = cli("ledger", "verify", "--db", str(db_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dataset ds: epsilon spent 0.25\ndataset ds: delta spent 0.0001\n" in done.stdout
+
+
+def test_openapi_documents_model_releases(client: Any) -> None:
+    spec = client.get("/openapi.json").json()
+    for path in (
+        "/v1/datasets/{name}/public-features",
+        "/v1/datasets/{name}/model-releases",
+        "/v1/model-releases/{model_release_id}",
+    ):
+        assert path in spec["paths"], path
+    refs = set(re.findall(r'"#/components/schemas/([^"]+)"', json.dumps(spec)))
+    assert "ModelReleaseCreate" in refs and refs <= set(spec["components"]["schemas"])
+
+
+def test_production_model_randomness_is_the_os_csprng(make_client: Any) -> None:
+    client = make_client(seed=None)
+    assert isinstance(client.app.state.model_releases._rng_factory(), SystemRandom)
+
+
+def test_labels_changing_during_the_fit_are_refitted_and_charged_once(
+    client: Any, monkeypatch: Any
+) -> None:
+    """A fit whose labels changed before the write lock is discarded unseen and redone."""
+    from labels_party import model_releases
+
+    setup_dataset(client)
+    real = model_releases.fit
+    calls = []
+
+    def fit_while_labels_change(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # an ingest commits while the first fit runs (it bumps the version)
+            with client.app.state.services.db.write() as conn:
+                conn.execute(update(datasets).values(data_version=datasets.c.data_version + 1))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_releases, "fit", fit_while_labels_change)
+    answer = model_release(client, estimator="ols", privacy="label", epsilon="1")
+    assert answer.status_code == 201, answer.text
+    assert len(calls) == 2
+    with client.app.state.services.db.read() as conn:
+        kinds = [entry["kind"] for entry in ledger.entries(conn)]
+    assert kinds.count("model") == 1
+    assert client.get("/v1/datasets/ds", headers=ADV).json()["epsilon_spent"] == "1"
+    assert verify(client).ok
