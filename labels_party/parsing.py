@@ -216,7 +216,10 @@ class _LineStream:
             self._carry = data
             return []
         self._carry = data[cut + 1 :]
-        return self._decode(data[:cut])
+        # The last line before the cut ends in "\r" when lines end in CRLF: drop it here, as
+        # _decode's replace() only sees the CRLFs inside the piece.
+        end = cut - 1 if cut > 0 and data[cut - 1] == 0x0D else cut
+        return self._decode(data[:end])
 
     def close(self) -> list[str]:
         rest, self._carry = self._carry, b""
