@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -9,14 +10,19 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.labels_party.conftest import (
+    OPS,
     PUB,
     TOKENS,
     TOKENS_ENV,
+    TestClient,
     cli,
     create_dataset,
     free_port,
+    register,
+    release,
 )
 
 
@@ -132,3 +138,70 @@ def test_bad_db_path_for_serve_is_one_line(tmp_path):
         assert result.returncode == 2, result.stderr
         assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
         assert lines[0].startswith(f"labeldp serve {service}: cannot open the database sqlite:///")
+
+
+def test_database_down_is_503_saying_so_and_recovers_by_itself(tmp_path):
+    """Defect 3: with the database down every call (and /healthz) answered 500."""
+    from features_party.config import Settings as FeaturesSettings
+    from features_party.main import create_app as create_features_app
+    from labels_party.config import Settings
+    from labels_party.main import create_app
+    from tests.postgres import SKIP_REASON, find_bindir, postgres_server
+
+    if find_bindir() is None:
+        pytest.skip(SKIP_REASON)
+    pytest.importorskip("psycopg", reason="psycopg missing: pip install -e '.[postgres]'")
+    with postgres_server() as server, contextlib.ExitStack() as stack:
+        labels = stack.enter_context(
+            TestClient(create_app(Settings(database_url=server.create_database(), tokens=TOKENS)))
+        )
+        features_settings = FeaturesSettings(
+            database_url=server.create_database(),
+            labels_url="http://127.0.0.1:9",
+            labels_token=TOKENS.publisher,
+        )
+        features = stack.enter_context(TestClient(create_features_app(features_settings)))
+        create_dataset(labels)
+        calls = [
+            (labels, "GET", "/healthz", {}),
+            (labels, "GET", "/v1/datasets/ds", {"headers": OPS}),
+            (labels, "POST", "/v1/datasets/ds/examples",
+             {"json": {"example_ids": ["a"]}, "headers": PUB}),
+            (features, "GET", "/healthz", {}),
+            (features, "GET", "/v1/models", {}),
+        ]  # fmt: skip
+        server.stop("immediate")
+        for http, method, url, kwargs in calls:
+            response = http.request(method, url, **kwargs)
+            assert response.status_code == 503, (url, response.text)
+            body = response.json()
+            assert "database is unreachable" in body["detail"]
+            assert body["errors"] == [{"field": "database", "message": "unreachable"}]
+            if url == "/healthz":
+                assert body["status"] == "unavailable"
+        server.start()  # no restart of either service: the pools reconnect
+        for http, method, url, kwargs in calls:
+            response = http.request(method, url, **kwargs)
+            assert response.status_code == 200, (url, response.text)
+        assert labels.get("/v1/datasets/ds", headers=OPS).json()["n_examples"] == 1
+
+
+def test_release_response_has_bins_and_malformed_ids_are_404(client):
+    """Defect 8: no ``bins`` key (API.md shows one); a malformed release id answered 422."""
+    create_dataset(client)
+    register(client, "ds", [f"e{i}" for i in range(50)])
+    created = release(client, "ds", params={"bins": 8})
+    assert created.status_code == 201, created.text
+    assert created.json()["bins"] == 8
+    fetched = client.get(f"/v1/releases/{created.json()['id']}", headers=PUB)
+    assert fetched.json() == created.json()
+    for bad in ("x", "rel_123", "rel_" + "g" * 24, "REL_" + "0" * 24):
+        for suffix in ("", "/message"):
+            answer = client.get(f"/v1/releases/{bad}{suffix}", headers=PUB)
+            assert answer.status_code == 404, (bad, suffix, answer.text)
+            assert answer.json()["errors"] == [
+                {"field": "release_id", "message": "unknown release"}
+            ]
+    unknown = client.get("/v1/releases/rel_" + "0" * 24, headers=PUB)
+    assert unknown.status_code == 404
+    assert unknown.json()["errors"] == [{"field": "release_id", "message": "unknown release"}]
