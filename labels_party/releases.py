@@ -42,6 +42,7 @@ from labels_party.db.models import (
     message_chunks,
     releases,
 )
+from labels_party.db.models import ledger as ledger_table
 from labels_party.errors import ConflictError, FieldError, NotFoundError
 from labels_party.parsing import gc_paused
 from shared.errors import BudgetExceededError
@@ -359,12 +360,20 @@ def release_metadata(db: Database, release_id: str) -> dict[str, Any]:
         raise NotFoundError(
             f"release {release_id!r} not found", [FieldError(field="id", message="unknown release")]
         )
+    with db.read() as conn:  # the histogram's bin count K, as POST /releases answered it
+        histogram = conn.execute(
+            select(ledger_table.c.parameters).where(
+                ledger_table.c.release_id == release_id,
+                ledger_table.c.kind == ledger.KIND_HISTOGRAM,
+            )
+        ).scalar_one()
     return {
         "id": row.id,
         "dataset": row.dataset_name,
         "mechanism": row.mechanism,
         "requested_mechanism": row.requested_mechanism,
         "params": json.loads(row.params),
+        "bins": int(json.loads(histogram)["bins"]),
         "epsilon1": row.epsilon1,
         "epsilon2": row.epsilon2,
         "epsilon": row.epsilon,

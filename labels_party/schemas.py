@@ -161,6 +161,7 @@ class ReleasePublic(BaseModel):
     mechanism: str
     requested_mechanism: str
     params: dict[str, object]
+    bins: int = Field(description="K, the private histogram's number of bins")
     epsilon1: float
     epsilon2: float
     epsilon: float
