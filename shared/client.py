@@ -284,6 +284,7 @@ class DatasetInfo(_Lenient):
     epsilon_budget: float
     epsilon_spent: float = 0.0
     epsilon_left: float | None = None
+    n_examples: int | None = None  # registered example ids (every role may see it)
 
 
 class ReleaseInfo(_Lenient):
