@@ -140,7 +140,7 @@ def parse_csv(text: str, *, id_column: str = ID_COLUMN) -> RawBatch:
                 continue  # blank line
             if len(record) != len(header):
                 errors.append(
-                    (f"line {line_no}", f"has {len(record)} cells, header has {len(header)}")
+                    (f"line[{line_no}]", f"has {len(record)} cells, header has {len(header)}")
                 )
                 if len(errors) >= MAX_REPORTED:
                     break
@@ -153,7 +153,7 @@ def parse_csv(text: str, *, id_column: str = ID_COLUMN) -> RawBatch:
         raise FeatureInputError("CSV rows do not match the header", errors)
     if not ids:
         raise FeatureInputError("empty batch: the CSV has no data rows", [("body", "no rows")])
-    _check_ids(ids, [f"line {i + 2}" for i in range(len(ids))])
+    _check_ids(ids, [f"line[{i + 2}]" for i in range(len(ids))])
     return RawBatch(columns=columns, example_ids=ids, cells=cells, source="csv")
 
 
@@ -283,7 +283,7 @@ def infer_kinds(batch: RawBatch, *, categorical: Iterable[str] = ()) -> dict[str
         if numeric and non_finite:
             # A numeric column with nan / inf / 1e309 cells: refused as documented, instead of
             # silently becoming categorical (where "nan" would be a category).
-            where = "line {}" if batch.source == "csv" else "rows[{}]"
+            where = "line[{}]" if batch.source == "csv" else "rows[{}]"
             offset = 2 if batch.source == "csv" else 0
             for i in non_finite[:MAX_REPORTED]:
                 errors.append(
@@ -357,7 +357,7 @@ def type_rows(batch: RawBatch, schema: Sequence[tuple[str, Kind]]) -> list[list[
             try:
                 out.append(_as_number(row[j]) if kind == "numeric" else _as_category(row[j]))
             except ValueError as exc:
-                where = f"line {i + 2}" if batch.source == "csv" else f"rows[{i}]"
+                where = f"line[{i + 2}]" if batch.source == "csv" else f"rows[{i}]"
                 errors.append((f"{where}.{name}", f"{kind} column: {row[j]!r}: {exc}"))
                 out.append(None)
         if len(errors) >= MAX_REPORTED:

@@ -104,3 +104,21 @@ def test_true_mse_estimate_rule():
     assert value is None and "2 standard errors" in note
     assert true_mse_estimate(10.0, 1.0, 12.0)[0] is None  # negative: never clipped to 0.0
     assert true_mse_estimate(float("nan"), 1.0, 1.0)[0] is None
+
+
+def test_the_features_party_on_postgresql(labels_party, features_factory, postgres_url):
+    """Both services take a database URL: the whole flow with the features party on a REAL
+    PostgreSQL server (upload, sync, pull once, train, predict, restart)."""
+    features = features_factory(db_path=None, database_url=postgres_url)
+    ids, _, _, release = prepare(labels_party, features, "pg", n=200)
+    job = features.post(
+        "/v1/models", json={"dataset": "pg", "release_id": release.id, "model": "ridge"}
+    )
+    assert job.status_code == 202, job.text
+    done = wait_job(features, job.json()["id"])
+    assert done["status"] == "succeeded", done
+    again = features_factory(db_path=None, database_url=postgres_url)  # a restart
+    predicted = again.post(f"/v1/models/{done['id']}/predict", json={"example_ids": ids[:5]})
+    assert predicted.status_code == 200, predicted.text
+    assert len(predicted.json()["predictions"]) == 5
+    assert again.get("/v1/datasets/pg").json()["rows"] == 200

@@ -256,7 +256,7 @@ class Store:
     def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
         """Rows of ``sql`` (``?`` placeholders) as dicts."""
         if self.url is not None:
-            sql = sql.replace("?", "%s")
+            sql = sql.replace("%", "%%").replace("?", "%s")
         with self._cursor() as cursor:
             cursor.execute(sql, params)
             return [dict(row) for row in cursor.fetchall()]

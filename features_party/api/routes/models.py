@@ -17,7 +17,6 @@ from features_party.api.errors import FieldHTTPError, StrictJSONRoute
 from features_party.config import Settings
 from features_party.db.models import FeatureDataset, FeatureRow, StoredMessage, TrainedModel
 from features_party.features import FeatureInputError, RawBatch, type_rows
-from features_party.pull import labels_client
 from features_party.schemas import (
     MODEL_ID_PATTERN,
     ModelCreate,
@@ -26,6 +25,7 @@ from features_party.schemas import (
     PredictIn,
     PredictOut,
 )
+from shared.client import NO_RETRY, LabelsPartyClient
 from shared.client import ServiceError as ClientServiceError
 
 router = APIRouter(prefix="/v1/models", tags=["models"], route_class=StrictJSONRoute)
@@ -64,16 +64,23 @@ def new_model_id() -> str:
 
 def check_release(session: Session, settings: Settings, dataset: str, release_id: str) -> None:
     """The release exists and is one of ``dataset``'s: 404 / 409 naming ``release_id`` now,
-    not a job that fails later. A message already stored here answers without the labels party.
+    not a job that fails later. A message already stored here answers without the labels party;
+    a labels party that does not answer right now leaves the check to the job's own pull.
     """
     stored = session.get(StoredMessage, release_id)
     if stored is not None:
         owner = stored.dataset
     else:
         try:
-            with labels_client(settings, timeout=30.0) as client:
+            with LabelsPartyClient(
+                settings.labels_url, token=settings.labels_token, retry=NO_RETRY, timeout=10.0
+            ) as client:
                 owner = client.release(release_id).dataset
         except ClientServiceError as exc:
+            if exc.status is None or exc.status >= 500:
+                # Unreachable or failing right now: the job's pull retries with back-off and
+                # reports clearly if it never answers, so the job is still accepted.
+                return
             if exc.status != 404:
                 raise
             raise FieldHTTPError(
