@@ -246,7 +246,8 @@ POSTGRES_NOTE = """\
 PostgreSQL (Debian's server, on a Unix socket, default durability: fsync and synchronous_commit
 on) stores a bulk batch with one `COPY` into a temporary staging table and one statement that
 updates the ids already present and inserts the others (`labels_party/ingest.py`); the
-`executemany` upsert SQLite uses ran at about 25,000 labels/s there. Most of what is left is
+`executemany` upsert SQLite uses ran at about 25,000 labels/s there (a user's figure). Most of
+what is left is
 PostgreSQL's per-row foreign-key check of `entries.dataset_id` (about 5 s of the 9 s for 10^6
 new ids in a profile: `EXPLAIN ANALYZE`, "Trigger for constraint entries_dataset_id_fkey").
 """
