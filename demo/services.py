@@ -151,15 +151,18 @@ def start_labels_party(
     port: int | None = None,
     db_path: Path | None = None,
     timeout: float = READY_TIMEOUT,
+    database_url: str | None = None,
 ) -> ServiceProcess:
-    """``labeldp serve labels`` with ``LABELDP_TOKENS`` from ``tokens``."""
+    """``labeldp serve labels`` with ``LABELDP_TOKENS`` from ``tokens`` (``database_url``:
+    a PostgreSQL or other SQLAlchemy URL instead of the SQLite file ``db_path``)."""
     db = db_path or workdir / "labels.db"
     env = {
         "LABELDP_TOKENS": ",".join(
             f"{role}={tokens[role]}" for role in ("advertiser", "publisher", "operator")
         )
     }
-    args = ["--db", str(db), "--host", "127.0.0.1", "--log-level", "warning"]
+    where = ["--database-url", database_url] if database_url else ["--db", str(db)]
+    args = [*where, "--host", "127.0.0.1", "--log-level", "warning"]
     return _spawn("labels", args, workdir=workdir, env=env, port=port, db_path=db, timeout=timeout)
 
 
@@ -171,15 +174,16 @@ def start_features_party(
     port: int | None = None,
     db_path: Path | None = None,
     timeout: float = READY_TIMEOUT,
+    database_url: str | None = None,
 ) -> ServiceProcess:
     """``labeldp serve features`` using the publisher token; its own token if ``features``."""
     db = db_path or workdir / "features.db"
     env = {"LABELDP_PUBLISHER_TOKEN": tokens["publisher"]}
     if tokens.get("features"):
         env["LABELDP_FEATURES_TOKEN"] = tokens["features"]
+    where = ["--database-url", database_url] if database_url else ["--db", str(db)]
     args = [
-        "--db",
-        str(db),
+        *where,
         "--host",
         "127.0.0.1",
         "--labels-url",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from features_party.config import FEATURES_TOKEN_ENV, PUBLISHER_TOKEN_ENV, Settings
+from shared import database_url
 from shared.errors import InvalidParameterError
 
 
@@ -22,7 +23,7 @@ def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignor
             "the service only binds a loopback address."
         ),
     )
-    parser.add_argument("--db", required=True, help="SQLite file (created if missing)")
+    database_url.add_arguments(parser, what="features party")
     parser.add_argument("--port", type=int, default=8002)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--labels-url", required=True, help="base URL of the labels party")
@@ -58,8 +59,9 @@ def serve(args: argparse.Namespace) -> int:
     from features_party.main import create_app
 
     try:
+        url = database_url.resolve(db=args.db, database_url=args.database_url)
         settings = Settings.from_env(
-            db_path=args.db,
+            database_url=url,
             labels_url=args.labels_url,
             labels_token=args.token,
             host=args.host,
@@ -74,6 +76,15 @@ def serve(args: argparse.Namespace) -> int:
         print(f"labeldp serve features: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from features_party.db.engine import make_engine
+
+    try:  # open (and create) the database now: a bad --db is one line, not a traceback
+        make_engine(url).dispose()
+    except (SQLAlchemyError, OSError, ValueError, ModuleNotFoundError) as exc:
+        print(f"labeldp serve features: {database_url.open_failure(exc, url)}", file=sys.stderr)
+        return 2
     uvicorn.run(
         create_app(settings),
         host=settings.host,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.client import RetryPolicy
+from shared.database_url import sqlite_url
 from shared.errors import InvalidParameterError
 
 FEATURES_TOKEN_ENV = "LABELDP_FEATURES_TOKEN"
@@ -39,7 +40,6 @@ class Settings:
     message pull).
     """
 
-    db_path: Path
     labels_url: str
     labels_token: str
     features_token: str | None = None
@@ -57,8 +57,15 @@ class Settings:
     # Serve TLS with this certificate chain and key (both or neither).
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    # The database: a SQLAlchemy URL (SQLite or PostgreSQL), or a SQLite file ``db_path``.
+    database_url: str = ""
+    db_path: Path | None = None
 
     def __post_init__(self) -> None:
+        if not self.database_url:
+            if self.db_path is None:
+                raise InvalidParameterError("a database is required (database_url or db_path)")
+            object.__setattr__(self, "database_url", sqlite_url(self.db_path))
         if not self.labels_url.startswith(("http://", "https://")):
             raise InvalidParameterError(
                 f"labels_url ({self.labels_url!r}) must start with http:// or https://"
@@ -88,15 +95,11 @@ class Settings:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise InvalidParameterError("tls_cert and tls_key go together (give both or neither)")
 
-    @property
-    def database_url(self) -> str:
-        return f"sqlite:///{self.db_path}"
-
     @classmethod
     def from_env(
         cls,
         *,
-        db_path: str | Path,
+        database_url: str,
         labels_url: str,
         labels_token: str | None,
         host: str = "127.0.0.1",
@@ -113,7 +116,7 @@ class Settings:
             if extra.get(name) is None and os.environ.get(env):
                 extra[name] = Path(os.environ[env])
         return cls(
-            db_path=Path(db_path),
+            database_url=database_url,
             labels_url=labels_url,
             labels_token=labels_token or os.environ.get(PUBLISHER_TOKEN_ENV, ""),
             features_token=os.environ.get(FEATURES_TOKEN_ENV) or None,

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from features_party.db.models import FeatureDataset, FeatureRow
 from shared.message import check_example_id
+from shared.strict_input import NUMBER_RULE, parse_decimal
 
 Kind = Literal["numeric", "categorical"]
 Cell = float | str | None
@@ -139,7 +140,7 @@ def parse_csv(text: str, *, id_column: str = ID_COLUMN) -> RawBatch:
                 continue  # blank line
             if len(record) != len(header):
                 errors.append(
-                    (f"line {line_no}", f"has {len(record)} cells, header has {len(header)}")
+                    (f"line[{line_no}]", f"has {len(record)} cells, header has {len(header)}")
                 )
                 if len(errors) >= MAX_REPORTED:
                     break
@@ -152,7 +153,7 @@ def parse_csv(text: str, *, id_column: str = ID_COLUMN) -> RawBatch:
         raise FeatureInputError("CSV rows do not match the header", errors)
     if not ids:
         raise FeatureInputError("empty batch: the CSV has no data rows", [("body", "no rows")])
-    _check_ids(ids, [f"line {i + 2}" for i in range(len(ids))])
+    _check_ids(ids, [f"line[{i + 2}]" for i in range(len(ids))])
     return RawBatch(columns=columns, example_ids=ids, cells=cells, source="csv")
 
 
@@ -219,7 +220,7 @@ def _as_number(cell: Any) -> float | None:
         text = cell.strip()
         if not text:
             return None
-        value = float(text)  # ValueError for non-numbers
+        value = parse_decimal(text)  # ValueError for non-numbers, 1_000, full-width digits
     else:
         raise ValueError(f"{type(cell).__name__} is not a number")
     if not math.isfinite(value):
@@ -262,6 +263,7 @@ def infer_kinds(batch: RawBatch, *, categorical: Iterable[str] = ()) -> dict[str
             continue
         numeric = True
         non_finite: list[int] = []  # rows whose cell reads as a number but not a finite one
+        loose: list[int] = []  # rows float() reads as a number but the rule does not (1_000)
         for i, row in enumerate(batch.cells):
             cell = row[j]
             if batch.source == "json" and isinstance(cell, str | bool):
@@ -273,12 +275,15 @@ def infer_kinds(batch: RawBatch, *, categorical: Iterable[str] = ()) -> dict[str
                 if _reads_as_number(cell):
                     non_finite.append(i)
                     continue
+                if _loosely_a_number(cell):
+                    loose.append(i)
+                    continue
                 numeric = False
                 break
         if numeric and non_finite:
             # A numeric column with nan / inf / 1e309 cells: refused as documented, instead of
             # silently becoming categorical (where "nan" would be a category).
-            where = "line {}" if batch.source == "csv" else "rows[{}]"
+            where = "line[{}]" if batch.source == "csv" else "rows[{}]"
             offset = 2 if batch.source == "csv" else 0
             for i in non_finite[:MAX_REPORTED]:
                 errors.append(
@@ -286,6 +291,18 @@ def infer_kinds(batch: RawBatch, *, categorical: Iterable[str] = ()) -> dict[str
                         f"{where.format(i + offset)}.{name}",
                         "numeric column: must be a finite number (leave the cell empty if "
                         "missing, or send ?categorical= for a category)",
+                    )
+                )
+        if numeric and loose:
+            # 1_000 or full-width digits: float() reads them, a JSON number never is one.
+            # Refused in a numeric column rather than silently read (or made categorical).
+            where = "line[{}]" if batch.source == "csv" else "rows[{}]"
+            offset = 2 if batch.source == "csv" else 0
+            for i in loose[:MAX_REPORTED]:
+                errors.append(
+                    (
+                        f"{where.format(i + offset)}.{name}",
+                        f"numeric column: {NUMBER_RULE} (or send ?categorical= for a category)",
                     )
                 )
         kinds[name] = "numeric" if numeric else "categorical"
@@ -302,11 +319,22 @@ def _reads_as_number(cell: Any) -> bool:
         return True
     if isinstance(cell, str):
         try:
-            float(cell.strip())
+            parse_decimal(cell.strip())
         except ValueError:
             return False
         return True
     return False
+
+
+def _loosely_a_number(cell: Any) -> bool:
+    """A text cell Python's float() reads but the number rule refuses (1_000, full-width)."""
+    if not isinstance(cell, str):
+        return False
+    try:
+        float(cell.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def type_rows(batch: RawBatch, schema: Sequence[tuple[str, Kind]]) -> list[list[Cell]]:
@@ -329,7 +357,7 @@ def type_rows(batch: RawBatch, schema: Sequence[tuple[str, Kind]]) -> list[list[
             try:
                 out.append(_as_number(row[j]) if kind == "numeric" else _as_category(row[j]))
             except ValueError as exc:
-                where = f"line {i + 2}" if batch.source == "csv" else f"rows[{i}]"
+                where = f"line[{i + 2}]" if batch.source == "csv" else f"rows[{i}]"
                 errors.append((f"{where}.{name}", f"{kind} column: {row[j]!r}: {exc}"))
                 out.append(None)
         if len(errors) >= MAX_REPORTED:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import pickle
 import queue
 import threading
@@ -71,6 +72,32 @@ def join_on_example_id(
         "n_features_without_label": len(feature_ids) - joined,
     }
     return rows, noisy[keep], stats
+
+
+TRUE_MSE_MIN_Z = 2.0  # standard errors the estimate must stand clear of zero to be reported
+
+
+def true_mse_estimate(
+    unbiased: float, se: float, noise_variance: float
+) -> tuple[float | None, str]:
+    """``validation_mse_unbiased - noise_variance`` where it is an honest estimate; else None.
+
+    The unbiased validation MSE carries the label noise of the SAME validation labels for every
+    candidate, and the simulated noise variance its own Monte Carlo error; with a small epsilon
+    both dwarf the model's true MSE, the difference lands below zero for every model alike, and
+    clipping it at 0 (as it was) reported 0.0 for all of them. ``se`` is the standard error of
+    the difference (both parts); reported only when the difference exceeds ``TRUE_MSE_MIN_Z``
+    of them, otherwise None and a note saying why.
+    """
+    difference = unbiased - noise_variance
+    if math.isfinite(difference) and math.isfinite(se) and difference > TRUE_MSE_MIN_Z * se:
+        return difference, ""
+    return None, (
+        f"not reported: the validation MSE against the debiased labels ({unbiased:.4g}) does not "
+        f"exceed the label noise variance ({noise_variance:.4g}) by {TRUE_MSE_MIN_Z:g} standard "
+        f"errors of their difference ({se:.3g}); at this epsilon the noise swamps the model's "
+        "error"
+    )
 
 
 class JobRunner:
@@ -229,11 +256,19 @@ class JobRunner:
                 np.asarray(header.histogram.probs),
                 affine,
                 seed=seed,
+                with_se=True,
             )
+            variance, variance_se = variance
             metrics["noise_variance_estimate"] = variance
-            metrics["validation_mse_true_estimate"] = max(
-                metrics["validation_mse_unbiased"] - variance, 0.0
+            metrics["noise_variance_estimate_se"] = variance_se
+            estimate, note = true_mse_estimate(
+                metrics["validation_mse_unbiased"],
+                math.hypot(metrics["validation_mse_unbiased_se"], variance_se),
+                variance,
             )
+            metrics["validation_mse_true_estimate"] = estimate
+            if note:
+                metrics["validation_mse_true_estimate_note"] = note
         result = {
             "join": join_stats,
             "label_transform_requested": requested_transform,

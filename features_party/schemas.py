@@ -25,7 +25,8 @@ MAX_PREDICT_ROWS = 100_000
 DATASET_LOOKUP_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
 # A release id is put into the labels party's URL path: one segment, never "." or "..".
 RELEASE_ID_PATTERN = r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,127}$"
-MODEL_ID_PATTERN = r"^[0-9a-f]{32}$"
+# ``mdl_`` + 24 hex digits, like the labels party's ``rel_...``; bare 32-hex ids are older jobs.
+MODEL_ID_PATTERN = r"^(mdl_[0-9a-f]{24}|[0-9a-f]{32})$"
 
 
 class _Strict(BaseModel):
@@ -79,6 +80,7 @@ class SyncOut(BaseModel):
     registered: int
     batches: int
     labels_party: dict[str, Any]
+    detail: str = Field(default="synced", description='"synced", or why there was nothing to do')
 
 
 class ModelCreate(_Strict):

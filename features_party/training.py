@@ -617,8 +617,11 @@ def noise_variance(
     *,
     samples: int = 100_000,
     seed: int = 0,
-) -> float:
+    with_se: bool = False,
+) -> Any:
     """E[Var(z' | y)] of the debiased labels, y drawn from the public (noisy) prior.
+
+    ``with_se``: also its Monte Carlo standard error, as ``(estimate, se)``.
 
     Two independent randomizations of the same y: E[(z'1 - z'2)^2] / 2 = E[Var(z' | y)]
     without needing E[z' | y]. Uses only public information (post-processing).
@@ -630,4 +633,7 @@ def noise_variance(
     y = edges[cells] + rng.random(samples) * (edges[cells + 1] - edges[cells])
     first = debias_with(affine, mechanism.randomize(y, rng))
     second = debias_with(affine, mechanism.randomize(y, rng))
-    return float(np.mean((first - second) ** 2) / 2.0)
+    halves = (first - second) ** 2 / 2.0
+    if with_se:
+        return float(np.mean(halves)), float(np.std(halves, ddof=1) / math.sqrt(samples))
+    return float(np.mean(halves))

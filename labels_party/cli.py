@@ -1,24 +1,25 @@
 """``labeldp serve labels`` and ``labeldp ledger verify|export`` (registered into demo.labeldp).
 
-Also runnable alone: ``python -m labels_party serve labels --db PATH`` (same arguments).
+Also runnable alone: ``python -m labels_party serve labels --db PATH`` (same arguments). The
+database is ``--database-url URL``, ``--db PATH`` (or a URL) or ``LABELDP_DATABASE_URL``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from shared import database_url
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 
 
 def _add_db_arguments(parser: argparse.ArgumentParser) -> None:
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--db", type=Path, help="SQLite database file")
-    where.add_argument("--database-url", help="SQLAlchemy database URL instead of --db")
+    database_url.add_arguments(parser, what="labels party")
 
 
 def register_serve(services: Any) -> None:
@@ -56,9 +57,7 @@ def register_commands(commands: Any) -> None:
 
 
 def _url(args: argparse.Namespace) -> str:
-    from labels_party.config import sqlite_url
-
-    return args.database_url or sqlite_url(args.db)
+    return database_url.resolve(db=args.db, database_url=args.database_url)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -71,13 +70,20 @@ def serve(args: argparse.Namespace) -> int:
     from labels_party.main import create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    from sqlalchemy.exc import SQLAlchemyError
+
     try:
+        url = _url(args)
         tls = {key: getattr(args, key) for key in ("tls_cert", "tls_key") if getattr(args, key)}
-        settings = Settings.from_env(database_url=_url(args), tokens_file=args.tokens_file, **tls)
+        settings = Settings.from_env(database_url=url, tokens_file=args.tokens_file, **tls)
     except InvalidParameterError as exc:
         print(f"labeldp serve labels: {exc}", file=sys.stderr)
         return 2
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except (SQLAlchemyError, OSError, ValueError, ModuleNotFoundError) as exc:
+        print(f"labeldp serve labels: {database_url.open_failure(exc, url)}", file=sys.stderr)
+        return 2
     uvicorn.run(
         app,
         host=args.host,
@@ -95,16 +101,32 @@ class OutdatedSchemaError(FileNotFoundError):
 
 
 def _open_existing(args: argparse.Namespace) -> Any:
+    """The existing database (never created or migrated by an audit); FileNotFoundError if
+    unusable, OutdatedSchemaError if the service has not upgraded it yet."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
     from labels_party.db.engine import Database, make_engine, schema_behind
 
-    if args.db is not None and not args.db.is_file():
-        raise FileNotFoundError(f"no database at {args.db}")
-    engine = make_engine(_url(args))
-    behind = schema_behind(engine)
-    if behind is not None:  # read-only tools never migrate: the service does, on start
-        engine.dispose()
-        raise OutdatedSchemaError(behind)
-    return Database(engine)
+    try:
+        url = _url(args)
+    except InvalidParameterError as exc:
+        raise FileNotFoundError(str(exc)) from None
+    path = database_url.sqlite_path(url)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"no database at {path}")
+    try:
+        engine = make_engine(url)
+        behind = schema_behind(engine)
+        if behind is not None:  # read-only tools never migrate: the service does, on start
+            engine.dispose()
+            raise OutdatedSchemaError(behind)
+        db = Database(engine)
+        with db.read() as conn:
+            conn.execute(text("SELECT 1 FROM ledger LIMIT 1"))
+    except (SQLAlchemyError, ValueError, ModuleNotFoundError) as exc:
+        raise FileNotFoundError(database_url.open_failure(exc, url)) from None
+    return db
 
 
 def verify_command(args: argparse.Namespace) -> int:
@@ -144,7 +166,15 @@ def export_command(args: argparse.Namespace) -> int:
     try:
         with db.read() as conn:
             if args.out is None:
-                ledger.export_csv(conn, sys.stdout)
+                try:
+                    ledger.export_csv(conn, sys.stdout)
+                    sys.stdout.flush()
+                except BrokenPipeError:
+                    # The reader left (``| head``): stop quietly. Python's documented recipe:
+                    # point stdout at devnull so the interpreter's final flush cannot fail.
+                    devnull = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(devnull, sys.stdout.fileno())
+                    return 1
             else:
                 with args.out.open("w", encoding="utf-8", newline="") as out:
                     count = ledger.export_csv(conn, out)

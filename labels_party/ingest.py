@@ -1,10 +1,13 @@
 """Storing a parsed batch: labels (advertiser) and example registrations (publisher).
 
 A batch is one write transaction: all of it or none of it. The common case, new ids, is one
-``executemany`` upsert through the raw DBAPI cursor; only when some ids already carry a label
-does a second pass read those labels back to tell "unchanged" from "different" (a 409 unless
-``overwrite``). Within a batch a repeated id behaves like a repeat in a later batch: the same
-value is idempotent, a different one is a conflict (or, with ``overwrite``, the last one wins).
+``executemany`` upsert through the raw DBAPI cursor (SQLite), or on PostgreSQL one ``COPY`` into
+a temporary staging table and one ``INSERT ... SELECT ... ON CONFLICT`` from it (PostgreSQL's
+bulk path: row-by-row ``executemany`` is several times slower there); only when some ids
+already carry a label does a second pass read those labels back to tell "unchanged" from
+"different" (a 409 unless ``overwrite``). Within a batch a repeated id behaves like a repeat in
+a later batch: the same value is idempotent, a different one is a conflict (or, with
+``overwrite``, the last one wins).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
-from sqlalchemy import update
+from sqlalchemy import Connection, update
 
 from labels_party import datasets as ds
 from labels_party.db.engine import Database
@@ -35,6 +38,37 @@ _REGISTER = (
     "INSERT INTO entries (dataset_id, example_id, registered, value) VALUES (?, ?, 1, NULL) "
     "ON CONFLICT (dataset_id, example_id) DO UPDATE SET registered = 1 "
     "WHERE entries.registered = 0"
+)
+_COPY_ROWS = 65_536  # rows per COPY write (bounds the text built at once)
+
+# PostgreSQL: the batch (first row of each id) is COPYed here, then moved in one statement that
+# updates the ids already present and plainly inserts the others. ``INSERT ... ON CONFLICT`` is
+# about three times slower for a million rows, and no race is possible: every write transaction
+# holds the ledger table lock (``Database.write``), so nothing else inserts in between.
+_STAGING = (
+    "CREATE TEMPORARY TABLE IF NOT EXISTS labeldp_staging (example_id text NOT NULL, "
+    "value double precision) ON COMMIT DELETE ROWS"
+)
+_COPY_STAGING = "COPY labeldp_staging (example_id, value) FROM STDIN"
+_UPSERT_LABELS_STAGED = (
+    "WITH upd AS (UPDATE entries AS e SET value = s.value FROM labeldp_staging AS s "
+    "WHERE e.dataset_id = %(d)s AND e.example_id = s.example_id AND e.value IS NULL "
+    "RETURNING 1), "
+    "ins AS (INSERT INTO entries (dataset_id, example_id, registered, value) "
+    "SELECT %(d)s, s.example_id, 0, s.value FROM labeldp_staging AS s WHERE NOT EXISTS "
+    "(SELECT 1 FROM entries AS e WHERE e.dataset_id = %(d)s AND e.example_id = s.example_id) "
+    "RETURNING 1) "
+    "SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins)"
+)
+_REGISTER_STAGED = (
+    "WITH upd AS (UPDATE entries AS e SET registered = 1 FROM labeldp_staging AS s "
+    "WHERE e.dataset_id = %(d)s AND e.example_id = s.example_id AND e.registered = 0 "
+    "RETURNING 1), "
+    "ins AS (INSERT INTO entries (dataset_id, example_id, registered, value) "
+    "SELECT %(d)s, s.example_id, 1, NULL FROM labeldp_staging AS s WHERE NOT EXISTS "
+    "(SELECT 1 FROM entries AS e WHERE e.dataset_id = %(d)s AND e.example_id = s.example_id) "
+    "RETURNING 1) "
+    "SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins)"
 )
 
 
@@ -97,7 +131,10 @@ def store_labels(
         values = np.clip(raw, row.label_min, row.label_max)
         clipped = int(np.count_nonzero(values != raw))
         value_list = values.tolist()
-        changed = db.executemany(conn, _INSERT_LABELS, zip(repeat(row.id), ids, value_list))
+        if db.is_sqlite:
+            changed = db.executemany(conn, _INSERT_LABELS, zip(repeat(row.id), ids, value_list))
+        else:
+            changed = _copy_upsert(conn, _UPSERT_LABELS_STAGED, row.id, ids, value_list)
         new, unchanged, overwritten = changed, 0, 0
         if changed < len(ids):
             unchanged, final, conflicts = _reconcile(db, conn, row.id, ids, value_list, changed)
@@ -175,6 +212,42 @@ def _reconcile(
     return equal - inserted, final, conflicts
 
 
+def _copy_upsert(
+    conn: Connection, statement: str, dataset_id: int, ids: list[str], values: list[float] | None
+) -> int:
+    """PostgreSQL: COPY the batch into the staging table, then one statement; rows changed.
+
+    Counts as the SQLite ``executemany`` upsert does: a repeated id's FIRST row is the one
+    written, later repeats change nothing. Text COPY needs no escaping: example ids match
+    ``EXAMPLE_ID_PATTERN`` (no tab, newline or backslash) and ``repr`` of a finite float is a
+    valid ``double precision``.
+    """
+    if len(set(ids)) != len(ids):  # rare: keep each id's first row
+        if values is None:
+            ids = list(dict.fromkeys(ids))
+        else:
+            first: dict[str, float] = {}
+            for key, value in zip(ids, values, strict=True):
+                first.setdefault(key, value)
+            ids, values = list(first), list(first.values())
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(_STAGING)
+        with cursor.copy(_COPY_STAGING) as copy:
+            for start in range(0, len(ids), _COPY_ROWS):
+                part = ids[start : start + _COPY_ROWS]
+                if values is None:
+                    copy.write("\t\\N\n".join(part) + "\t\\N\n")
+                else:
+                    chunk = values[start : start + _COPY_ROWS]
+                    copy.write("".join(f"{k}\t{v!r}\n" for k, v in zip(part, chunk, strict=True)))
+        cursor.execute("ANALYZE labeldp_staging")  # a temporary table has no statistics
+        cursor.execute(statement, {"d": dataset_id})
+        return int(cursor.fetchone()[0])
+    finally:
+        cursor.close()
+
+
 def store_examples(
     db: Database, *, dataset: str, example_ids: list[str], commit_delay: float = 0.0
 ) -> ExamplesResult:
@@ -182,7 +255,10 @@ def store_examples(
     with db.write() as conn, gc_paused():
         row = ds.load(conn, dataset, for_update=True)
         _refuse_if_released(row)
-        added = db.executemany(conn, _REGISTER, zip(repeat(row.id), example_ids))
+        if db.is_sqlite:
+            added = db.executemany(conn, _REGISTER, zip(repeat(row.id), example_ids))
+        else:
+            added = _copy_upsert(conn, _REGISTER_STAGED, row.id, example_ids, None)
         n_examples = row.n_examples + added
         if added:
             conn.execute(

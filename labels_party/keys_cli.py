@@ -40,18 +40,20 @@ def _store(args: argparse.Namespace) -> Any:
     from labels_party.cli import _url
     from labels_party.db.engine import Database, create_schema, make_engine
     from labels_party.receipts import KeyStore, default_key_path
+    from shared import database_url
 
-    if args.db is not None and not args.db.is_file():
-        raise FileNotFoundError(f"no database at {args.db}")
     url = _url(args)
+    path = database_url.sqlite_path(url)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"no database at {path}")
     engine = make_engine(url)
     create_schema(engine)
-    path = args.signing_key or (
+    key_path = args.signing_key or (
         Path(os.environ["LABELDP_SIGNING_KEY"])
         if os.environ.get("LABELDP_SIGNING_KEY")
         else default_key_path(url)
     )
-    return KeyStore(Database(engine), path)
+    return KeyStore(Database(engine), key_path)
 
 
 def rotate_command(args: argparse.Namespace) -> int:

@@ -594,7 +594,8 @@ def stored_model(db: Database, model_release_id: str) -> str:
     """The stored message of a model release (canonical JSON text; 404 if unknown)."""
     if not re.fullmatch(MODEL_RELEASE_ID_PATTERN, model_release_id):
         raise NotFoundError(
-            "model release not found", [FieldError(field="id", message="unknown model release")]
+            "model release not found",
+            [FieldError(field="model_release_id", message="unknown model release")],
         )
     with db.read() as conn:
         text = conn.execute(
@@ -603,6 +604,6 @@ def stored_model(db: Database, model_release_id: str) -> str:
     if text is None:
         raise NotFoundError(
             f"model release {model_release_id!r} not found",
-            [FieldError(field="id", message="unknown model release")],
+            [FieldError(field="model_release_id", message="unknown model release")],
         )
     return str(text)

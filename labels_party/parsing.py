@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from labels_party.errors import BadInputError, FieldError
+from shared import strict_input
 from shared.message import EXAMPLE_ID_PATTERN
 
 ID_RE = re.compile(EXAMPLE_ID_PATTERN.removeprefix("^").removesuffix("$"))
@@ -32,6 +33,7 @@ CSV_HEADER = "example_id,value"
 MAX_REPORTED_ERRORS = 10
 _ID_RULE = "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'"
 _VALUE_RULE = "must be a finite number"
+_TEXT_VALUE_RULE = "must be a finite number, written as a plain decimal (ASCII digits, no '_')"
 
 _gc_lock = threading.Lock()
 _gc_users = 0
@@ -129,7 +131,12 @@ def _json_problem(exc: Exception) -> str:
 
 def _loads(body: bytes) -> Any:
     try:
-        return json.loads(body)
+        return strict_input.loads(body)
+    except strict_input.DuplicateKeyError as exc:
+        raise BadInputError(
+            "a JSON object repeats a key; nothing was stored",
+            [FieldError(field=exc.field, message=strict_input.DUPLICATE_KEY_MESSAGE)],
+        ) from None
     except UnicodeDecodeError:
         raise BadInputError(
             "the body is not valid UTF-8", [FieldError(field="body", message="is not UTF-8")]
@@ -216,7 +223,10 @@ class _LineStream:
             self._carry = data
             return []
         self._carry = data[cut + 1 :]
-        return self._decode(data[:cut])
+        # The last line before the cut ends in "\r" when lines end in CRLF: drop it here, as
+        # _decode's replace() only sees the CRLFs inside the piece.
+        end = cut - 1 if cut > 0 and data[cut - 1] == 0x0D else cut
+        return self._decode(data[:end])
 
     def close(self) -> list[str]:
         rest, self._carry = self._carry, b""
@@ -310,6 +320,8 @@ class LabelStreamParser:
         text = "\n".join(body)
         if '"' in text:  # quoted fields: the line-by-line path parses them
             return False
+        if not strict_input.plain_ascii_numbers(text):  # float() would read 1_000, full-width
+            return False
         commas = list(map(str.count, body, repeat(",", len(body))))
         if commas.count(1) != len(commas):
             return False
@@ -331,6 +343,10 @@ class LabelStreamParser:
         try:
             objs = json.loads("[" + ",".join(body) + "]")
             if len(objs) != len(body) or set(map(len, objs)) != {2}:
+                return False
+            # No repeated key: each object has the two keys and a string id (6 quotes); a
+            # repeated key, or any other string, adds quotes (the line-by-line path says which).
+            if sum(map(str.count, body, repeat('"', len(body)))) != 6 * len(body):
                 return False
             ids = [obj["example_id"] for obj in objs]
             raw = [obj["value"] for obj in objs]
@@ -370,18 +386,25 @@ class LabelStreamParser:
                     self._errors.append(FieldError(field=f"{where}.example_id", message=_ID_RULE))
                     ok = False
                 try:
-                    value: float | None = float(raw)
+                    value: float | None = strict_input.parse_decimal(raw)
                 except ValueError:
                     value = None
                 if value is None or not math.isfinite(value):
-                    self._errors.append(FieldError(field=f"{where}.value", message=_VALUE_RULE))
+                    self._errors.append(
+                        FieldError(field=f"{where}.value", message=_TEXT_VALUE_RULE)
+                    )
                     ok = False
                 if ok:
                     self._ids.append(example_id)
                     self._values.append(value)  # type: ignore[arg-type]
             else:
                 try:
-                    obj = json.loads(line)
+                    obj = strict_input.loads(line, prefix=where)
+                except strict_input.DuplicateKeyError as exc:
+                    self._errors.append(
+                        FieldError(field=exc.field, message=strict_input.DUPLICATE_KEY_MESSAGE)
+                    )
+                    continue
                 except (ValueError, RecursionError) as exc:
                     reason = _json_problem(exc)
                     self._errors.append(

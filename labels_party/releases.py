@@ -395,7 +395,8 @@ def release_metadata(db: Database, release_id: str) -> dict[str, Any]:
         ).first()
     if row is None:
         raise NotFoundError(
-            f"release {release_id!r} not found", [FieldError(field="id", message="unknown release")]
+            f"release {release_id!r} not found",
+            [FieldError(field="release_id", message="unknown release")],
         )
     return _public(row, dataset=row.dataset_name, bins=_bins_of(db, release_id))
 

@@ -296,6 +296,7 @@ class DatasetInfo(_Lenient):
     epsilon_budget: Decimal
     epsilon_spent: Decimal = Decimal(0)
     epsilon_left: Decimal | None = None
+    n_examples: int | None = None  # registered example ids (every role may see it)
 
 
 class ReleaseInfo(_Lenient):

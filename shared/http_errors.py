@@ -34,6 +34,35 @@ def internal_error_body() -> dict[str, Any]:
     )
 
 
+DATABASE_UNREACHABLE = "the database is unreachable; retry later (the service reconnects by itself)"
+
+
+def database_error(exc: BaseException) -> tuple[int, dict[str, Any]] | None:
+    """The 503 for a database that is down, unreachable or busy; ``None`` for other errors.
+
+    SQLAlchemy's ``OperationalError`` (a refused or dropped connection, a server shutting down,
+    a locked or unreadable SQLite file) and its pool ``TimeoutError`` are failures of the
+    database, not of the request: 503, so that clients retry. The pool pings a connection
+    before use, so the service recovers on its own once the database is back.
+    """
+    from sqlalchemy.exc import DBAPIError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+    if isinstance(exc, PoolTimeoutError):
+        return 503, error_shape(
+            "the database is busy; retry later", [("database", "busy; retry later")]
+        )
+    if isinstance(exc, OperationalError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    ):
+        if "locked" in str(exc.orig):  # SQLite: another writer held the lock too long
+            return 503, error_shape(
+                "the database is busy; retry later", [("database", "busy; retry later")]
+            )
+        return 503, error_shape(DATABASE_UNREACHABLE, [("database", "unreachable")])
+    return None
+
+
 def encoding_error(headers: dict[bytes, bytes]) -> dict[str, Any] | None:
     """The 415 body for a compressed request body (RFC 7694); ``None`` if it is uncompressed.
 
@@ -103,6 +132,11 @@ class CatchAllMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         except Exception as exc:  # noqa: BLE001 - the boundary of the application
-            self.logger.error("internal error %s at %s", type(exc).__name__, where(exc))
+            answer = database_error(exc)
+            if answer is not None:
+                self.logger.warning("database unavailable: %s", type(exc).__name__)
+            else:
+                self.logger.error("internal error %s at %s", type(exc).__name__, where(exc))
+                answer = 500, internal_error_body()
             if not started:  # mid-stream: the server closes the connection (truncated body)
-                await send_json(send, 500, internal_error_body())
+                await send_json(send, *answer)

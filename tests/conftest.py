@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,3 +17,24 @@ KIT_DATASETS = REPO_ROOT.parent / "shared" / "datasets"
 def rng() -> np.random.Generator:
     """A seeded generator: tests are deterministic; production uses the OS CSPRNG."""
     return np.random.default_rng(20261121)
+
+
+# ---- a real PostgreSQL server (tests/postgres.py) -------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """One PostgreSQL server for the session (skips only if its binaries are absent)."""
+    from tests.postgres import SKIP_REASON, find_bindir, postgres_server
+
+    if find_bindir() is None:
+        pytest.skip(SKIP_REASON)
+    pytest.importorskip("psycopg", reason="psycopg missing: pip install -e '.[postgres]'")
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres: Any) -> str:
+    """A fresh, empty PostgreSQL database of the session's server."""
+    return str(postgres.create_database())

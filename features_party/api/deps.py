@@ -15,6 +15,9 @@ from features_party.config import Settings
 from features_party.features import FeatureInputError
 from features_party.jobs import JobRunner
 
+# The same words as the labels party's 401 (one auth message across both services).
+MISSING_OR_INVALID = "missing or invalid bearer token"
+
 
 def get_settings(request: Request) -> Settings:
     return request.app.state.settings
@@ -41,13 +44,16 @@ def require_token(request: Request) -> None:
         if scheme.lower() != "bearer" or not token:
             raise FieldHTTPError(
                 401,
-                "missing bearer token",
+                MISSING_OR_INVALID,
                 field="Authorization",
                 headers={"WWW-Authenticate": "Bearer"},
             )
         if not hmac.compare_digest(token.strip().encode(), expected.encode()):
             raise FieldHTTPError(
-                401, "invalid token", field="Authorization", headers={"WWW-Authenticate": "Bearer"}
+                401,
+                MISSING_OR_INVALID,
+                field="Authorization",
+                headers={"WWW-Authenticate": "Bearer"},
             )
     check_query(request)
 

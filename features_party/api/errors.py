@@ -8,17 +8,20 @@ Every error names at least one field (``dataset``, ``rows[2].features``, ``Conte
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from features_party.features import FeatureConflictError, FeatureInputError
-from shared import http_errors
+from shared import http_errors, strict_input
 from shared.client import ServiceError
 from shared.errors import IntegrityError, InvalidParameterError
 
@@ -40,6 +43,35 @@ class FieldHTTPError(HTTPException):
         super().__init__(status_code=status_code, detail=detail, headers=headers)
         self.field = field
         self.message = message or detail
+
+
+class StrictJSONRequest(Request):
+    """A request whose JSON body may not repeat a key in any object (422 naming the place)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            try:
+                self._json = strict_input.loads(await self.body())
+            except strict_input.DuplicateKeyError as exc:
+                raise FieldHTTPError(
+                    422,
+                    "a JSON object repeats a key",
+                    field=exc.field,
+                    message=strict_input.DUPLICATE_KEY_MESSAGE,
+                ) from None
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    """Every route of this service reads JSON bodies through ``StrictJSONRequest``."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict
 
 
 def error_body(detail: str, errors: list[tuple[str, str]] | None = None) -> dict[str, Any]:
@@ -125,6 +157,22 @@ def install(app: FastAPI) -> None:
     async def _upstream(_: Request, exc: ServiceError) -> JSONResponse:
         # The labels party refused or is unreachable: a gateway error, with its reason.
         status = 504 if exc.status is None else 502
+        if exc.status in (401, 403):
+            # Not the caller's token: the labels party refused the one THIS service presents.
+            return JSONResponse(
+                status_code=502,
+                content=error_body(
+                    "the labels party refused this service's upstream credential (the publisher "
+                    "token set by LABELDP_PUBLISHER_TOKEN or --token); the operator of the "
+                    "features party must configure the labels party's current publisher token",
+                    [
+                        (
+                            "upstream.publisher_token",
+                            f"refused by the labels party (HTTP {exc.status})",
+                        )
+                    ],
+                ),
+            )
         upstream = [(str(e.get("field", "")), str(e.get("message", ""))) for e in exc.errors]
         return JSONResponse(
             status_code=status,
@@ -132,6 +180,15 @@ def install(app: FastAPI) -> None:
                 f"labels party: {exc}", upstream or [("labels_party", "unreachable or refused")]
             ),
         )
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _db(_: Request, exc: SQLAlchemyError) -> JSONResponse:
+        answer = http_errors.database_error(exc)
+        if answer is not None:  # down, unreachable or busy: 503, and the pool reconnects
+            log.warning("database unavailable: %s", type(getattr(exc, "orig", exc)).__name__)
+            return JSONResponse(status_code=answer[0], content=answer[1])
+        log.error("database error %s at %s", type(exc).__name__, http_errors.where(exc))
+        return JSONResponse(status_code=500, content=http_errors.internal_error_body())
 
     @app.exception_handler(IntegrityError)
     async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:

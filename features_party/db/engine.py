@@ -1,4 +1,4 @@
-"""SQLite engine (WAL, durable commits) and the session factory of the features party."""
+"""The features party's engine (SQLite: WAL, durable commits; or PostgreSQL) and sessions."""
 
 from __future__ import annotations
 
@@ -9,16 +9,23 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared import migrations
+from shared.database_url import normalise
 
 # Alembic revisions (shared.migrations): the database is upgraded to head when it is opened.
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 def make_engine(url: str) -> Engine:
-    """An engine whose SQLite connections use WAL, synchronous=FULL and foreign keys."""
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    """An engine for ``url``; SQLite connections use WAL, synchronous=FULL and foreign keys.
 
-    if url.startswith("sqlite"):
+    A PostgreSQL URL (``postgresql+psycopg://``) gets a pre-pinged pool, so a restarted server
+    is reconnected to without a restart of the service.
+    """
+    url = normalise(url)
+    if not url.startswith("sqlite"):
+        engine = create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=24)
+    else:
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -15,7 +15,7 @@ from labels_party.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
-from shared import http_errors
+from shared import http_errors, strict_input
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -107,6 +107,12 @@ def parse_model(model: type[ModelT], body: bytes) -> ModelT:
         raise BadInputError(
             "empty body: a JSON object is required",
             [FieldError(field="body", message="is empty")],
+        )
+    repeated = strict_input.find_duplicate_key(body)
+    if repeated is not None:  # pydantic, like json, would silently keep the last one
+        raise BadInputError(
+            "a JSON object repeats a key",
+            [FieldError(field=repeated, message=strict_input.DUPLICATE_KEY_MESSAGE)],
         )
     try:
         return model.model_validate_json(body)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 import re
-import sqlite3
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from labels_party.api.deps import AuthError
@@ -181,15 +180,13 @@ def install(app: FastAPI) -> None:
             error_body(str(exc.detail), [error]), status_code=exc.status_code, headers=exc.headers
         )
 
-    @app.exception_handler(OperationalError)
-    async def _db(_request: Request, exc: OperationalError) -> JSONResponse:
-        locked = isinstance(exc.orig, sqlite3.OperationalError) and "locked" in str(exc.orig)
-        if locked:
-            busy = FieldError(field="database", message="busy; retry later")
-            return JSONResponse(
-                error_body("the database is busy; retry later", [busy]), status_code=503
-            )
-        log.error("database error %s at %s", type(exc.orig).__name__, http_errors.where(exc))
+    @app.exception_handler(SQLAlchemyError)
+    async def _db(_request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        answer = http_errors.database_error(exc)
+        if answer is not None:  # down, unreachable or busy: 503, and the pool reconnects
+            log.warning("database unavailable: %s", type(getattr(exc, "orig", exc)).__name__)
+            return JSONResponse(answer[1], status_code=answer[0])
+        log.error("database error %s at %s", type(exc).__name__, http_errors.where(exc))
         return JSONResponse(internal_error_body(), status_code=500)
 
     @app.exception_handler(Exception)

@@ -23,13 +23,14 @@ from sqlalchemy.engine import make_url
 from labels_party.db.models import metadata
 from labels_party.errors import ServiceUnavailableError
 from shared import migrations
+from shared.database_url import normalise
 
 _WRITE = "labeldp_write"
 
 
 def make_engine(database_url: str, *, lock_timeout: float = 120.0) -> Engine:
     """An engine for ``database_url`` with the pragmas and BEGIN modes described above."""
-    url = make_url(database_url)
+    url = make_url(normalise(database_url))
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=56)
     if url.database in (None, "", ":memory:"):

@@ -164,12 +164,10 @@ def test_model_request_validation(labels_party, features):
         assert field in [error["field"] for error in answer.json()["errors"]]
     unknown = features.post("/v1/models", json={"dataset": "nope", "release_id": "r"})
     assert unknown.status_code == 404
-    # An unknown release fails the job with the labels party's answer.
-    job = features.post(
-        "/v1/models", json={"dataset": "val", "release_id": "rel_" + "0" * 24}
-    ).json()
-    failed = wait_job(features, job["id"])
-    assert failed["status"] == "failed" and "404" in failed["error"]
+    # An unknown release is refused at POST time (issue 13, defect 4), not a failed job.
+    refused = features.post("/v1/models", json={"dataset": "val", "release_id": "rel_" + "0" * 24})
+    assert refused.status_code == 404, refused.text
+    assert [e["field"] for e in refused.json()["errors"]] == ["release_id"]
 
 
 def test_tampered_message_is_refused_and_never_stored(labels_party, features_factory):

@@ -229,10 +229,10 @@ def test_a_very_long_or_odd_dataset_name_is_422_without_being_echoed(features):
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ("example_id,x\na,1\nb,nan\n", "line 3.x"),
-        ("example_id,x\na,1\nb,1e309\n", "line 3.x"),
-        ("example_id,x\na,-inf\nb,2\n", "line 2.x"),
-        ("example_id,x\na,1\nb," + "9" * 5000 + "\n", "line 3.x"),
+        ("example_id,x\na,1\nb,nan\n", "line[3].x"),
+        ("example_id,x\na,1\nb,1e309\n", "line[3].x"),
+        ("example_id,x\na,-inf\nb,2\n", "line[2].x"),
+        ("example_id,x\na,1\nb," + "9" * 5000 + "\n", "line[3].x"),
     ],
     ids=["nan", "1e309", "-inf", "5000 digits"],
 )

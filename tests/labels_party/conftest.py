@@ -136,6 +136,7 @@ class Server:
     db: Path
     env: dict[str, str]
     args: tuple[str, ...] = ()
+    database_url: str | None = None  # a PostgreSQL database instead of the SQLite file ``db``
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
@@ -152,7 +153,9 @@ class Server:
         self.log_path = self.db.with_suffix(f".{self.port}.log")
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "labels_party", "serve", "labels", "--db", str(self.db),
+            [sys.executable, "-m", "labels_party", "serve", "labels",
+             *(["--database-url", self.database_url] if self.database_url
+               else ["--db", str(self.db)]),
              "--port", str(self.port), "--log-level", "warning", *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -196,8 +199,11 @@ class Server:
 def server_factory(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     servers: list[Server] = []
 
-    def build(db: Path | None = None, *args: str, **env: str) -> Server:
-        server = Server(db=db or tmp_path / "server.db", env=env, args=args)
+    def build(db: Path | None = None, *args: str, store: Store | None = None, **env: str) -> Server:
+        if store is not None:
+            db = store.db
+        url = store.url if store is not None else None
+        server = Server(db=db or tmp_path / "server.db", env=env, args=args, database_url=url)
         servers.append(server)
         return server
 
@@ -213,6 +219,84 @@ def ledger_rows(db: Path) -> list[dict[str, Any]]:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.row_factory = sqlite3.Row
         return [dict(r) for r in conn.execute("SELECT * FROM ledger ORDER BY seq")]
+
+
+@dataclass
+class Store:
+    """The service's database read directly, SQLite file or PostgreSQL (not the service code)."""
+
+    db: Path
+    url: str | None = None  # PostgreSQL (psycopg) URL; None: the SQLite file ``db``
+
+    @property
+    def cli_args(self) -> list[str]:
+        """How ``labeldp ledger verify`` finds this database."""
+        return ["--database-url", self.url] if self.url else ["--db", str(self.db)]
+
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[Any]:
+        if self.url is None:
+            import sqlite3
+
+            with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as conn:
+                conn.row_factory = sqlite3.Row
+                yield conn.cursor()
+            return
+        import psycopg
+        from psycopg.rows import dict_row
+        from sqlalchemy.engine import make_url
+
+        url = make_url(self.url)
+        with psycopg.connect(
+            host=url.query["host"], user=url.username, dbname=url.database, autocommit=True,
+            row_factory=dict_row,
+        ) as conn:  # fmt: skip
+            yield conn.cursor()
+
+    def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        """Rows of ``sql`` (``?`` placeholders) as dicts."""
+        if self.url is not None:
+            sql = sql.replace("%", "%%").replace("?", "%s")
+        with self._cursor() as cursor:
+            cursor.execute(sql, params)
+            return [dict(row) for row in cursor.fetchall()]
+
+    def count(self, sql: str, *params: Any) -> int:
+        return int(next(iter(self.query(sql, *params)[0].values())))
+
+    def ledger_rows(self) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM ledger ORDER BY seq")
+
+    def wait_for_write_lock(self, timeout: float = 30.0) -> None:
+        """Block until the server is inside a write transaction (it holds the write lock)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.url is None:
+                import sqlite3
+
+                with contextlib.closing(
+                    sqlite3.connect(self.db, timeout=0, isolation_level=None)
+                ) as conn:
+                    try:
+                        conn.execute("BEGIN IMMEDIATE")
+                        conn.execute("ROLLBACK")
+                    except sqlite3.OperationalError:
+                        return
+            elif self.count(
+                "SELECT count(*) FROM pg_locks AS l JOIN pg_class AS c ON l.relation = c.oid "
+                "WHERE c.relname = 'ledger' AND l.mode = 'ShareRowExclusiveLock' AND l.granted"
+            ):
+                return
+            time.sleep(0.02)
+        raise AssertionError("the server never took the write lock")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """The database a server process uses: a SQLite file, or a REAL PostgreSQL database."""
+    if request.param == "sqlite":
+        return Store(db=tmp_path / "server.db")
+    return Store(db=tmp_path / "unused.db", url=request.getfixturevalue("postgres_url"))
 
 
 def parse_params(entry: dict[str, Any]) -> dict[str, Any]:

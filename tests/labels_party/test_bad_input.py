@@ -156,7 +156,7 @@ CASES = [
      ("POST", "/v1/datasets", OPS, JSON, '{"name": "n", "label_min": NaN, "label_max": 1, '
       '"default_label": 0, "epsilon_budget": 1}'), 422, "label_min"),
     ("release id malformed", ("GET", "/v1/releases/../x", PUB, {}, ""), 404, ""),
-    ("release id unknown", ("GET", "/v1/releases/rel_" + "0" * 24, PUB, {}, ""), 404, "id"),
+    ("release id unknown", ("GET", "/v1/releases/rel_" + "0" * 24, PUB, {}, ""), 404, "release_id"),
     ("ledger bad limit", ("GET", "/v1/ledger?limit=0", OPS, {}, ""), 422, "query.limit"),
 ]  # fmt: skip
 

@@ -1,14 +1,13 @@
-"""Real server processes on a real SQLite file: concurrency, kill -9 crashes, start-up refusal.
+"""Real server processes on a real database: concurrency, kill -9 crashes, start-up refusal.
 
 Marked ``integration``: each test starts ``python -m labels_party serve labels`` on a free
-loopback port and always stops it.
+loopback port and always stops it. The concurrency and crash tests run twice (``store``): on a
+SQLite file and on a REAL PostgreSQL server (tests/postgres.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
 import threading
 import time
 from decimal import Decimal
@@ -24,16 +23,10 @@ from tests.labels_party.conftest import (
     TOKENS_ENV,
     cli,
     csv_body,
-    ledger_rows,
     parse_params,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def _count(db, sql: str, *params) -> int:
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        return int(conn.execute(sql, params).fetchone()[0])
 
 
 def _setup(http: httpx.Client, *, budget: float, n_examples: int) -> None:
@@ -54,8 +47,8 @@ def _setup(http: httpx.Client, *, budget: float, n_examples: int) -> None:
     assert response.status_code == 200, response.text
 
 
-def test_fifty_concurrent_releases_against_a_budget_for_three(server_factory):
-    server = server_factory().start()
+def test_fifty_concurrent_releases_against_a_budget_for_three(server_factory, store):
+    server = server_factory(store=store).start()
     with server.client() as http:
         _setup(http, budget=3.0, n_examples=2000)
     barrier = threading.Barrier(50)
@@ -87,10 +80,10 @@ def test_fifty_concurrent_releases_against_a_budget_for_three(server_factory):
     with server.client() as http:
         view = http.get("/v1/datasets/ds", headers=OPS).json()
     assert view["epsilon_spent"] == "3" and len(view["releases"]) == 3
-    spends = [Decimal(e["epsilon_exact"]) for e in ledger_rows(server.db) if e["kind"] != "dataset"]
+    spends = [Decimal(e["epsilon_exact"]) for e in store.ledger_rows() if e["kind"] != "dataset"]
     assert len(spends) == 6 and sum(spends) == 3  # exactly the budget, not a hair more
     server.stop()
-    verify = cli("ledger", "verify", "--db", str(server.db))
+    verify = cli("ledger", "verify", *store.cli_args)
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
@@ -109,23 +102,8 @@ def _post_in_background(server, url: str, **kwargs) -> tuple[threading.Thread, l
     return thread, outcome
 
 
-def _wait_for_write_lock(db, timeout: float = 30.0) -> None:
-    """Block until some process holds SQLite's write lock (the server is mid-transaction)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.closing(sqlite3.connect(db, timeout=0, isolation_level=None)) as conn:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.execute("ROLLBACK")
-            except sqlite3.OperationalError:
-                return
-        time.sleep(0.02)
-    raise AssertionError("the server never took the write lock")
-
-
-def test_kill_during_bulk_ingest_loses_no_acknowledged_batch(server_factory, tmp_path):
-    db = tmp_path / "crash.db"
-    server = server_factory(db).start()
+def test_kill_during_bulk_ingest_loses_no_acknowledged_batch(server_factory, store):
+    server = server_factory(store=store).start()
     acked = 0
     with server.client() as http:
         body = {"name": "ds", "label_min": 0, "label_max": 100, "default_label": 0,
@@ -149,7 +127,7 @@ def test_kill_during_bulk_ingest_loses_no_acknowledged_batch(server_factory, tmp
         server, "/v1/datasets/ds/labels", content=csv_body(big),
         headers={**ADV, "content-type": "text/csv"},
     )  # fmt: skip
-    _wait_for_write_lock(db)
+    store.wait_for_write_lock()
     time.sleep(1.0)  # the insert runs, then the server sleeps before COMMIT
     server.kill()
     thread.join(timeout=60)
@@ -172,27 +150,26 @@ def test_kill_during_bulk_ingest_loses_no_acknowledged_batch(server_factory, tmp
     server.start()
     with server.client() as http:
         view = http.get("/v1/datasets/ds", headers=ADV).json()
-    stored = _count(db, "SELECT count(*) FROM entries WHERE value IS NOT NULL")
+    stored = store.count("SELECT count(*) FROM entries WHERE value IS NOT NULL")
     # every acknowledged row is there; any unacknowledged batch is all there or not at all
     assert view["n_labels"] == stored
     assert stored >= acked
     assert (stored - acked) % 100000 == 0
     for batch in range(3):
         assert (
-            _count(db, "SELECT count(*) FROM entries WHERE example_id LIKE ?", f"b{batch}_%")
+            store.count("SELECT count(*) FROM entries WHERE example_id LIKE ?", f"b{batch}_%")
             == 20000
         )
-    assert _count(db, "SELECT count(*) FROM entries WHERE example_id LIKE 'big_%'") == 0
+    assert store.count("SELECT count(*) FROM entries WHERE example_id LIKE 'big_%'") == 0
     for delay in (0.3, 0.8):
-        present = _count(db, "SELECT count(*) FROM entries WHERE example_id LIKE ?", f"r{delay}_%")
+        present = store.count("SELECT count(*) FROM entries WHERE example_id LIKE ?", f"r{delay}_%")
         assert present in (0, 100000)
     server.stop()
-    assert cli("ledger", "verify", "--db", str(db)).returncode == 0
+    assert cli("ledger", "verify", *store.cli_args).returncode == 0
 
 
-def test_kill_during_release_spends_iff_message_stored(server_factory, tmp_path):
-    db = tmp_path / "release-crash.db"
-    server = server_factory(db).start()
+def test_kill_during_release_spends_iff_message_stored(server_factory, store):
+    server = server_factory(store=store).start()
     with server.client() as http:
         _setup(http, budget=5.0, n_examples=50000)
     server.kill()
@@ -203,14 +180,14 @@ def test_kill_during_release_spends_iff_message_stored(server_factory, tmp_path)
         server, "/v1/datasets/ds/releases", json={"mechanism": "rpwithprior", "epsilon": 1.0},
         headers=ADV,
     )  # fmt: skip
-    _wait_for_write_lock(db)
+    store.wait_for_write_lock()
     time.sleep(0.5)
     server.kill()
     thread.join(timeout=60)
     assert outcome and not isinstance(outcome[0], httpx.Response)
-    assert _count(db, "SELECT count(*) FROM releases") == 0
-    assert _count(db, "SELECT count(*) FROM ledger WHERE kind != 'dataset'") == 0
-    assert _count(db, "SELECT count(*) FROM message_chunks") == 0
+    assert store.count("SELECT count(*) FROM releases") == 0
+    assert store.count("SELECT count(*) FROM ledger WHERE kind != 'dataset'") == 0
+    assert store.count("SELECT count(*) FROM message_chunks") == 0
 
     # killed at arbitrary moments with no injected delay
     acked: list[str] = []
@@ -231,7 +208,7 @@ def test_kill_during_release_spends_iff_message_stored(server_factory, tmp_path)
         view = http.get("/v1/datasets/ds", headers=OPS).json()
         stored_ids = set(view["releases"])
         assert set(acked) <= stored_ids
-        entries = ledger_rows(db)
+        entries = store.ledger_rows()
         spend_ids = {e["release_id"] for e in entries if e["kind"] != "dataset"}
         assert spend_ids == stored_ids  # a ledger entry iff a stored release
         assert Decimal(view["epsilon_spent"]) == len(stored_ids)
@@ -248,9 +225,9 @@ def test_kill_during_release_spends_iff_message_stored(server_factory, tmp_path)
         )
         assert final.status_code == 201, final.text
     server.kill()  # right after an acknowledged release: it must survive
-    assert final.json()["id"] in {e["release_id"] for e in ledger_rows(db)}
-    assert all(parse_params(e) is not None for e in ledger_rows(db))
-    verify = cli("ledger", "verify", "--db", str(db))
+    assert final.json()["id"] in {e["release_id"] for e in store.ledger_rows()}
+    assert all(parse_params(e) is not None for e in store.ledger_rows())
+    verify = cli("ledger", "verify", *store.cli_args)
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 

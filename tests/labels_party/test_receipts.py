@@ -93,8 +93,9 @@ def test_receipts_need_a_token_and_a_known_release(client: Any) -> None:
     assert client.get(f"/v1/releases/{meta['id']}/receipt").status_code == 401
     assert client.get("/v1/keys").status_code == 401
     missing = client.get("/v1/releases/rel_" + "0" * 24 + "/receipt", headers=OPS)
-    assert missing.status_code == 404 and missing.json()["errors"][0]["field"] == "id"
-    assert client.get("/v1/releases/nope/receipt", headers=OPS).status_code == 422
+    assert missing.status_code == 404 and missing.json()["errors"][0]["field"] == "release_id"
+    malformed = client.get("/v1/releases/nope/receipt", headers=OPS)
+    assert malformed.status_code == 404 and malformed.json()["errors"][0]["field"] == "release_id"
 
 
 def test_tampered_message_body_fails_against_the_receipt(client: Any, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from features_party.api.deps import SessionDep, SettingsDep
-from features_party.api.errors import FieldHTTPError
+from features_party.api.errors import FieldHTTPError, StrictJSONRoute
 from features_party.db.models import FeatureDataset
 from features_party.features import (
     FeatureInputError,
@@ -33,8 +33,10 @@ from features_party.schemas import (
     FeatureUploadOut,
     SyncOut,
 )
+from shared import strict_input
+from shared.client import ServiceError
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=StrictJSONRoute)
 # Documented here, checked by check_dataset_name (a 422 naming "dataset", the name not echoed).
 NamePath = Path(json_schema_extra={"pattern": DATASET_LOOKUP_PATTERN}, description="dataset")
 _UPLOAD_DOC = {
@@ -83,6 +85,11 @@ def _parse(body: bytes, content_type: str, id_column: str) -> RawBatch:
             raise FeatureInputError("CSV body is not UTF-8", [("body", "not UTF-8")]) from None
         return parse_csv(text, id_column=id_column)
     if media == "application/json":
+        repeated = strict_input.find_duplicate_key(body)
+        if repeated is not None:  # pydantic would silently keep the last one
+            raise FeatureInputError(
+                "a JSON object repeats a key", [(repeated, strict_input.DUPLICATE_KEY_MESSAGE)]
+            )
         try:
             upload = FeatureUploadIn.model_validate_json(body)
         except ValidationError as exc:
@@ -170,9 +177,24 @@ def sync_examples(session: SessionDep, settings: SettingsDep, name: str = NamePa
     last: dict[str, object] = {}
     batches = 0
     with labels_client(settings) as client:
-        for start in range(0, len(ids), settings.sync_batch):
-            last = client.register_examples(name, ids[start : start + settings.sync_batch])
-            batches += 1
+        try:
+            for start in range(0, len(ids), settings.sync_batch):
+                last = client.register_examples(name, ids[start : start + settings.sync_batch])
+                batches += 1
+        except ServiceError as exc:
+            # Released: its examples are frozen. If nothing changed since the last sync (rows
+            # are only ever added, and the labels party holds as many), there is nothing to do.
+            if exc.status != 409 or batches or len(ids) != dataset.synced_rows:
+                raise
+            if client.dataset(name).n_examples != len(ids):
+                raise
+            return SyncOut(
+                dataset=name,
+                registered=0,
+                batches=0,
+                labels_party={},
+                detail="nothing to do: every example id was synced before the release",
+            )
     dataset.synced_rows = len(ids)
     session.commit()
     return SyncOut(dataset=name, registered=len(ids), batches=batches, labels_party=last)

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from features_party.api.deps import SessionDep
+from features_party.api.errors import StrictJSONRoute
 from features_party.db.models import FeatureRow, TrainedModel
+from shared.http_errors import database_error
 
-router = APIRouter(tags=["health"])
-public_router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=StrictJSONRoute)
+public_router = APIRouter(tags=["health"], route_class=StrictJSONRoute)
 
 
-@public_router.get("/healthz")
-def healthz(session: SessionDep) -> dict[str, str]:
-    """200 when the database answers."""
-    session.execute(text("SELECT 1"))
+@public_router.get("/healthz", response_model=None)
+def healthz(session: SessionDep) -> dict[str, str] | JSONResponse:
+    """200 when the database answers, else 503 saying it is unreachable."""
+    try:
+        session.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        answer = database_error(exc)
+        if answer is None:
+            raise
+        body = {"status": "unavailable", "service": "features", **answer[1]}
+        return JSONResponse(body, status_code=answer[0])
     return {"status": "ok", "service": "features"}
 
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import uuid
 
 import numpy as np
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from features_party import released_models
-from features_party.api.deps import RunnerDep, SessionDep, require_json
-from features_party.api.errors import FieldHTTPError
-from features_party.db.models import FeatureDataset, FeatureRow, TrainedModel
+from features_party.api.deps import RunnerDep, SessionDep, SettingsDep, require_json
+from features_party.api.errors import FieldHTTPError, StrictJSONRoute
+from features_party.config import Settings
+from features_party.db.models import FeatureDataset, FeatureRow, StoredMessage, TrainedModel
 from features_party.features import FeatureInputError, RawBatch, type_rows
 from features_party.schemas import (
     MODEL_ID_PATTERN,
@@ -25,8 +26,10 @@ from features_party.schemas import (
     PredictIn,
     PredictOut,
 )
+from shared.client import NO_RETRY, LabelsPartyClient
+from shared.client import ServiceError as ClientServiceError
 
-router = APIRouter(prefix="/v1/models", tags=["models"])
+router = APIRouter(prefix="/v1/models", tags=["models"], route_class=StrictJSONRoute)
 # Documented, and checked by _unknown_model (404 without echoing an arbitrary string).
 ModelIdPath = Path(json_schema_extra={"pattern": MODEL_ID_PATTERN}, description="model id")
 _MODEL_ID_RE = re.compile(MODEL_ID_PATTERN)
@@ -55,9 +58,54 @@ def model_out(job: TrainedModel) -> ModelOut:
     )
 
 
+def new_model_id() -> str:
+    """``mdl_`` + 24 random hex digits (the labels party's releases are ``rel_...``)."""
+    return "mdl_" + secrets.token_hex(12)
+
+
+def check_release(session: Session, settings: Settings, dataset: str, release_id: str) -> None:
+    """The release exists and is one of ``dataset``'s: 404 / 409 naming ``release_id`` now,
+    not a job that fails later. A message already stored here answers without the labels party;
+    a labels party that does not answer right now leaves the check to the job's own pull.
+    """
+    stored = session.get(StoredMessage, release_id)
+    if stored is not None:
+        owner = stored.dataset
+    else:
+        try:
+            with LabelsPartyClient(
+                settings.labels_url, token=settings.labels_token, retry=NO_RETRY, timeout=10.0
+            ) as client:
+                owner = client.release(release_id).dataset
+        except ClientServiceError as exc:
+            if exc.status is None or exc.status >= 500:
+                # Unreachable or failing right now: the job's pull retries with back-off and
+                # reports clearly if it never answers, so the job is still accepted.
+                return
+            if exc.status != 404:
+                raise
+            raise FieldHTTPError(
+                404,
+                f"release {release_id!r} not found at the labels party",
+                field="release_id",
+                message="unknown release",
+            ) from None
+    if owner != dataset:
+        raise FieldHTTPError(
+            409,
+            f"release {release_id!r} is a release of dataset {owner!r}, not {dataset!r}",
+            field="release_id",
+            message=f"belongs to dataset {owner!r}",
+        )
+
+
 @router.post("", response_model=ModelOut, status_code=202, dependencies=[Depends(require_json)])
 def create_model(
-    body: ModelCreate, session: SessionDep, runner: RunnerDep, request: Request, response: Response
+    body: ModelCreate,
+    session: SessionDep,
+    runner: RunnerDep,
+    settings: SettingsDep,
+    response: Response,
 ) -> ModelOut:
     """Queue a training job: pull the release's message once, join, select, fit.
 
@@ -65,7 +113,7 @@ def create_model(
     """
     if body.model == released_models.RELEASED:
         response.status_code = 201
-        return model_out(released_models.create(session, request.app.state.settings, body))
+        return model_out(released_models.create(session, settings, body))
     if session.get(FeatureDataset, body.dataset) is None:
         raise FieldHTTPError(
             404,
@@ -73,8 +121,9 @@ def create_model(
             field="dataset",
             message="no features uploaded",
         )
+    check_release(session, settings, body.dataset, body.release_id)
     job = TrainedModel(
-        id=uuid.uuid4().hex,
+        id=new_model_id(),
         dataset=body.dataset,
         release_id=body.release_id,
         model=body.model,

@@ -5,21 +5,29 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import select, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from labels_party.api.deps import Operator, ServicesDep
 from labels_party.db.models import datasets
 from labels_party.metrics import CONTENT_TYPE
+from shared.http_errors import database_error
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-def healthz(services: ServicesDep) -> dict[str, Any]:
-    """The service is up and its database answers (no authentication)."""
-    with services.db.read() as conn:
-        conn.execute(text("SELECT 1"))
+@router.get("/healthz", response_model=None)
+def healthz(services: ServicesDep) -> dict[str, Any] | JSONResponse:
+    """The service is up and its database answers (no authentication); 503 if it does not."""
+    try:
+        with services.db.read() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        answer = database_error(exc)
+        if answer is None:
+            raise
+        return JSONResponse({"status": "unavailable", **answer[1]}, status_code=answer[0])
     return {"status": "ok"}
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -17,7 +20,7 @@ from labels_party.api.errors import engine_field
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.audit import release_recorder
 from labels_party.api.routes.datasets import NamePath
-from labels_party.errors import BadInputError, FieldError, NotAcceptableError
+from labels_party.errors import BadInputError, FieldError, NotAcceptableError, NotFoundError
 from labels_party.schemas import (
     ZETA_MAX_RATIO,
     ZETA_MIN_RATIO,
@@ -30,7 +33,31 @@ from shared.errors import InvalidParameterError
 from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE
 
 router = APIRouter(tags=["releases"])
-ReleasePath = Path(pattern=rel.RELEASE_ID_PATTERN, description="release id")
+# Documented (OpenAPI), and checked by known_release: a malformed id is simply not found (404).
+ReleasePath = Path(json_schema_extra={"pattern": rel.RELEASE_ID_PATTERN}, description="release id")
+_RELEASE_ID_RE = re.compile(rel.RELEASE_ID_PATTERN)
+
+
+def known_release(release_id: str) -> str:
+    """``release_id`` if it is well formed; else the 404 an unknown release gets."""
+    if not _RELEASE_ID_RE.match(release_id):
+        raise NotFoundError(
+            "release not found", [FieldError(field="release_id", message="unknown release")]
+        )
+    return release_id
+
+
+@contextmanager
+def _release_field() -> Iterator[None]:
+    """An unknown release's 404 names the path parameter, ``release_id``."""
+    try:
+        yield
+    except NotFoundError as exc:
+        if [e.field for e in exc.errors] == ["id"]:
+            raise NotFoundError(
+                exc.detail, [FieldError(field="release_id", message="unknown release")]
+            ) from None
+        raise
 
 
 @router.post(
@@ -102,7 +129,8 @@ def _check_zeta(zeta: float, *, width: float) -> None:
 @router.get("/v1/releases/{release_id}", response_model=ReleasePublic)
 def get_release(role: AnyRole, services: ServicesDep, release_id: str = ReleasePath) -> Any:
     """Public metadata of a release."""
-    return rel.release_metadata(services.db, release_id)
+    with _release_field():
+        return rel.release_metadata(services.db, known_release(release_id))
 
 
 def negotiate(accept: str | None) -> str:
@@ -155,7 +183,8 @@ def get_message(
 ) -> StreamingResponse:
     """The one privatized message: JSON, or the binary encoding (``Accept``), streamed."""
     kind = negotiate(request.headers.get("accept"))
-    message = rel.stored_message(services.db, release_id)
+    with _release_field():
+        message = rel.stored_message(services.db, known_release(release_id))
     headers = {
         "X-Labeldp-Body-Sha256": message.message_sha256,
         "Cache-Control": "no-store",

@@ -1,0 +1,87 @@
+"""Where a service's database is: ``--database-url``, ``--db`` or ``LABELDP_DATABASE_URL``.
+
+Both services and the ledger commands resolve it the same way, so the environment variable
+alone is enough, and ``--db`` takes a SQLite path or a database URL (``postgresql://...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from shared.errors import InvalidParameterError
+
+DATABASE_URL_ENV = "LABELDP_DATABASE_URL"
+SQLITE_PREFIX = "sqlite:///"
+
+
+def sqlite_url(path: str | Path) -> str:
+    """The SQLAlchemy URL of a SQLite file."""
+    return f"{SQLITE_PREFIX}{Path(path).resolve()}"
+
+
+def normalise(url: str) -> str:
+    """``postgresql://`` and ``postgres://`` select the psycopg (3) driver; others unchanged."""
+    for scheme in ("postgresql://", "postgres://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + url.removeprefix(scheme)
+    return url
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, what: str = "database") -> None:
+    """``--db PATH_OR_URL`` and ``--database-url URL`` (either; else the environment)."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--db", help=f"SQLite file of the {what} (or a database URL); default ${DATABASE_URL_ENV}"
+    )
+    where.add_argument(
+        "--database-url",
+        help=f"SQLAlchemy URL, e.g. postgresql://user@host/db (default ${DATABASE_URL_ENV})",
+    )
+
+
+def resolve(
+    *,
+    db: str | Path | None,
+    database_url: str | None,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """The database URL the command uses; refuses (naming the three ways) when none is given."""
+    env = os.environ if environ is None else environ
+    if database_url:
+        return normalise(database_url)
+    if db is not None and str(db) != "":
+        text = str(db)
+        return normalise(text) if "://" in text else sqlite_url(text)
+    if env.get(DATABASE_URL_ENV):
+        return normalise(env[DATABASE_URL_ENV])
+    raise InvalidParameterError(
+        f"no database: pass --db PATH or --database-url URL, or set {DATABASE_URL_ENV}"
+    )
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL, ``None`` for any other database."""
+    return Path(url.removeprefix(SQLITE_PREFIX)) if url.startswith(SQLITE_PREFIX) else None
+
+
+def describe(url: str) -> str:
+    """The URL without its password, for messages."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparseable URL is reported by its scheme only
+        return url.split("://", 1)[0] + "://..."
+
+
+def open_failure(exc: BaseException, url: str) -> str:
+    """One line saying why the database at ``url`` could not be opened (no traceback)."""
+    where = describe(url)
+    if isinstance(exc, ModuleNotFoundError):
+        return f"cannot open {where}: the driver is missing (pip install 'labeldp[postgres]')"
+    orig = getattr(exc, "orig", None) or exc
+    reason = " ".join(str(orig).split()) or type(orig).__name__
+    return f"cannot open the database {where}: {reason}"
