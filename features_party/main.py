@@ -22,6 +22,7 @@ from features_party.api.routes import datasets, health, models
 from features_party.config import Settings
 from features_party.db.engine import make_engine, make_sessionmaker
 from features_party.jobs import JobRunner
+from features_party.metrics import make_registry
 from features_party.schemas import FeatureUploadIn
 
 
@@ -51,6 +52,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.write_lock = threading.Lock()
     app.state.requests = Counter()
     app.state.counters = Counter({"feature_rows_received": 0})
+    app.state.metrics = make_registry(app.state)
     errors.install(app)
 
     @app.middleware("http")

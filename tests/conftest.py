@@ -38,3 +38,9 @@ def postgres() -> Iterator[Any]:
 def postgres_url(postgres: Any) -> str:
     """A fresh, empty PostgreSQL database of the session's server."""
     return str(postgres.create_database())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the fuzz tests last: Schemathesis' in-process ASGI client leaves process-wide state
+    behind (later TestClient requests saw their ``Accept`` header merged with ``*/*``)."""
+    items.sort(key=lambda item: "tests/fuzz/" in item.nodeid)

@@ -113,7 +113,7 @@ def test_full_flow_join_pull_once_predict_and_restart(labels_party, features_fac
     assert header.model_dim == 10
     assert second_job["result"]["label_transform_requested"] == "auto"
     assert second_job["result"]["label_transform"] == recommended_transform(header, model_dim=10)
-    assert "labeldp_features_messages_pulled_total 1\n" in features.get("/metrics").text
+    assert "labeldp_features_messages_pulled_total 1.0\n" in features.get("/metrics").text
     assert count_messages(features) == 1
 
     model_id = job["id"]
@@ -206,7 +206,7 @@ def test_labels_party_down_is_retried_then_reported_clearly(labels_party, featur
     sync = features.post("/v1/datasets/down/examples/sync")
     assert sync.status_code == 504
     assert sync.json()["detail"].startswith("labels party:")
-    assert "labeldp_features_jobs_failed_total 1\n" in features.get("/metrics").text
+    assert "labeldp_features_jobs_failed_total 1.0\n" in features.get("/metrics").text
 
 
 def test_labels_party_back_during_the_retries_is_used(tmp_path: Path, features_factory):

@@ -56,9 +56,8 @@ async def ingest_labels(
         overwrite=overwrite,
         commit_delay=services.settings.debug_commit_delay,
     )
-    services.metrics.labels_ingested(result.accepted)
-    # No count at all: how many labels a dataset gets is label information (with default_label
-    # meaning "no conversion" it is the number of conversions), the advertiser's to know only.
+    # No count in metrics or logs: how many labels a dataset gets is label information (with
+    # default_label meaning "no conversion" it is the number of conversions), the advertiser's.
     log.info("labels batch stored: dataset=%s", name)
     return {
         "accepted": result.accepted,
