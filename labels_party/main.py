@@ -23,6 +23,7 @@ from labels_party.api import errors
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
 from labels_party.api.routes import datasets, examples, health, labels, ledger, releases
+from labels_party.api.routes.external_releases import router as external_releases_router
 from labels_party.config import Settings
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.metrics import Metrics
@@ -122,6 +123,7 @@ def create_app(
     errors.install(app)
     for module in (datasets, examples, labels, releases, ledger, health):
         app.include_router(module.router)
+    app.include_router(external_releases_router)
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=settings.max_body_bytes,
@@ -146,6 +148,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         schemas.ExamplesBatch,
         schemas.LabelsBatch,
         schemas.ReleaseCreate,
+        schemas.ExternalReleaseCreate,
         schemas.ErrorBody,
         LabelMessage,
     ]

@@ -264,37 +264,14 @@ class ReleaseService:
         }
         # The release row stores the floats each step ran at; the exact columns what it paid.
         record |= {"epsilon1": plan.epsilon1_float, "epsilon2": plan.randomizer_float}
-        charges = [
-            accountant.Charge(
-                kind=ledger.KIND_HISTOGRAM,
-                mechanism="private_histogram",
-                epsilon=plan.epsilon1,
-                parameters={
-                    "bins": release.prior.k,
-                    "noise": "discrete_laplace",
-                    "sensitivity": 2,
-                    "split": plan.split,
-                    # epsilon1 = the histogram's + the DP label mean's (basic composition).
-                    "histogram_epsilon": amounts.text(plan.histogram_epsilon),
-                    "label_mean_epsilon": None
-                    if plan.label_mean_epsilon is None
-                    else amounts.text(plan.label_mean_epsilon),
-                },
-            ),
-            accountant.Charge(
-                kind=ledger.KIND_RANDOMIZER,
-                mechanism=release.mechanism,
-                epsilon=plan.epsilon2,
-                parameters={
-                    "requested_mechanism": request.mechanism,
-                    "options": _json_safe(dict(plan.options)),
-                    "model_dim": plan.model_dim,
-                    "params": params,
-                    "n": n,
-                    "recommended_transform": release.recommended_transform,
-                },
-            ),
-        ]
+        charges = release_charges(
+            plan,
+            requested_mechanism=request.mechanism,
+            mechanism=release.mechanism,
+            params=params,
+            bins=release.prior.k,
+            recommended_transform=release.recommended_transform,
+        )
         with self._db.write() as conn:
             current = ds.load(conn, row.name, for_update=True)
             if current.data_version != row.data_version:
@@ -316,6 +293,49 @@ class ReleaseService:
             if self._commit_delay:
                 time.sleep(self._commit_delay)
         return _public(record, dataset=row.name, bins=release.prior.k)
+
+
+def release_charges(
+    plan: ReleasePlan,
+    *,
+    requested_mechanism: str,
+    mechanism: str,
+    params: dict[str, Any],
+    bins: int,
+    recommended_transform: str | None,
+) -> list[accountant.Charge]:
+    """The two ledger entries of a release of ``plan`` (the service's or an external one)."""
+    return [
+        accountant.Charge(
+            kind=ledger.KIND_HISTOGRAM,
+            mechanism="private_histogram",
+            epsilon=plan.epsilon1,
+            parameters={
+                "bins": bins,
+                "noise": "discrete_laplace",
+                "sensitivity": 2,
+                "split": plan.split,
+                # epsilon1 = the histogram's + the DP label mean's (basic composition).
+                "histogram_epsilon": amounts.text(plan.histogram_epsilon),
+                "label_mean_epsilon": None
+                if plan.label_mean_epsilon is None
+                else amounts.text(plan.label_mean_epsilon),
+            },
+        ),
+        accountant.Charge(
+            kind=ledger.KIND_RANDOMIZER,
+            mechanism=mechanism,
+            epsilon=plan.epsilon2,
+            parameters={
+                "requested_mechanism": requested_mechanism,
+                "options": _json_safe(dict(plan.options)),
+                "model_dim": plan.model_dim,
+                "params": params,
+                "n": plan.n,
+                "recommended_transform": recommended_transform,
+            },
+        ),
+    ]
 
 
 def _check_releasable(row: ds.DatasetRow) -> None:
@@ -413,6 +433,15 @@ class StoredMessage:
 def stored_message(db: Database, release_id: str) -> StoredMessage:
     meta = release_metadata(db, release_id)
     with db.read() as conn:
+        storage = conn.execute(
+            select(releases.c.storage).where(releases.c.id == release_id)
+        ).scalar()
+        if storage is not None:
+            raise NotFoundError(
+                f"release {release_id!r} was executed outside the labels party: its message is "
+                "where the job wrote it (header.json + Parquet body), not here",
+                [FieldError(field="release_id", message=f"message stored {storage}ly")],
+            )
         rows = conn.execute(
             select(message_chunks.c.seq, message_chunks.c.part, message_chunks.c.size)
             .where(message_chunks.c.release_id == release_id)

@@ -4,6 +4,7 @@ labeldp serve labels ...     (labels_party.cli)
 labeldp ledger verify|export (labels_party.cli)
 labeldp serve features ...   (features_party.cli)
 labeldp demo ...             (demo.cli)
+labeldp release --engine spark ... (labels_party.release_cli)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     from demo import cli as demo_cli
     from features_party import cli as features_cli
     from labels_party import cli as labels_cli
+    from labels_party import release_cli
 
     parser = argparse.ArgumentParser(
         prog="labeldp", description="Feature-oblivious label differential privacy, two parties."
@@ -31,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     features_cli.register_serve(services)
     labels_cli.register_commands(commands)
     demo_cli.register_commands(commands)
+    release_cli.register_commands(commands)
     return parser
 
 

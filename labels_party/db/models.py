@@ -81,6 +81,11 @@ releases = Table(
     Column("binary_size", BigInteger, nullable=False),
     Column("expected_label_mse", Double, nullable=True),
     Column("actor_role", String(16), nullable=False),
+    # NULL: the message is stored here (message_chunks). "external": a release executed outside
+    # the service (the Spark job, ``labels_party.external_releases``): only its header is kept,
+    # and binary_sha256 / binary_size are those of that header.json.
+    Column("storage", String(16), nullable=True),
+    Column("external_header", Text, nullable=True),
 )
 
 # part: 0 = magic + header, 1 = u64 ids length + ids, 2 = float64 labels (8-byte aligned chunks)
