@@ -267,6 +267,7 @@ def spark_session(master: str) -> Any:
     """A SparkSession for the job (Arrow on; no speculative duplicate tasks)."""
     from pyspark.sql import SparkSession
 
+    python_workers()
     return (
         SparkSession.builder.master(master)
         .appName("labeldp-release")
@@ -276,6 +277,13 @@ def spark_session(master: str) -> Any:
         .config("spark.ui.enabled", "false")
         .getOrCreate()
     )
+
+
+def python_workers() -> None:
+    """Executors run this interpreter (its engine and numba) unless PYSPARK_PYTHON says else."""
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 def _read(spark: Any, source: str) -> Any:
