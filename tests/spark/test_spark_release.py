@@ -164,12 +164,11 @@ def test_a_failed_task_is_retried_and_the_published_body_is_one_randomization(
         assert got_ids == sorted(ids)
         bodies.append(noisy)
         assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
-    # Seeds are per (partition, attempt): the retried partition 0 drew afresh (as in
-    # production), so exactly one contiguous block of rows differs, and the header's hash
-    # (checked above) covers the body as written by the ONE successful attempt.
-    differ = np.flatnonzero(bodies[0] != bodies[1])
-    assert differ.size > 0
-    assert differ[0] == 0 or np.all(bodies[0][: differ[0]] == bodies[1][: differ[0]])
+    # Seeds are per (partition, attempt): the retried task drew afresh (as in production), so
+    # the bodies differ; the published one still has every id exactly once and matches the
+    # header's hash, i.e. it is the output of the ONE committed attempt per partition, never a
+    # mixture with the failed attempt's rows, and never recomputed after it was written.
+    assert np.any(bodies[0] != bodies[1])
 
 
 def test_crash_before_the_spend_spends_nothing_and_publishes_nothing(
