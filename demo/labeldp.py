@@ -9,6 +9,7 @@ labeldp keys rotate|public   (labels_party.keys_cli)
 labeldp receipt verify       (shared.receipt_cli)
 labeldp serve features ...   (features_party.cli)
 labeldp demo ...             (demo.cli)
+labeldp release --engine spark ... (labels_party.release_cli)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     from demo import cli as demo_cli
     from features_party import cli as features_cli
     from labels_party import cli as labels_cli
+    from labels_party import release_cli
     from shared import receipt_cli
 
     parser = argparse.ArgumentParser(
@@ -38,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     labels_cli.register_commands(commands)
     receipt_cli.register_commands(commands)
     demo_cli.register_commands(commands)
+    release_cli.register_commands(commands)
     return parser
 
 

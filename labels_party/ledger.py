@@ -355,7 +355,12 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
                 problems.append(f"release {rel.id}: {entry['kind']} entry sha256 != release")
             if entry["dataset"] != dataset_name:
                 problems.append(f"release {rel.id}: {entry['kind']} entry names another dataset")
-        if not chunk_counts.get(rel.id):
+        if rel.storage is not None:  # executed outside (Spark): only its header is kept
+            if chunk_counts.get(rel.id):
+                problems.append(f"release {rel.id}: stored {rel.storage}ly but has chunks")
+            elif check_messages:
+                problems.extend(_check_external_header(rel))
+        elif not chunk_counts.get(rel.id):
             problems.append(f"release {rel.id}: has ledger entries but no stored message")
         elif check_messages:
             problems.extend(_check_message(conn, rel))
@@ -475,11 +480,33 @@ def _check_message(conn: Connection, rel: Any) -> list[str]:
         return [*problems, f"release {rel.id}: stored message is invalid: {exc}"]
     if not header_chunk:
         problems.append(f"release {rel.id}: no header chunk")
+    return problems + _header_problems(header, rel)
+
+
+def _header_problems(header: Any, rel: Any) -> list[str]:
+    """A message header against its release row (hash, id, epsilons, n)."""
+    problems = []
     if header.body_sha256 != rel.message_sha256 or header.release_id != rel.id:
         problems.append(f"release {rel.id}: message header disagrees with the release")
     if header.epsilon1 != rel.epsilon1 or header.epsilon2 != rel.epsilon2 or header.n != rel.n:
         problems.append(f"release {rel.id}: message header epsilons or n disagree")
     return problems
+
+
+def _check_external_header(rel: Any) -> list[str]:
+    """An externally stored release: its kept header.json hashes as recorded and agrees."""
+    from pydantic import ValidationError
+
+    from shared.message import MessageHeader
+
+    text = (rel.external_header or "").encode("utf-8")
+    if hashlib.sha256(text).hexdigest() != rel.binary_sha256 or len(text) != rel.binary_size:
+        return [f"release {rel.id}: kept header does not match its recorded sha256"]
+    try:
+        header = MessageHeader.model_validate_json(text)
+    except ValidationError:
+        return [f"release {rel.id}: kept header is invalid"]
+    return _header_problems(header, rel)
 
 
 def export_csv(conn: Connection, out: TextIO) -> int:

@@ -34,6 +34,7 @@ from labels_party.api.routes import (
 from labels_party.api.routes import audit as audit_routes
 from labels_party.api.routes import model_releases as model_release_routes
 from labels_party.api.routes import receipts as receipt_routes
+from labels_party.api.routes.external_releases import router as external_releases_router
 from labels_party.config import Settings
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.metrics import Metrics
@@ -142,6 +143,7 @@ def create_app(
     for module in routers:
         app.include_router(module.router)
     app.include_router(model_release_routes.router)
+    app.include_router(external_releases_router)
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=settings.max_body_bytes,

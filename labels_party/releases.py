@@ -267,6 +267,7 @@ class ReleaseService:
         record |= {"epsilon1": plan.epsilon1_float, "epsilon2": plan.randomizer_float}
         charges = release_charges(
             plan,
+            requested_mechanism=request.mechanism,
             mechanism=release.mechanism,
             params=params,
             bins=release.prior.k,
@@ -298,13 +299,15 @@ class ReleaseService:
 def release_charges(
     plan: ReleasePlan,
     *,
+    requested_mechanism: str,
     mechanism: str,
     params: dict[str, Any],
     bins: int,
-    recommended_transform: str,
+    recommended_transform: str | None,
 ) -> list[accountant.Charge]:
-    """The two ledger entries of a release of ``plan``: epsilon1 (histogram + DP mean, split
-    exactly in its parameters) and epsilon2 (the randomizer and its public parameters)."""
+    """The two ledger entries of a release of ``plan`` (the service's or an external one):
+    epsilon1 (histogram + DP mean, split exactly in its parameters) and epsilon2 (the
+    randomizer and its public parameters)."""
     mean = plan.label_mean_epsilon
     return [
         accountant.Charge(
@@ -326,7 +329,7 @@ def release_charges(
             mechanism=mechanism,
             epsilon=plan.epsilon2,
             parameters={
-                "requested_mechanism": plan.mechanism,
+                "requested_mechanism": requested_mechanism,
                 "options": _json_safe(dict(plan.options)),
                 "model_dim": plan.model_dim,
                 "params": params,
@@ -430,6 +433,15 @@ class StoredMessage:
 def stored_message(db: Database, release_id: str) -> StoredMessage:
     meta = release_metadata(db, release_id)
     with db.read() as conn:
+        storage = conn.execute(
+            select(releases.c.storage).where(releases.c.id == release_id)
+        ).scalar()
+        if storage is not None:
+            raise NotFoundError(
+                f"release {release_id!r} was executed outside the labels party: its message is "
+                "where the job wrote it (header.json + Parquet body), not here",
+                [FieldError(field="release_id", message=f"message stored {storage}ly")],
+            )
         rows = conn.execute(
             select(message_chunks.c.seq, message_chunks.c.part, message_chunks.c.size)
             .where(message_chunks.c.release_id == release_id)

@@ -135,6 +135,26 @@ class ReleaseCreate(BaseModel):
         return value
 
 
+class ExternalReleaseCreate(BaseModel):
+    """``POST /v1/datasets/{name}/external-releases``: a release executed elsewhere (Spark).
+
+    The request as for ``/releases`` plus n, the plan the job ran and its message header; the
+    labels party recomputes the plan from its own dataset and n and refuses any difference.
+    """
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
+
+    mechanism: Literal["rpwithprior", "rr_on_bins", "auto"] = "auto"
+    epsilon: Decimal = Field(gt=0)
+    epsilon_histogram: Decimal | None = Field(default=None, gt=0)
+    params: ReleaseOptions = Field(default_factory=ReleaseOptions)
+    n: int = Field(ge=1, description="examples in the job's universe (the message's n)")
+    plan: dict[str, object] = Field(description="the plan the job ran (ReleasePlan.public())")
+    header: dict[str, object] = Field(
+        description="the message header the job wrote (header.json), body_sha256 included"
+    )
+
+
 class ReleasePlanPublic(BaseModel):
     """What a release will spend on what (``shared.plan.ReleasePlan.public``)."""
 

@@ -174,10 +174,27 @@ class LabelMessage(BaseModel):
 
 def body_sha256(example_ids: Sequence[str], noisy_labels: np.ndarray) -> str:
     """The digest both encodings carry: ids joined by newlines, then little-endian float64s."""
+    return body_digest(["\n".join(example_ids).encode("utf-8")], [noisy_labels])
+
+
+def body_digest(id_chunks: Iterable[bytes], label_chunks: Iterable[np.ndarray]) -> str:
+    """:func:`body_sha256`, streamed: ids in consecutive pieces, then the labels in pieces.
+
+    Each id piece is some consecutive ids joined by "\n" (empty pieces are skipped); the
+    pieces are joined by "\n" too. For the Parquet message, whose body is read batch by batch.
+    """
     digest = hashlib.sha256(_BODY_DOMAIN)
-    digest.update("\n".join(example_ids).encode("utf-8"))
+    first = True
+    for piece in id_chunks:
+        if not piece:
+            continue
+        if not first:
+            digest.update(b"\n")
+        digest.update(piece)
+        first = False
     digest.update(b"\n")
-    digest.update(np.ascontiguousarray(noisy_labels, dtype="<f8").tobytes())
+    for labels in label_chunks:
+        digest.update(np.ascontiguousarray(labels, dtype="<f8").tobytes())
     return digest.hexdigest()
 
 

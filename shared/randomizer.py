@@ -18,7 +18,7 @@ Only three lines of this module touch raw labels: the histogram, the mean and th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,8 +26,8 @@ import numpy as np
 from shared.domain import LabelDomain, check_epsilon, check_labels
 from shared.errors import InvalidParameterError
 from shared.mechanisms import registry
-from shared.mechanisms.histogram import Prior, private_histogram
-from shared.mechanisms.private_mean import private_mean
+from shared.mechanisms.histogram import Prior, bin_counts, noisy_histogram
+from shared.mechanisms.private_mean import level_sum, noisy_mean
 from shared.mechanisms.registry import LabelMechanism
 from shared.plan import (
     DEFAULT_BINS,
@@ -140,27 +140,94 @@ class NoisyPrior:
     label_mean: float | None = None
 
 
-def measure(
-    plan: ReleasePlan, labels: np.ndarray, rng: Rng, *, histogram: Prior | None = None
-) -> NoisyPrior:
-    """The epsilon1 step of ``plan`` on the clipped ``labels``: histogram, then the DP mean.
+@dataclass(frozen=True, kw_only=True)
+class LabelCounts:
+    """The exact (non-private) sufficient statistics of the epsilon1 step for one plan.
 
-    ``histogram``: a noisy histogram already bought for exactly this plan's cells and histogram
-    epsilon (the accuracy benchmark shares one across the variants of a cell); it is used
-    instead of drawing a new one. Draws in this order, so seeded runs reproduce.
+    ``cells``: :func:`~shared.mechanisms.histogram.bin_counts` of the clipped labels on the
+    plan's grid; ``level_sum``: :func:`~shared.mechanisms.private_mean.level_sum` (None when the
+    plan buys no DP mean); ``n``: how many labels. All three are sums over the labels, so they
+    add up over any partition of them (what a Spark partition computes). Never published.
     """
-    if labels.size != plan.n:
-        raise InvalidParameterError(f"plan is for n = {plan.n} labels, got {labels.size}")
+
+    cells: np.ndarray
+    level_sum: int | None
+    n: int
+
+    @classmethod
+    def of(cls, plan: ReleasePlan, clipped: np.ndarray) -> LabelCounts:
+        """The statistics of one batch of clipped labels (any size, even 0)."""
+        values = np.asarray(clipped, dtype=np.float64)
+        cells = bin_counts(values, lo=plan.lo, hi=plan.hi, bins=plan.bins)
+        total = None
+        if plan.label_mean_float is not None:
+            total = level_sum(values, lo=plan.lo, hi=plan.hi)
+        return cls(cells=cells, level_sum=total, n=int(values.size))
+
+    def __add__(self, other: LabelCounts) -> LabelCounts:
+        both = self.level_sum is not None and other.level_sum is not None
+        return LabelCounts(
+            cells=self.cells + other.cells,
+            level_sum=self.level_sum + other.level_sum if both else None,  # type: ignore[operator]
+            n=self.n + other.n,
+        )
+
+
+def noisy_prior_from_counts(
+    plan: ReleasePlan, counts: LabelCounts, rng: Rng, *, histogram: Prior | None = None
+) -> NoisyPrior:
+    """The epsilon1 step of ``plan`` on exact ``counts``: noisy histogram, then the DP mean.
+
+    The one place the epsilon1 noise is drawn, for the service (:func:`measure`) and the Spark
+    job alike: one discrete Laplace draw per histogram cell in cell order, then one for the
+    mean (``mechanisms.histogram.noisy_histogram``, ``mechanisms.private_mean.noisy_mean``).
+    ``histogram``: see :func:`measure`.
+    """
+    if counts.n != plan.n:
+        raise InvalidParameterError(f"plan is for n = {plan.n} labels, got {counts.n}")
     if histogram is None:
-        histogram = private_histogram(
-            labels, lo=plan.lo, hi=plan.hi, bins=plan.bins, epsilon=plan.histogram_float, rng=rng
+        histogram = noisy_histogram(
+            counts.cells, n=counts.n, lo=plan.lo, hi=plan.hi, epsilon=plan.histogram_float, rng=rng
         )
     elif histogram.k != plan.bins:
         raise InvalidParameterError(f"histogram has {histogram.k} cells, the plan {plan.bins}")
     mean = None
     if plan.label_mean_float is not None:
-        mean = private_mean(labels, lo=plan.lo, hi=plan.hi, epsilon=plan.label_mean_float, rng=rng)
+        if counts.level_sum is None:
+            raise InvalidParameterError("the plan buys a DP mean: counts need its level sum")
+        mean = noisy_mean(
+            counts.level_sum,
+            n=counts.n,
+            lo=plan.lo,
+            hi=plan.hi,
+            epsilon=plan.label_mean_float,
+            rng=rng,
+        )
     return NoisyPrior(prior=histogram, label_mean=mean)
+
+
+def measure(
+    plan: ReleasePlan, labels: np.ndarray, rng: Rng, *, histogram: Prior | None = None
+) -> NoisyPrior:
+    """The epsilon1 step of ``plan`` on the clipped ``labels``: histogram, then the DP mean.
+
+    :func:`noisy_prior_from_counts` on ``LabelCounts.of(plan, labels)``. ``histogram``: a noisy
+    histogram already bought for exactly this plan's cells and histogram epsilon (the accuracy
+    benchmark shares one across the variants of a cell); it is used instead of drawing a new
+    one. Draws in this order, so seeded runs reproduce. A non-private plan (an infinite mean
+    epsilon, benchmarks only) gets the exact clipped mean.
+    """
+    if labels.size != plan.n:
+        raise InvalidParameterError(f"plan is for n = {plan.n} labels, got {labels.size}")
+    values = check_labels(labels)
+    exact_mean = plan.label_mean_float is not None and math.isinf(plan.label_mean_float)
+    if exact_mean:
+        histogram_only = replace(plan, label_mean_float=None)
+        counts = LabelCounts.of(histogram_only, values)
+        measured = noisy_prior_from_counts(histogram_only, counts, rng, histogram=histogram)
+        clipped = LabelDomain(lo=plan.lo, hi=plan.hi).clip(values)
+        return replace(measured, label_mean=float(clipped.mean()))
+    return noisy_prior_from_counts(plan, LabelCounts.of(plan, values), rng, histogram=histogram)
 
 
 def choose_randomizer(plan: ReleasePlan, measured: NoisyPrior) -> tuple[str, LabelMechanism]:
@@ -259,6 +326,7 @@ def label_randomizer(
 __all__ = [
     "DEFAULT_BINS",
     "DEFAULT_MODEL_DIM",
+    "LabelCounts",
     "LabelMechanism",
     "NoisyPrior",
     "Release",
@@ -268,4 +336,5 @@ __all__ = [
     "execute",
     "label_randomizer",
     "measure",
+    "noisy_prior_from_counts",
 ]

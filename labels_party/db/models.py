@@ -87,6 +87,11 @@ releases = Table(
     Column("binary_size", BigInteger, nullable=False),
     Column("expected_label_mse", Double, nullable=True),
     Column("actor_role", String(16), nullable=False),
+    # NULL: the message is stored here (message_chunks). "external": a release executed outside
+    # the service (the Spark job, ``labels_party.external_releases``): only its header is kept,
+    # and binary_sha256 / binary_size are those of that header.json.
+    Column("storage", String(16), nullable=True),
+    Column("external_header", Text, nullable=True),
 )
 
 # part: the section of the binary message a chunk belongs to (``shared.message``): magic +

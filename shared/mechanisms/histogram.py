@@ -201,20 +201,53 @@ def private_histogram(
             f"consistency ({consistency!r}) must be one of {', '.join(CONSISTENCY_RULES)}"
         )
     values = check_labels(labels)
-    eps = check_epsilon(epsilon, allow_inf=True)
+    check_epsilon(epsilon, allow_inf=True)
     edges = bin_edges(lo=lo, hi=hi, bins=bins)
     counts = bin_counts(values, lo=lo, hi=hi, bins=len(edges) - 1)
+    return noisy_histogram(
+        counts, n=values.size, lo=lo, hi=hi, epsilon=epsilon, rng=rng, consistency=consistency
+    )
+
+
+def noisy_histogram(
+    counts: np.ndarray,
+    *,
+    n: int,
+    lo: float,
+    hi: float,
+    epsilon: float,
+    rng: Rng,
+    consistency: Consistency = "project",
+) -> Prior:
+    """The noise step of :func:`private_histogram`, on given exact per-cell ``counts``.
+
+    ``counts`` are :func:`bin_counts` of the n clipped labels (summed over any partition of the
+    labels: the Spark job adds each partition's counts), ``n`` their total. Draws one discrete
+    Laplace sample of scale 2/epsilon per cell, in cell order, exactly as
+    :func:`private_histogram` does (it calls this). Privacy as :func:`private_histogram`.
+    """
+    if consistency not in CONSISTENCY_RULES:
+        raise InvalidParameterError(
+            f"consistency ({consistency!r}) must be one of {', '.join(CONSISTENCY_RULES)}"
+        )
+    eps = check_epsilon(epsilon, allow_inf=True)
+    cells = np.asarray(counts)
+    edges = bin_edges(lo=lo, hi=hi, bins=int(cells.size))
+    if cells.ndim != 1 or not np.issubdtype(cells.dtype, np.integer) or np.any(cells < 0):
+        raise InvalidParameterError("counts must be a 1-d array of integers >= 0")
+    if int(cells.sum()) != n:
+        raise InvalidParameterError(f"counts add up to {int(cells.sum())}, not n = {n}")
     if math.isinf(eps):
-        return Prior.from_counts(counts, edges=edges)
+        return Prior.from_counts(cells, edges=edges)
     scale = Fraction(2) / Fraction(eps)  # the float epsilon, taken exactly
     # Exact integer sums (at tiny epsilon the noise outgrows int64 and even float64), then a
     # fixed saturation at +-2^1000 and the float conversion: functions of count + noise alone.
     noisy = np.array(
         [
             float(min(max(int(count) + sample_discrete_laplace(rng, scale), -_SATURATE), _SATURATE))
-            for count in counts
+            for count in cells
         ]
     )
     if consistency == "project":
-        return Prior.from_counts(project_to_simplex(noisy, total=values.size), edges=edges)
+        return Prior.from_counts(project_to_simplex(noisy, total=n), edges=edges)
     return Prior.from_counts(noisy, edges=edges)

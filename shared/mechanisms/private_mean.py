@@ -48,13 +48,48 @@ def private_mean(labels: np.ndarray, *, lo: float, hi: float, epsilon: float, rn
     eps = check_epsilon(epsilon, allow_inf=True)
     if math.isinf(eps):
         return float(values.mean())
+    return noisy_mean(
+        level_sum(values, lo=domain.lo, hi=domain.hi),
+        n=values.size,
+        lo=lo,
+        hi=hi,
+        epsilon=eps,
+        rng=rng,
+    )
+
+
+def mean_levels(values: np.ndarray, *, lo: float, hi: float) -> np.ndarray:
+    """Each label clipped to [lo, hi], rounded to one of MEAN_LEVELS + 1 levels (int64)."""
+    clipped = np.clip(values, lo, hi)
+    return np.rint((clipped - lo) / (hi - lo) * MEAN_LEVELS).astype(np.int64)
+
+
+def level_sum(values: np.ndarray, *, lo: float, hi: float) -> int:
+    """The exact integer sum of :func:`mean_levels` (what each Spark partition adds up)."""
+    return int(mean_levels(values, lo=lo, hi=hi).sum())
+
+
+def noisy_mean(total: int, *, n: int, lo: float, hi: float, epsilon: float, rng: Rng) -> float:
+    """The noise step of :func:`private_mean` on a given exact level sum of n labels.
+
+    ``total`` is :func:`level_sum` of the n labels (summed over any partition of them). Draws
+    one discrete Laplace sample of scale MEAN_LEVELS / epsilon, exactly as :func:`private_mean`
+    does (it calls this). Privacy as :func:`private_mean`: the sum has sensitivity MEAN_LEVELS.
+    """
+    domain = LabelDomain(lo=lo, hi=hi)
+    eps = check_epsilon(epsilon)
+    if isinstance(total, bool) or not isinstance(total, int | np.integer):
+        raise InvalidParameterError(f"level sum ({total!r}) must be an integer")
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
+    if not 0 <= total <= MEAN_LEVELS * n:
+        raise InvalidParameterError(f"level sum ({total}) must lie in [0, {MEAN_LEVELS} n]")
     width = domain.hi - domain.lo
-    levels = np.rint((values - domain.lo) / width * MEAN_LEVELS).astype(np.int64)
     noise = sample_discrete_laplace(rng, Fraction(MEAN_LEVELS) / Fraction(eps))
     # Exact integer sum, then a fixed saturation (at tiny epsilon the noise outgrows float64):
     # a function of sum + noise alone, so still post-processing.
-    total = min(max(int(levels.sum()) + int(noise), -_SATURATE), _SATURATE)
-    share = min(max(total / (MEAN_LEVELS * values.size), 0.0), 1.0)
+    noisy_total = min(max(int(total) + int(noise), -_SATURATE), _SATURATE)
+    share = min(max(noisy_total / (MEAN_LEVELS * int(n)), 0.0), 1.0)
     return float(min(max(domain.lo + width * share, domain.lo), domain.hi))
 
 

@@ -1,0 +1,189 @@
+"""Benchmark: the Spark release (labels_party.spark_job) in local mode vs the single-process one.
+
+For each n: synthetic universe of n ids, 20% labelled (exponential labels), written to Parquet
+by Spark; a real labels-party process; the job end to end (wall time per stage, from
+``JobResult.timings``); peak RSS of the driver's Python process and of the JVM + Python workers
+(sampled from /proc every 0.2 s); and ``shared.randomizer.execute`` on the same labels in one
+process (n <= 10^7). Usage::
+
+    .venv/bin/python bench/spark_release.py --n 1000000 10000000 [--out bench/results/...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                out.extend(int(x) for x in handle.read().split())
+    except OSError:
+        pass
+    return out
+
+
+class MemorySampler:
+    """Peak RSS of this process (the driver's Python) and of all its descendants (JVM, workers)."""
+
+    def __init__(self) -> None:
+        self.driver = 0
+        self.others = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = os.getpid()
+        while not self._stop.is_set():
+            self.driver = max(self.driver, _rss_kib(me))
+            stack, total = _children(me), 0
+            while stack:
+                pid = stack.pop()
+                total += _rss_kib(pid)
+                stack.extend(_children(pid))
+            self.others = max(self.others, total)
+            time.sleep(0.2)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def make_inputs(spark: object, n: int, directory: Path) -> tuple[Path, Path]:
+    from pyspark.sql import functions as F
+
+    examples, labels = directory / "examples", directory / "labels"
+    ids = spark.range(n).select(  # type: ignore[attr-defined]
+        F.format_string("id%012d", F.col("id")).alias("example_id"), F.col("id")
+    )
+    ids.select("example_id").write.parquet(str(examples))
+    labelled = ids.where(F.hash(F.col("id")) % 5 == 0).select(
+        "example_id", (-F.log(F.rand(seed=7) + F.lit(1e-12)) * 25.0).alias("value")
+    )
+    labelled.write.parquet(str(labels))
+    return examples, labels
+
+
+def single_process(n: int, seed: int) -> dict[str, float]:
+    from shared.plan import plan_release
+    from shared.randomizer import execute
+    from shared.rng import SystemRandom
+
+    gen = np.random.default_rng(seed)
+    labels = np.where(gen.random(n) < 0.2, gen.exponential(25.0, n), 0.0)
+    plan = plan_release(n=n, lo=0.0, hi=100.0, epsilon="1", mechanism="auto")
+    start = time.perf_counter()
+    execute(plan, labels, SystemRandom())
+    return {"seconds": time.perf_counter() - start}
+
+
+def kernel_rate(n: int = 2_000_000) -> float:
+    """Labels per second of one core in the chosen mechanism's randomize (the executor's call)."""
+    from shared.plan import plan_release
+    from shared.randomizer import choose_randomizer, measure
+    from shared.rng import SystemRandom
+
+    gen = np.random.default_rng(0)
+    labels = np.where(gen.random(n) < 0.2, gen.exponential(25.0, n), 0.0).clip(0, 100)
+    plan = plan_release(n=n, lo=0.0, hi=100.0, epsilon="1", mechanism="auto")
+    _, mech = choose_randomizer(plan, measure(plan, labels, SystemRandom()))
+    mech.randomize(labels[:1000], SystemRandom())
+    start = time.perf_counter()
+    mech.randomize(labels, SystemRandom())
+    return n / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+
+    from demo.services import new_tokens, start_labels_party
+    from labels_party.spark_job import JobConfig, python_workers, run
+    from shared.client import LabelsPartyClient
+
+    python_workers()
+    spark = (
+        SparkSession.builder.master(args.master)
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.speculation", "false")
+        .config("spark.sql.ansi.enabled", "true")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    cores = spark.sparkContext.defaultParallelism
+    print(f"kernel: {kernel_rate():.3g} labels/s on one core")
+    with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
+        root = Path(tmp)
+        tokens = new_tokens()
+        service = start_labels_party(root, tokens)
+        try:
+            for n in args.n:
+                name = f"bench{n}"
+                with LabelsPartyClient(service.url, token=tokens["operator"]) as client:
+                    client.request(
+                        "POST", "/v1/datasets", idempotent=False,
+                        json_body={"name": name, "label_min": 0.0, "label_max": 100.0,
+                                   "default_label": 0.0, "epsilon_budget": "10"},
+                    )  # fmt: skip
+                t0 = time.perf_counter()
+                examples, labels = make_inputs(spark, n, root / name)
+                generate = time.perf_counter() - t0
+                config = JobConfig(
+                    dataset=name, labels_url=service.url, token=tokens["advertiser"],
+                    examples=str(examples), labels=str(labels), epsilon=Decimal("1"),
+                    out=root / f"{name}-message",
+                )  # fmt: skip
+                with MemorySampler() as memory:
+                    start = time.perf_counter()
+                    result = run(config, spark=spark)
+                    total = time.perf_counter() - start
+                stages = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
+                rate = n / result.timings["randomize_write"] / cores
+                line = (
+                    f"n={n:.0e}: generate {generate:.1f}s; job {total:.1f}s ({stages}); "
+                    f"randomize+write stage {rate:.3g} labels/s/core; peak RSS driver python "
+                    f"{memory.driver / 1024:.0f} MiB, JVM + workers {memory.others / 1024:.0f} MiB"
+                )
+                if n <= 10_000_000:
+                    single = single_process(n, seed=1)["seconds"]
+                    ratio = total / single
+                    line += f"; single-process execute {single:.2f}s (Spark / single {ratio:.1f}x)"
+                print(line, flush=True)
+        finally:
+            service.stop()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

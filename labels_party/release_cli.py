@@ -1,0 +1,84 @@
+"""``labeldp release --engine spark ...``: a release executed as a Spark job (``spark_job``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+TOKEN_ENV = "LABELDP_ADVERTISER_TOKEN"
+
+
+def _amount(text: str) -> Decimal:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a decimal number") from None
+    if not value.is_finite() or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return value
+
+
+def register_commands(commands: Any) -> None:
+    """Add ``labeldp release``."""
+    parser = commands.add_parser(
+        "release",
+        help="run a release where the labels live (Spark) and record it in the labels party",
+        description=f"The advertiser token is read from ${TOKEN_ENV}.",
+    )
+    parser.add_argument("--engine", choices=["spark"], required=True)
+    parser.add_argument("--dataset", required=True, help="the dataset in the labels party")
+    parser.add_argument("--labels-url", required=True, help="the labels party's base URL")
+    parser.add_argument("--examples", required=True, help="Parquet path or table: example_id")
+    parser.add_argument("--labels", required=True, help="Parquet path or table: example_id, value")
+    parser.add_argument("--id-column", default="example_id")
+    parser.add_argument("--value-column", default="value")
+    parser.add_argument("--epsilon", type=_amount, required=True)
+    parser.add_argument(
+        "--mechanism", choices=["auto", "rpwithprior", "rr_on_bins"], default="auto"
+    )
+    parser.add_argument("--epsilon-histogram", type=_amount, default=None)
+    parser.add_argument(
+        "--params", type=json.loads, default={}, help='JSON, e.g. {"bins": 64, "model_dim": 5}'
+    )
+    parser.add_argument("--out", type=Path, required=True, help="where the message is published")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--resume", action="store_true", help="commit a staged message")
+    parser.set_defaults(func=release_command)
+
+
+def release_command(args: argparse.Namespace) -> int:
+    """Run the job; 0 on a committed release, 2 on a refusal (nothing spent unless said)."""
+    from labels_party.spark_job import JobConfig, SparkJobError, run
+
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
+        print(f"labeldp release: set {TOKEN_ENV} to the advertiser token", file=sys.stderr)
+        return 2
+    config = JobConfig(
+        dataset=args.dataset,
+        labels_url=args.labels_url,
+        token=token,
+        examples=args.examples,
+        labels=args.labels,
+        id_column=args.id_column,
+        value_column=args.value_column,
+        epsilon=args.epsilon,
+        mechanism=args.mechanism,
+        epsilon_histogram=args.epsilon_histogram,
+        params=dict(args.params),
+        out=args.out,
+        master=args.master,
+        resume=args.resume,
+    )
+    try:
+        result = run(config)
+    except SparkJobError as exc:
+        print(f"labeldp release: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"release": result.release, "out": str(result.out)}, indent=2))
+    return 0

@@ -1,0 +1,571 @@
+"""The release as a Spark job: the same plan, the same engine, the same ledger, at 10^8+ labels.
+
+Implements the release of ``labels_party.releases`` (Ghazi et al. 2022 Alg. 3 / Liu & Huang
+Alg. 4 through ``shared.randomizer``) where the advertiser's conversions live, in Spark:
+
+1. Read the dataset's public configuration (bounds, default label, budget) from the labels
+   party; validate both inputs (columns, null / malformed / duplicate ids, null or non-finite
+   labels, labelled ids outside the universe) and the budget: every refusal comes BEFORE
+   anything is randomized or spent.
+2. Left-join the universe with the labels (missing -> the default label, clipped to the bounds)
+   and sort by example id (the message's order).
+3. ONE aggregation: each partition computes ``shared.randomizer.LabelCounts`` (k integer
+   histogram counts and the DP mean's integer level sum); the driver adds them up. Only those
+   k + 2 integers per partition reach the driver, never a label.
+4. On the driver, ONCE: ``noisy_prior_from_counts`` (the engine's exact discrete Laplace
+   samplers, OS CSPRNG) and ``choose_randomizer`` from ``shared.plan.plan_release``'s plan,
+   the same functions the service runs.
+5. Randomize each partition with the chosen mechanism's vectorised ``randomize`` (whole Arrow
+   batches through numba) and the OS CSPRNG inside each executor; write the result EXACTLY ONCE
+   to ``<out>.staging/body`` (Parquet: ``example_id``, ``noisy_label``). Spark re-runs a task that
+   fails; only the attempt that commits its files is kept, and the files are never recomputed:
+   every later step reads them back. A seeded mode (``seed``; per-partition, per-attempt seeds)
+   exists for tests only.
+6. Hash the written body in the documented order (``shared.message.body_sha256`` over the rows
+   sorted by example id, as the service's message), write ``header.json`` (the same header
+   schema as the HTTP message) and ``request.json`` into staging.
+7. Spend: ``POST /v1/datasets/{name}/external-releases`` (the labels party recomputes the plan,
+   checks the budget and records the ledger entries in one transaction), then commit: rename
+   ``<out>.staging`` to ``<out>``.
+
+A crash before step 7 leaves no ledger entry and nothing at ``out``; a crash after the spend
+leaves a ledger entry and a complete staging directory, which ``--resume`` commits (replaying
+the spend request, which the labels party answers without spending twice) without randomizing
+again. Privacy: as the service's release (``shared.randomizer``): the epsilon1 noise is drawn
+once from exact sums; the randomizer is applied once per published label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labels_party.releases import _json_safe, new_release_id
+from shared import epsilon as amounts
+from shared.client import LabelsPartyClient, ServiceError, _segment
+from shared.domain import LabelDomain
+from shared.errors import LabelDPError
+from shared.message import EXAMPLE_ID_PATTERN, MessageHeader, NoisyHistogram
+from shared.plan import ReleasePlan, plan_release
+from shared.randomizer import (
+    LabelCounts,
+    LabelMechanism,
+    choose_randomizer,
+    noisy_prior_from_counts,
+)
+from shared.rng import Rng, SystemRandom
+from shared.selection import recommended_transform
+
+BODY, HEADER, REQUEST = "body", "header.json", "request.json"
+# Test hooks (never set in production): stop the job at a step, as a crash would.
+CRASH_POINTS = ("before_spend", "after_spend")
+
+
+class SparkJobError(LabelDPError):
+    """A refusal of the job (bad input, budget, staging state); nothing was spent."""
+
+
+class SimulatedCrash(RuntimeError):
+    """Raised by the test hook ``crash_at``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobConfig:
+    """What ``labeldp release --engine spark`` was asked to do."""
+
+    dataset: str
+    labels_url: str
+    token: str
+    examples: str
+    labels: str
+    epsilon: Decimal
+    out: Path
+    mechanism: str = "auto"
+    epsilon_histogram: Decimal | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # bins, model_dim, mechanism options
+    master: str = "local[*]"
+    resume: bool = False
+    id_column: str = "example_id"
+    value_column: str = "value"
+    # Tests and benchmarks only: seeded randomness, an injected first-attempt failure of one
+    # randomizing task, a simulated crash.
+    seed: int | None = None
+    fail_first_attempt: bool = False
+    crash_at: str | None = None
+
+    @property
+    def staging(self) -> Path:
+        return self.out.with_name(self.out.name + ".staging")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobResult:
+    release: dict[str, Any]
+    out: Path
+    header: MessageHeader
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def request_body(config: JobConfig, plan: ReleasePlan, header: MessageHeader) -> dict[str, Any]:
+    """The ``external-releases`` request (what ``--resume`` replays)."""
+    return {
+        "mechanism": config.mechanism,
+        "epsilon": amounts.text(config.epsilon),
+        **(
+            {"epsilon_histogram": amounts.text(config.epsilon_histogram)}
+            if config.epsilon_histogram is not None
+            else {}
+        ),
+        "params": dict(config.params),
+        "n": plan.n,
+        "plan": _plain(plan.public()),
+        "header": json.loads(header.model_dump_json()),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready (numpy scalars and arrays as Python numbers and lists)."""
+    return _json_safe(value)
+
+
+def make_plan(config: JobConfig, info: dict[str, Any], *, n: int) -> ReleasePlan:
+    """The plan exactly as the labels party computes it (``releases.plan_for``)."""
+    options = {k: v for k, v in config.params.items() if k not in ("bins", "model_dim")}
+    return plan_release(
+        n=n,
+        lo=float(info["label_min"]),
+        hi=float(info["label_max"]),
+        epsilon=config.epsilon,
+        epsilon1=config.epsilon_histogram,
+        mechanism=config.mechanism,
+        bins=config.params.get("bins"),
+        model_dim=config.params.get("model_dim"),
+        options=options,
+    )
+
+
+def check_budget(info: dict[str, Any], plan: ReleasePlan) -> None:
+    """Refuse a release the dataset's budget cannot pay (checked again at the spend)."""
+    budget, spent = Decimal(str(info["epsilon_budget"])), Decimal(str(info["epsilon_spent"]))
+    if amounts.add(spent, plan.epsilon) > budget:
+        raise SparkJobError(
+            f"budget too small: dataset {info['name']!r} has spent {amounts.text(spent)} of "
+            f"{amounts.text(budget)}; this release needs {amounts.text(plan.epsilon)}"
+        )
+
+
+def build_header(
+    *,
+    plan: ReleasePlan,
+    info: dict[str, Any],
+    release_id: str,
+    mechanism: str,
+    randomizer: LabelMechanism,
+    measured: Any,
+    body_sha256: str,
+) -> MessageHeader:
+    """The message header, the same fields the service writes (``releases.py``)."""
+    params = _plain(randomizer.public_params())
+    return MessageHeader(
+        release_id=release_id,
+        dataset=info["name"],
+        created=datetime.now(UTC),
+        mechanism=mechanism,  # type: ignore[arg-type]
+        params=params,
+        epsilon1=plan.epsilon1_float,
+        epsilon2=plan.randomizer_float,
+        label_min=plan.lo,
+        label_max=plan.hi,
+        default_label=float(info["default_label"]),
+        histogram=NoisyHistogram(**_plain(measured.prior.to_dict())),
+        n=plan.n,
+        body_sha256=body_sha256,
+        model_dim=plan.model_dim,
+        label_mean=measured.label_mean,
+        label_mean_epsilon=plan.label_mean_float,
+        label_mean_variance=plan.label_mean_variance,
+        recommended_transform=recommended_transform(  # type: ignore[arg-type]
+            randomizer, measured.prior, n=plan.n, model_dim=plan.model_dim
+        ),
+    )
+
+
+# ---- the body: writing once, reading back, hashing ------------------------------------------
+
+
+def body_files(directory: Path) -> list[Path]:
+    """The Parquet part files of a body, in the order Spark wrote its sorted partitions."""
+    return sorted(p for p in directory.glob("part-*") if p.suffix == ".parquet")
+
+
+def hash_body(directory: Path, *, n: int) -> str:
+    """``shared.message.body_sha256`` of a written body, streamed (driver memory ~ one batch).
+
+    Checks the documented order on the way: ids strictly increasing (sorted, no duplicate) and
+    exactly n rows, every label finite.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from shared.message import body_digest
+
+    files = body_files(directory)
+
+    def ids() -> Iterator[bytes]:
+        last: str | None = None
+        count = 0
+        for path in files:
+            for batch in pq.ParquetFile(path).iter_batches(columns=["example_id"]):
+                column = batch.column(0)
+                if column.null_count or len(column) == 0:
+                    if column.null_count:
+                        raise SparkJobError("the written body has a null example id")
+                    continue
+                first = column[0].as_py()
+                if last is not None and not first > last:
+                    raise SparkJobError("the written body is not sorted by example_id")
+                if (
+                    len(column) > 1
+                    and not pc.all(
+                        pc.greater(column.slice(1), column.slice(0, len(column) - 1))
+                    ).as_py()
+                ):
+                    raise SparkJobError("the written body is not sorted by example_id")
+                last = column[-1].as_py()
+                count += len(column)
+                joined = pc.binary_join(pa.ListArray.from_arrays([0, len(column)], column), "\n")
+                yield joined[0].as_py().encode("utf-8")
+        if count != n:
+            raise SparkJobError(f"the written body has {count} rows, the plan n = {n}")
+
+    def labels() -> Iterator[np.ndarray]:
+        for path in files:
+            for batch in pq.ParquetFile(path).iter_batches(columns=["noisy_label"]):
+                values = batch.column(0).to_numpy(zero_copy_only=False)
+                if not np.all(np.isfinite(values)):
+                    raise SparkJobError("the written body has a non-finite noisy label")
+                yield values
+
+    return body_digest(ids(), labels())
+
+
+# ---- Spark --------------------------------------------------------------------------------
+
+
+def spark_session(master: str) -> Any:
+    """A SparkSession for the job (Arrow on; no speculative duplicate tasks)."""
+    from pyspark.sql import SparkSession
+
+    python_workers()
+    return (
+        SparkSession.builder.master(master)
+        .appName("labeldp-release")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.speculation", "false")
+        .config("spark.sql.ansi.enabled", "true")  # integer sums fail loudly, never wrap
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+
+
+def python_workers() -> None:
+    """Executors run this interpreter (its engine and numba) unless PYSPARK_PYTHON says else."""
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def _read(spark: Any, source: str) -> Any:
+    """A Parquet path, or a Spark table name."""
+    if os.path.exists(source):
+        return spark.read.parquet(source)
+    return spark.table(source)
+
+
+def load_inputs(spark: Any, config: JobConfig, *, default_label: float) -> tuple[Any, Any]:
+    """(universe, labels) validated; raises :class:`SparkJobError` naming the problem."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import NumericType
+
+    try:
+        examples = _read(spark, config.examples)
+        labels = _read(spark, config.labels)
+    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
+        raise SparkJobError(f"cannot read the inputs: {str(exc).splitlines()[0]}") from None
+    key, value = config.id_column, config.value_column
+    for name, frame, needed in (("examples", examples, [key]), ("labels", labels, [key, value])):
+        missing = [column for column in needed if column not in frame.columns]
+        if missing:
+            raise SparkJobError(f"{name}: missing column(s) {', '.join(missing)}")
+    if not isinstance(labels.schema[value].dataType, NumericType):
+        raise SparkJobError(f"labels: column {value} must be numeric")
+    pattern = EXAMPLE_ID_PATTERN
+    for name, frame in (("examples", examples), ("labels", labels)):
+        ident = F.col(key).cast("string")
+        checks = [
+            F.count(F.lit(1)).alias("rows"),
+            F.count_distinct(ident).alias("distinct"),
+            F.sum(F.when(ident.isNull(), 1).otherwise(0)).alias("null_ids"),
+            F.sum(F.when(~ident.rlike(pattern), 1).otherwise(0)).alias("bad_ids"),
+        ]
+        if name == "labels":
+            v = F.col(value).cast("double")
+            bad = v.isNull() | F.isnan(v) | (F.abs(v) == float("inf"))
+            checks.append(F.sum(F.when(bad, 1).otherwise(0)).alias("bad_values"))
+        stats = frame.agg(*checks).first()
+        if stats["rows"] == 0 and name == "examples":
+            raise SparkJobError("examples: the universe is empty")
+        if stats["null_ids"]:
+            raise SparkJobError(f"{name}: {stats['null_ids']} null {key}(s)")
+        if stats["bad_ids"]:
+            raise SparkJobError(
+                f"{name}: {stats['bad_ids']} {key}(s) are not 1-128 characters of [A-Za-z0-9_.:-]"
+            )
+        if stats["distinct"] != stats["rows"]:
+            raise SparkJobError(
+                f"{name}: duplicate {key}s ({stats['rows'] - stats['distinct']} extra rows)"
+            )
+        if name == "labels" and stats["bad_values"]:
+            raise SparkJobError(f"labels: {stats['bad_values']} null or non-finite {value}(s)")
+    universe = examples.select(F.col(key).cast("string").alias("example_id"))
+    labelled = labels.select(
+        F.col(key).cast("string").alias("example_id"), F.col(value).cast("double").alias("value")
+    )
+    outside = labelled.join(universe, "example_id", "left_anti").limit(1).count()
+    if outside:
+        raise SparkJobError("labels: some labelled example ids are not in the universe")
+    del default_label
+    return universe, labelled
+
+
+def joined_sorted(universe: Any, labelled: Any, *, default_label: float) -> Any:
+    """Every universe id with its label or the default, sorted by id (range-partitioned)."""
+    from pyspark.sql import functions as F
+
+    joined = universe.join(labelled, "example_id", "left").select(
+        "example_id", F.coalesce(F.col("value"), F.lit(float(default_label))).alias("label")
+    )
+    return joined.orderBy("example_id")
+
+
+def count_partitions(frame: Any, plan: ReleasePlan) -> LabelCounts:
+    """One pass: each partition's ``LabelCounts`` (same function as the service), summed."""
+    import pyarrow as pa
+
+    domain = LabelDomain(lo=plan.lo, hi=plan.hi)
+
+    def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        total = LabelCounts.of(plan, np.empty(0))
+        for batch in batches:
+            labels = batch.column(1).to_numpy(zero_copy_only=False)
+            total = total + LabelCounts.of(plan, domain.clip(labels))
+        yield pa.RecordBatch.from_pydict(
+            {
+                "cells": [total.cells.tolist()],
+                "level_sum": [total.level_sum],
+                "n": [total.n],
+            }
+        )
+
+    rows = frame.mapInArrow(per_partition, "cells array<bigint>, level_sum bigint, n bigint")
+    total = LabelCounts.of(plan, np.empty(0))
+    for row in rows.toLocalIterator():
+        part = LabelCounts(
+            cells=np.asarray(row["cells"], dtype=np.int64),
+            level_sum=None if row["level_sum"] is None else int(row["level_sum"]),
+            n=int(row["n"]),
+        )
+        total = total + part
+    return total
+
+
+def randomize_partitions(
+    frame: Any,
+    randomizer: LabelMechanism,
+    plan: ReleasePlan,
+    *,
+    seed: int | None,
+    fail_first_attempt: bool = False,
+) -> Any:
+    """The randomized body (lazy): each Arrow batch through the mechanism's ``randomize``.
+
+    Production randomness is ``SystemRandom`` (os.urandom) created inside the executor; with
+    ``seed`` (tests only) partition p's attempt a uses ``default_rng([seed, p, a])``, so a
+    retried task draws afresh, as in production.
+    """
+    import pyarrow as pa
+
+    domain = LabelDomain(lo=plan.lo, hi=plan.hi)
+
+    def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition, attempt = context.partitionId(), context.attemptNumber()
+        rng: Rng = (
+            SystemRandom() if seed is None else np.random.default_rng([seed, partition, attempt])
+        )
+        for batch in batches:
+            labels = domain.clip(batch.column(1).to_numpy(zero_copy_only=False))
+            noisy = randomizer.randomize(labels, rng) if labels.size else labels
+            if fail_first_attempt and partition == 0 and attempt == 0:
+                raise RuntimeError("injected failure of the first attempt (test hook)")
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(0), pa.array(np.asarray(noisy, dtype=np.float64))],
+                names=["example_id", "noisy_label"],
+            )
+
+    return frame.mapInArrow(per_partition, "example_id string, noisy_label double")
+
+
+# ---- the job --------------------------------------------------------------------------------
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _dataset_info(client: LabelsPartyClient, name: str) -> dict[str, Any]:
+    try:
+        return dict(client.request("GET", f"/v1/datasets/{_segment(name)}", idempotent=True).json())
+    except ServiceError as exc:
+        raise SparkJobError(f"dataset {name!r}: {exc}") from None
+
+
+def _spend_and_commit(
+    config: JobConfig, client: LabelsPartyClient, body: dict[str, Any]
+) -> dict[str, Any]:
+    path = f"/v1/datasets/{_segment(config.dataset)}/external-releases"
+    try:
+        release = client.request("POST", path, idempotent=True, json_body=body).json()
+    except ServiceError as exc:
+        raise SparkJobError(f"the labels party refused the spend: {exc}") from None
+    header_sha = hashlib.sha256((config.staging / HEADER).read_bytes()).hexdigest()
+    if release.get("binary_sha256") != header_sha:
+        raise SparkJobError("the labels party recorded another header than the staged one")
+    if config.crash_at == "after_spend":
+        raise SimulatedCrash("after_spend")
+    os.replace(config.staging, config.out)  # the commit: the message appears at --out
+    return dict(release)
+
+
+def resume(config: JobConfig, client: LabelsPartyClient) -> JobResult:
+    """Commit a staged message: replay its spend (recorded once) and rename; no randomizing."""
+    staging = config.staging
+    if not (staging / HEADER).is_file() or not (staging / REQUEST).is_file():
+        raise SparkJobError(
+            f"{staging} is incomplete (the job stopped before its message was staged; nothing "
+            "was spent): delete it and run again"
+        )
+    header = MessageHeader.model_validate_json((staging / HEADER).read_bytes())
+    if hash_body(staging / BODY, n=header.n) != header.body_sha256:
+        raise SparkJobError(f"{staging}/{BODY} does not match its header's body_sha256")
+    body = json.loads((staging / REQUEST).read_text())
+    if body["header"] != json.loads(header.model_dump_json()):
+        raise SparkJobError(f"{staging}: request.json and header.json disagree")
+    release = _spend_and_commit(config, client, body)
+    return JobResult(release=release, out=config.out, header=header)
+
+
+def run(config: JobConfig, *, spark: Any = None) -> JobResult:
+    """Run the release (module docstring); ``spark``: an existing session (tests)."""
+    import time
+
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = now - clock
+        clock = now
+
+    if config.crash_at is not None and config.crash_at not in CRASH_POINTS:
+        raise SparkJobError(f"crash_at must be one of {', '.join(CRASH_POINTS)}")
+    if config.out.exists():
+        raise SparkJobError(f"--out {config.out} exists already: a message is never overwritten")
+    with LabelsPartyClient(config.labels_url, token=config.token) as client:
+        info = _dataset_info(client, config.dataset)
+        if config.staging.exists():
+            if not config.resume:
+                raise SparkJobError(
+                    f"{config.staging} exists (an earlier run stopped): --resume commits it, or "
+                    "delete it to discard it (if it was spent, that spend stays in the ledger)"
+                )
+            return resume(config, client)
+        if config.resume:
+            raise SparkJobError(f"--resume: nothing staged at {config.staging}")
+        session = spark or spark_session(config.master)
+        default = float(info["default_label"])
+        universe, labelled = load_inputs(session, config, default_label=default)
+        n = universe.count()
+        try:
+            plan = make_plan(config, info, n=n)
+        except LabelDPError as exc:
+            raise SparkJobError(f"the plan is refused: {exc}") from None
+        check_budget(info, plan)
+        lap("validate")
+        frame = joined_sorted(universe, labelled, default_label=default)
+        from pyspark import StorageLevel
+
+        frame = frame.persist(StorageLevel.DISK_ONLY)
+        try:
+            counts = count_partitions(frame, plan)
+            lap("join_sort_count")
+            rng: Rng = SystemRandom() if config.seed is None else np.random.default_rng(config.seed)
+            measured = noisy_prior_from_counts(plan, counts, rng)
+            mechanism, randomizer = choose_randomizer(plan, measured)
+            lap("noise_and_choose")
+            config.staging.mkdir(parents=True)
+            body = randomize_partitions(
+                frame,
+                randomizer,
+                plan,
+                seed=None if config.seed is None else config.seed + 1,
+                fail_first_attempt=config.fail_first_attempt,
+            )
+            # The ONE action that randomizes; everything after reads the written files.
+            body.write.parquet(str(config.staging / BODY))
+            lap("randomize_write")
+        finally:
+            frame.unpersist()
+        digest = hash_body(config.staging / BODY, n=plan.n)
+        lap("hash")
+        header = build_header(
+            plan=plan,
+            info=info,
+            release_id=new_release_id(),
+            mechanism=mechanism,
+            randomizer=randomizer,
+            measured=measured,
+            body_sha256=digest,
+        )
+        request = request_body(config, plan, header)
+        _write_atomic(config.staging / REQUEST, json.dumps(request).encode("utf-8"))
+        _write_atomic(config.staging / HEADER, header.model_dump_json().encode("utf-8"))
+        if config.crash_at == "before_spend":
+            raise SimulatedCrash("before_spend")
+        release = _spend_and_commit(config, client, request)
+        lap("spend_commit")
+    return JobResult(release=release, out=config.out, header=header, timings=timings)
+
+
+def discard(config: JobConfig) -> None:
+    """Delete an unpublished staging directory (tests)."""
+    shutil.rmtree(config.staging, ignore_errors=True)

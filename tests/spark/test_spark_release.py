@@ -1,0 +1,279 @@
+"""The release as a Spark job (labels_party.spark_job) against a real labels-party process."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from features_party.parquet_message import read_parquet_message
+from labels_party import spark_job
+from labels_party.spark_job import JobConfig, SimulatedCrash, SparkJobError, run
+from shared.domain import LabelDomain
+from shared.mechanisms.rr_on_bins import RROnBins
+from shared.randomizer import choose_randomizer, measure, noisy_prior_from_counts
+from tests.spark.conftest import LabelsParty, write_inputs
+
+_names = (f"ds{i}" for i in itertools.count())
+
+
+def _data(n: int, *, seed: int, share: float = 0.2) -> tuple[list[str], dict[str, float | None]]:
+    gen = np.random.default_rng(seed)
+    ids = [f"click-{i:06d}" for i in gen.permutation(n)]
+    chosen = gen.choice(n, size=int(share * n), replace=False)
+    values = gen.exponential(25.0, chosen.size)
+    return ids, {ids[i]: float(v) for i, v in zip(chosen, values, strict=True)}
+
+
+def _config(party: LabelsParty, tmp: Path, name: str, examples: Path, labels: Path,
+            **overrides: Any) -> JobConfig:  # fmt: skip
+    fields: dict[str, Any] = {
+        "dataset": name,
+        "labels_url": party.url,
+        "token": party.tokens["advertiser"],
+        "examples": str(examples),
+        "labels": str(labels),
+        "epsilon": Decimal("1"),
+        "out": tmp / "message",
+        "seed": 11,
+        **overrides,
+    }
+    return JobConfig(**fields)
+
+
+def _verify_ledger(party: LabelsParty) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "labels_party", "ledger", "verify", "--db",
+         str(party.service.db_path)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+
+
+def _labels_in_order(ids: list[str], labelled: dict[str, float | None]) -> np.ndarray:
+    clip = LabelDomain(lo=0.0, hi=100.0).clip
+    return clip(np.array([labelled.get(i, 0.0) for i in sorted(ids)], dtype=np.float64))
+
+
+def test_release_end_to_end_spends_once_and_publishes_a_verified_message(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path
+) -> None:
+    name = next(_names)
+    labels_party.create_dataset(name)
+    ids, labelled = _data(4000, seed=1)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    result = run(_config(labels_party, tmp_path, name, examples, labels), spark=spark)
+    assert result.out.is_dir() and not (tmp_path / "message.staging").exists()
+    with labels_party.client("publisher") as client:
+        header, got_ids, noisy = read_parquet_message(result.out, labels_party=client)
+    assert got_ids == sorted(ids) and header.n == 4000 and noisy.size == 4000
+    assert header.dataset == name and header.release_id == result.release["id"]
+    info = labels_party.dataset(name)
+    assert Decimal(info["epsilon_spent"]) == Decimal("1")
+    entries = [e for e in labels_party.ledger(name) if e["kind"] != "dataset"]
+    assert [e["kind"] for e in entries] == ["histogram", "randomizer"]
+    assert {e["message_sha256"] for e in entries} == {header.body_sha256}
+    assert sum(Decimal(e["epsilon"]) for e in entries) == Decimal("1")
+    _verify_ledger(labels_party)
+    # The HTTP message route says where the message is instead of serving an empty one.
+    with labels_party.client("publisher") as client:
+        response = client._http.get(f"/v1/releases/{header.release_id}/message")
+    assert response.status_code == 404 and "outside" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("mechanism", ["auto", "rr_on_bins", "rpwithprior"])
+def test_same_noisy_prior_gives_the_same_plan_and_parameters_as_the_service_path(
+    spark: Any, mechanism: str
+) -> None:
+    ids, labelled = _data(3000, seed=2)
+    info = {"name": "x", "label_min": 0.0, "label_max": 100.0, "default_label": 0.0}
+    config = JobConfig(
+        dataset="x", labels_url="", token="", examples="", labels="",
+        epsilon=Decimal("0.5"), out=Path("/nonexistent"), mechanism=mechanism,
+    )  # fmt: skip
+    plan = spark_job.make_plan(config, info, n=len(ids))
+    # The service's plan for the same request (labels_party.releases.plan_for) is the same.
+    from labels_party.releases import ReleaseRequest, plan_for
+
+    class Row:
+        label_min, label_max = 0.0, 100.0
+
+    service_plan = plan_for(Row(), ReleaseRequest(epsilon=Decimal("0.5"), mechanism=mechanism),  # type: ignore[arg-type]
+                            n=len(ids))  # fmt: skip
+    assert service_plan == plan
+    universe = spark.createDataFrame([(i,) for i in ids], "example_id string")
+    labels = spark.createDataFrame(list(labelled.items()), "example_id string, value double")
+    frame = spark_job.joined_sorted(universe, labels, default_label=0.0)
+    counts = spark_job.count_partitions(frame, plan)
+    job = noisy_prior_from_counts(plan, counts, np.random.default_rng(5))
+    service = measure(plan, _labels_in_order(ids, labelled), np.random.default_rng(5))
+    assert job.prior.probs.tobytes() == service.prior.probs.tobytes()
+    assert job.label_mean == service.label_mean
+    name_job, mech_job = choose_randomizer(plan, job)
+    name_service, mech_service = choose_randomizer(plan, service)
+    assert name_job == name_service
+    assert mech_job.public_params() == mech_service.public_params()
+
+
+def test_noisy_labels_follow_rr_on_bins_exact_output_probabilities(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path
+) -> None:
+    name = next(_names)
+    labels_party.create_dataset(name)
+    ids, labelled = _data(20000, seed=3, share=0.6)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    config = _config(labels_party, tmp_path, name, examples, labels, mechanism="rr_on_bins",
+                     epsilon=Decimal("1.5"))  # fmt: skip
+    result = run(config, spark=spark)
+    header, got_ids, noisy = read_parquet_message(result.out)
+    mechanism = RROnBins.from_params(header.params)
+    clean = _labels_in_order(ids, labelled)
+    expected = mechanism.output_probabilities(clean).sum(axis=0)
+    outputs = np.asarray(mechanism.output_values)
+    index = np.searchsorted(outputs, noisy)
+    assert np.all(outputs[index] == noisy)  # every output is one of the mechanism's values
+    observed = np.bincount(index, minlength=outputs.size)
+    keep = expected > 0
+    assert chisquare(observed[keep], expected[keep]).pvalue > 1e-4
+    # And not the identity: the body is randomized (about e^-eps / ... of the labels move).
+    assert np.mean(noisy != clean) > 0.05
+
+
+def test_a_failed_task_is_retried_and_the_published_body_is_one_randomization(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path
+) -> None:
+    ids, labelled = _data(3000, seed=4)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    bodies = []
+    for fail in (False, True):
+        name = next(_names)
+        labels_party.create_dataset(name)
+        config = _config(labels_party, tmp_path / f"run{fail}", name, examples, labels,
+                         mechanism="rr_on_bins", fail_first_attempt=fail)  # fmt: skip
+        (tmp_path / f"run{fail}").mkdir()
+        result = run(config, spark=spark)
+        header, got_ids, noisy = read_parquet_message(result.out)  # hash and order verified
+        assert got_ids == sorted(ids)
+        bodies.append(noisy)
+        assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
+    # Seeds are per (partition, attempt): the retried task drew afresh (as in production), so
+    # the bodies differ; the published one still has every id exactly once and matches the
+    # header's hash, i.e. it is the output of the ONE committed attempt per partition, never a
+    # mixture with the failed attempt's rows, and never recomputed after it was written.
+    assert np.any(bodies[0] != bodies[1])
+
+
+def test_crash_before_the_spend_spends_nothing_and_publishes_nothing(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path
+) -> None:
+    name = next(_names)
+    labels_party.create_dataset(name)
+    ids, labelled = _data(2000, seed=5)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    config = _config(labels_party, tmp_path, name, examples, labels, crash_at="before_spend")
+    with pytest.raises(SimulatedCrash):
+        run(config, spark=spark)
+    assert not config.out.exists() and config.staging.exists()
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == 0
+    assert [e["kind"] for e in labels_party.ledger(name)] == ["dataset"]
+    # A plain rerun refuses to overwrite the staged run.
+    with pytest.raises(SparkJobError, match="--resume"):
+        run(_config(labels_party, tmp_path, name, examples, labels), spark=spark)
+    spark_job.discard(config)
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == 0
+
+
+def test_crash_after_the_spend_is_committed_by_resume_without_randomizing_again(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path
+) -> None:
+    name = next(_names)
+    labels_party.create_dataset(name)
+    ids, labelled = _data(2000, seed=6)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    config = _config(labels_party, tmp_path, name, examples, labels, crash_at="after_spend")
+    with pytest.raises(SimulatedCrash):
+        run(config, spark=spark)
+    assert not config.out.exists()
+    staged_header = (config.staging / "header.json").read_bytes()
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
+    # --resume: no Spark session is even needed; the spend is replayed, not repeated.
+    result = run(_config(labels_party, tmp_path, name, examples, labels, resume=True))
+    assert (result.out / "header.json").read_bytes() == staged_header
+    read_parquet_message(result.out)
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
+    assert len([e for e in labels_party.ledger(name) if e["kind"] != "dataset"]) == 2
+    _verify_ledger(labels_party)
+
+
+def _bad(kind: str, tmp: Path) -> tuple[Path, Path, dict[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids, labelled = _data(200, seed=7)
+    extra: dict[str, Any] = {}
+    if kind == "null_label":
+        labelled[ids[0]] = None
+    elif kind == "nan_label":
+        labelled[ids[0]] = math.nan
+    elif kind == "inf_label":
+        labelled[ids[0]] = math.inf
+    elif kind == "outside":
+        labelled["not-in-universe"] = 3.0
+    elif kind == "bad_id":
+        ids[0] = "has space"
+    examples, labels = write_inputs(tmp, ids, labelled)
+    if kind == "dup_examples":
+        pq.write_table(pa.table({"example_id": ids + ids[:1]}), examples)
+    elif kind == "dup_labels":
+        first = next(iter(labelled))
+        pq.write_table(
+            pa.table({"example_id": [*labelled, first], "value": [*labelled.values(), 1.0]}),
+            labels,
+        )
+    elif kind == "missing_column":
+        pq.write_table(pa.table({"id": ids}), examples)
+    elif kind == "null_id":
+        pq.write_table(pa.table({"example_id": pa.array([*ids, None], pa.string())}), examples)
+    elif kind == "budget":
+        extra["epsilon"] = Decimal("20")
+    elif kind == "no_dataset":
+        extra["dataset"] = "does-not-exist"
+    return examples, labels, extra
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("null_label", "null or non-finite"),
+        ("nan_label", "null or non-finite"),
+        ("inf_label", "null or non-finite"),
+        ("dup_examples", "examples: duplicate"),
+        ("dup_labels", "labels: duplicate"),
+        ("outside", "not in the universe"),
+        ("missing_column", "missing column"),
+        ("null_id", "null example_id"),
+        ("bad_id", "not 1-128 characters"),
+        ("budget", "budget too small"),
+        ("no_dataset", "does-not-exist"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_spent(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path, kind: str, message: str
+) -> None:
+    name = next(_names)
+    labels_party.create_dataset(name)
+    examples, labels, extra = _bad(kind, tmp_path / "in")
+    config = _config(labels_party, tmp_path, name, examples, labels, **extra)
+    with pytest.raises(SparkJobError, match=message):
+        run(config, spark=spark)
+    assert not config.out.exists() and not config.staging.exists()
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == 0
+    assert [e["kind"] for e in labels_party.ledger(name)] == ["dataset"]
