@@ -17,6 +17,7 @@ from shared.message import (
     body_sha256,
     check_example_id,
     decode_binary,
+    decode_header,
     encode_binary,
     from_json_message,
     to_json_message,
@@ -187,3 +188,17 @@ def test_header_refuses_an_inconsistent_label_mean(fields: dict[str, float], mat
 def test_header_refuses_a_bad_model_dim(bad: object) -> None:
     with pytest.raises(ValueError, match="model_dim"):
         make_header([], np.array([]), model_dim=bad)
+
+
+def test_decode_header_reads_the_header_alone() -> None:
+    ids = ["a", "b"]
+    labels = np.array([0.25, 0.75])
+    header = make_header(ids, labels)
+    first, *rest = encode_binary(header, ids, labels)
+    assert rest  # the header is the first piece of the encoding; nothing after it is needed
+    assert decode_header(first) == header == decode_binary(b"".join([first, *rest]))[0]
+    for cut, match in ((3, "no prefix"), (len(first) - 1, "truncated")):
+        with pytest.raises(IntegrityError, match=match):
+            decode_header(first[:cut])
+    with pytest.raises(IntegrityError, match="invalid message header"):
+        decode_header(first[:-1] + b"!")
