@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from labels_party import schemas
+from labels_party import console, schemas
 from labels_party.api import errors
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
@@ -122,6 +122,7 @@ def create_app(
     errors.install(app)
     for module in (datasets, examples, labels, releases, ledger, health):
         app.include_router(module.router)
+    app.include_router(console.router)
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=settings.max_body_bytes,
