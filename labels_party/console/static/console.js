@@ -339,8 +339,9 @@
       $('f-release').value = id;
       openView('ledger');
     });
-    detail.replaceChildren(el('h3', `Release ${id}`), definitionList(pairs), params);
+    detail.replaceChildren(el('h3', `Release ${id}`), definitionList(pairs));
     if (header.histogram) detail.append(histogramPlot(header));
+    detail.append(params);
     if (state.role === 'operator') detail.append(ledgerLink);
   }
 
@@ -525,7 +526,8 @@
       return;
     }
     const name = form.elements.dataset.value;
-    const body = { epsilon: Number(text), mechanism: form.elements.mechanism.value, dry_run: true };
+    // The epsilon goes as the decimal string typed (the API takes exact decimals): no float.
+    const body = { epsilon: text, mechanism: form.elements.mechanism.value, dry_run: true };
     let plan;
     try {
       plan = await api(`v1/datasets/${encodeURIComponent(name)}/releases`, { method: 'POST', body });
@@ -541,12 +543,19 @@
     const b = plan.budget || {};
     out.append(
       el('h3', `A release of ε ${amount(b.requested ?? p.epsilon)} on ${plan.dataset} (n = ${plan.n})`),
+    );
+    if (b.fits === false) {
+      const why = `It does not fit the budget: ${amount(b.spent)} of ${amount(b.budget)} is spent and this release asks for ${amount(b.requested)}.`;
+      out.append(el('p', `${why} Choose a smaller epsilon, or ask the operator for a top-up.`, { class: 'error', role: 'alert' }));
+    }
+    out.append(
       definitionList([
         ['Budget', amount(b.budget)],
         ['Spent so far', amount(b.spent)],
         ['This release would spend', amount(b.requested)],
-        ['Left after it', amount(b.left_after)],
-        ['Mechanism', p.mechanism ?? '—'],
+        ['Left after it', b.fits === false ? '— (over budget)' : amount(b.left_after)],
+        ['Mechanism (requested)', p.mechanism ?? '—'],
+        ['Options', p.options ? JSON.stringify(p.options) : '—'],
         ['ε₁ / ε₂', `${amount(p.epsilon1)} / ${amount(p.epsilon2)}`],
         ['Histogram ε, DP-mean ε, randomizer ε', `${amount(p.histogram_epsilon)}, ${amount(p.label_mean_epsilon)}, ${amount(p.randomizer_epsilon)}`],
         ['Bins, model dimension', `${amount(p.bins)}, ${amount(p.model_dim)}`],

@@ -304,7 +304,7 @@ def test_advertiser_previews_a_release_and_spends_nothing(
     one(chromium, '#preview-form button[type="submit"]').click()
     out = wait_for(lambda: one(chromium, "#preview-result").text, what="the preview")
     # What the API answers to the same request (until the preview lands it may be a 422).
-    body = {"epsilon": 0.5, "mechanism": "auto", "dry_run": True}
+    body = {"epsilon": "0.5", "mechanism": "auto", "dry_run": True}
     answer = client.post("/v1/datasets/clicks/releases", json=body, headers=ADV)
     if answer.status_code == 200:
         plan = answer.json()
