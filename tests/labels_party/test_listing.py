@@ -161,6 +161,7 @@ def test_ledger_time_range(populated: Any) -> None:
     [
         ({"since": "yesterday"}, "query.since"),
         ({"until": "2026-13-01"}, "query.until"),
+        ({"since": "0001-01-01T00:00:00+05:00"}, "query.since"),  # before year 1 in UTC
         ({"release_id": "rel_x"}, "query.release_id"),
         ({"kind": "Dataset;"}, "query.kind"),
         ({"limit": 0}, "query.limit"),
@@ -334,3 +335,29 @@ def test_header_endpoint_is_the_message_header_for_every_role(populated: Any) ->
     missing = populated.get("/v1/releases/rel_" + "0" * 24 + "/header", headers=OPS)
     assert missing.status_code == 404
     assert populated.get(f"/v1/releases/{release_id}/header").status_code == 401
+
+
+# ---- GET /v1/whoami and the console's files ----------------------------------------------------
+
+
+def test_whoami_names_the_role_of_the_token(client: Any) -> None:
+    for role, headers in (("advertiser", ADV), ("publisher", PUB), ("operator", OPS)):
+        assert client.get("/v1/whoami", headers=headers).json() == {"role": role}
+    response = client.get("/v1/whoami", headers={"Authorization": "Bearer wrong"})
+    assert response.status_code == 401
+    assert response.json()["errors"][0]["field"] == "Authorization"
+
+
+def test_console_files_are_served_without_a_token(client: Any) -> None:
+    page = client.get("/console")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'name="token"' in page.text
+    assert (
+        client.get("/console/static/console.js")
+        .headers["content-type"]
+        .startswith("text/javascript")
+    )
+    slash = client.get("/console/", follow_redirects=False)
+    assert slash.status_code == 308 and slash.headers["location"] == "../console"
+    for name in ("index.html", "nope.css", "..%2Fmain.py"):
+        assert client.get(f"/console/static/{name}").status_code == 404
