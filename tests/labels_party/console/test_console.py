@@ -358,3 +358,31 @@ def test_a_token_revoked_mid_session_returns_to_the_login(
     error = wait_for(lambda: one(chromium, "#login-error").text, what="the message")
     assert "refused" in error
     assert by_css(chromium, '[data-testid^="dataset-"]') == []
+
+
+def test_the_keyboard_alone_reaches_every_view(
+    chromium: Any, console_server: Server, client: httpx.Client
+) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    seed(client, datasets={"clicks": 4.0})
+    logged_in(chromium, console_server, TOKENS.operator)
+    dataset_row(chromium, "clicks")
+
+    def tab_to(selector: str) -> None:
+        target = one(chromium, selector)
+        for _ in range(60):
+            ActionChains(chromium).send_keys(Keys.TAB).perform()
+            if chromium.switch_to.active_element == target:
+                return
+        raise AssertionError(f"Tab never reached {selector}")
+
+    tab_to('#views button[data-view="verify"]')
+    ActionChains(chromium).send_keys(Keys.ENTER).perform()
+    wait_for(lambda: one(chromium, "#view-verify").is_displayed(), what="the verify view")
+    tab_to('[data-testid="verify-chain"]')
+    ActionChains(chromium).send_keys(Keys.ENTER).perform()
+    wait_for(lambda: "OK" in one(chromium, '[data-testid="verify-result"]').text, what="OK")
+    outline = chromium.switch_to.active_element.value_of_css_property("outline-style")
+    assert outline != "none"  # the focused control is visibly marked
