@@ -21,7 +21,7 @@ import io
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, TextIO
@@ -528,3 +528,91 @@ def export_csv_text(conn: Connection) -> str:
     buffer = io.StringIO()
     export_csv(conn, buffer)
     return buffer.getvalue()
+
+
+# ---- audit views (the console, GET /v1/ledger filters and CSV, GET /v1/ledger/verify) -------
+
+
+def select_entries(
+    conn: Connection,
+    *,
+    dataset: str | None = None,
+    release_id: str | None = None,
+    kind: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    after: int = 0,
+    limit: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Entries in chain order matching every filter given (``since`` <= time < ``until``).
+
+    ``since`` / ``until`` are stored-format times (``datasets.utc_now``), compared as text, which
+    orders them correctly because every stored time has the same fixed-width UTC format.
+    """
+    query = select(ledger).where(ledger.c.seq > after).order_by(ledger.c.seq)
+    conditions = {
+        ledger.c.dataset: dataset,
+        ledger.c.release_id: release_id,
+        ledger.c.kind: kind,
+    }
+    for column, value in conditions.items():
+        if value is not None:
+            query = query.where(column == value)
+    if since is not None:
+        query = query.where(ledger.c.time >= since)
+    if until is not None:
+        query = query.where(ledger.c.time < until)
+    if limit is not None:
+        query = query.limit(limit)
+    for row in conn.execute(query):
+        yield dict(row._mapping)
+
+
+def write_csv(public_entries: Iterable[dict[str, Any]], out: TextIO, *, header: bool = True) -> int:
+    """Write entries as the API returns them (:func:`public_entry`) as CSV; returns the count.
+
+    Amounts are written as given (no float formatting of their own), ``parameters`` as canonical
+    JSON, and a ``delta`` column is empty for entries without one.
+    """
+    writer = csv.writer(out, lineterminator="\n")
+    if header:
+        writer.writerow((*COLUMNS, "delta"))
+    count = 0
+    for entry in public_entries:
+        row = []
+        for key in (*COLUMNS, "delta"):
+            value = entry.get(key)
+            if key == "parameters":
+                value = canonical_json(value)
+            row.append("" if value is None else str(value))
+        writer.writerow(row)
+        count += 1
+    return count
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainBreak:
+    """The first entry at which the hash chain breaks, and how."""
+
+    seq: int
+    reason: str
+
+
+def first_break(conn: Connection) -> ChainBreak | None:
+    """The first entry whose seq, ``prev_hash`` or ``entry_hash`` breaks the chain, if any.
+
+    The same three link checks :func:`verify` makes, stopping at the first failure: an edited
+    entry fails its own ``entry_hash``; a deleted or reordered one the next entry's seq or
+    ``prev_hash``.
+    """
+    prev, expected_seq = GENESIS_HASH, 1
+    for entry in _iter_ledger(conn):
+        seq = entry["seq"]
+        if seq != expected_seq:
+            return ChainBreak(seq=seq, reason=f"expected seq {expected_seq} (gap or reorder)")
+        if entry["prev_hash"] != prev:
+            return ChainBreak(seq=seq, reason="prev_hash does not match the previous entry")
+        if entry_hash(entry) != entry["entry_hash"]:
+            return ChainBreak(seq=seq, reason="entry_hash does not match its content")
+        prev, expected_seq = entry["entry_hash"], seq + 1
+    return None

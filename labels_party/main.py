@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from labels_party import schemas
+from labels_party import console, schemas
 from labels_party.api import errors, limits
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
@@ -144,6 +144,7 @@ def create_app(
         app.include_router(module.router)
     app.include_router(model_release_routes.router)
     app.include_router(external_releases_router)
+    app.include_router(console.router)
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -304,6 +304,7 @@ class LedgerPage(BaseModel):
     entries: list[LedgerEntry]
     head_hash: str
     next_after: int | None
+    next: str | None = Field(default=None, description="the next page's URL (same filters)")
 
 
 class FieldErrorBody(BaseModel):
@@ -354,4 +355,60 @@ class ModelReleaseCreate(BaseModel):
         default=None,
         pattern=r"^pf_[0-9a-f]{24}$",
         description="the feature set (default: the dataset's latest upload)",
+    )
+
+
+# ---- listings and audit views (the operator console) ----------------------------------------
+
+# A budget amount as the API reports it: an exact decimal string (clients display it as given,
+# never add it as floats).
+Amount = str
+
+
+class DatasetSummary(DatasetPublic):
+    """One item of ``GET /v1/datasets``."""
+
+    n_releases: int
+    last_release: str | None = Field(description="created time of the newest release")
+
+
+class DatasetList(BaseModel):
+    datasets: list[DatasetSummary]
+
+
+class ReleaseSummary(BaseModel):
+    """One item of ``GET /v1/datasets/{name}/releases``."""
+
+    id: str
+    dataset: str
+    created: str
+    mechanism: str
+    requested_mechanism: str
+    epsilon1: Amount
+    epsilon2: Amount
+    epsilon: Amount
+    n: int
+    actor_role: str = Field(description="the role whose token made the release")
+    message_sha256: str = Field(description="header.body_sha256 of the message")
+
+
+class ReleaseList(BaseModel):
+    dataset: str
+    releases: list[ReleaseSummary] = Field(description="newest first")
+
+
+class ChainBreakBody(BaseModel):
+    seq: int = Field(description="the first ledger entry at which the hash chain breaks")
+    reason: str
+
+
+class LedgerVerifyReport(BaseModel):
+    """``GET /v1/ledger/verify``: what ``labeldp ledger verify`` reports."""
+
+    ok: bool
+    entries: int
+    head_hash: str
+    problems: list[str]
+    first_break: ChainBreakBody | None = Field(
+        description="null when the chain's links (seq, prev_hash, entry_hash) all hold"
     )

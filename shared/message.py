@@ -281,19 +281,7 @@ def json_from_sections(sections: Iterable[tuple[int, bytes]]) -> Iterator[bytes]
 def decode_binary(data: bytes | memoryview) -> tuple[MessageHeader, list[str], np.ndarray]:
     """Parse the binary encoding and verify it (raises :class:`IntegrityError`)."""
     view = memoryview(data)
-    if len(view) < _PREFIX.size:
-        raise IntegrityError("message is truncated (no prefix)")
-    magic, version, header_len = _PREFIX.unpack_from(view, 0)
-    if magic != MAGIC:
-        raise IntegrityError("not a label-DP message (bad magic)")
-    if version not in SUPPORTED_FORMAT_VERSIONS:
-        raise IntegrityError(f"unsupported message format_version {version}")
-    offset = _PREFIX.size
-    try:
-        header = MessageHeader.model_validate_json(bytes(view[offset : offset + header_len]))
-    except ValueError as exc:
-        raise IntegrityError(f"invalid message header: {exc}") from None
-    offset += header_len
+    header, offset = _decode_prefix_and_header(view)
     if len(view) < offset + _U64.size:
         raise IntegrityError("message is truncated (no ids length)")
     (ids_len,) = _U64.unpack_from(view, offset)
@@ -356,3 +344,30 @@ def from_json_message(
 def iter_ids(ids: Iterable[str]) -> list[str]:
     """Validated list of example ids."""
     return [check_example_id(example_id) for example_id in ids]
+
+
+def decode_header(data: bytes | memoryview) -> MessageHeader:
+    """Parse only the header of a binary message (its first bytes; the body is not checked).
+
+    For showing a release's public parameters and noisy histogram without reading its body;
+    :func:`decode_binary` is what verifies a whole message.
+    """
+    return _decode_prefix_and_header(memoryview(data))[0]
+
+
+def _decode_prefix_and_header(view: memoryview) -> tuple[MessageHeader, int]:
+    """The header and the offset just past it (raises :class:`IntegrityError`)."""
+    if len(view) < _PREFIX.size:
+        raise IntegrityError("message is truncated (no prefix)")
+    magic, version, header_len = _PREFIX.unpack_from(view, 0)
+    if magic != MAGIC:
+        raise IntegrityError("not a label-DP message (bad magic)")
+    if version not in SUPPORTED_FORMAT_VERSIONS:
+        raise IntegrityError(f"unsupported message format_version {version}")
+    end = _PREFIX.size + header_len
+    if len(view) < end:
+        raise IntegrityError("message is truncated (header)")
+    try:
+        return MessageHeader.model_validate_json(bytes(view[_PREFIX.size : end])), end
+    except ValueError as exc:
+        raise IntegrityError(f"invalid message header: {exc}") from None

@@ -17,6 +17,7 @@ from shared.message import (
     body_sha256,
     check_example_id,
     decode_binary,
+    decode_header,
     encode_binary,
     encode_sections,
     from_json_message,
@@ -231,3 +232,17 @@ def test_one_codec_the_sections_render_the_same_json_at_any_chunking(
     got_header, got_ids, got_labels = from_json_message(rendered)
     assert got_header == header and got_ids == ids
     np.testing.assert_array_equal(got_labels, labels)
+
+
+def test_decode_header_reads_the_header_alone() -> None:
+    ids = ["a", "b"]
+    labels = np.array([0.25, 0.75])
+    header = make_header(ids, labels)
+    first, *rest = encode_binary(header, ids, labels)
+    assert rest  # the header is the first piece of the encoding; nothing after it is needed
+    assert decode_header(first) == header == decode_binary(b"".join([first, *rest]))[0]
+    for cut, match in ((3, "no prefix"), (len(first) - 1, "truncated")):
+        with pytest.raises(IntegrityError, match=match):
+            decode_header(first[:cut])
+    with pytest.raises(IntegrityError, match="invalid message header"):
+        decode_header(first[:-1] + b"!")

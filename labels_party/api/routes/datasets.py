@@ -1,4 +1,4 @@
-"""Datasets: create (operator), read (any role)."""
+"""Datasets: create (operator), read and list, with their releases (any role)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,19 @@ from typing import Any
 from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 
+from labels_party import catalog
 from labels_party import datasets as ds
 from labels_party.api.body import parse_model, require_json
 from labels_party.api.deps import AnyRole, Operator, ServicesDep
 from labels_party.api.routes import json_body_doc
-from labels_party.schemas import BudgetTopUp, DatasetArchive, DatasetCreate, DatasetPublic
+from labels_party.schemas import (
+    BudgetTopUp,
+    DatasetArchive,
+    DatasetCreate,
+    DatasetList,
+    DatasetPublic,
+    ReleaseList,
+)
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 NamePath = Path(pattern=ds.LOOKUP_PATTERN, description="dataset name")
@@ -76,3 +84,15 @@ async def archive_dataset(
     await run_in_threadpool(ds.archive, services.db, name, reason=body.reason, actor_role=role)
     row, release_ids = await run_in_threadpool(ds.get_dataset, services.db, name)
     return ds.public_view(row, release_ids, role=role)
+
+
+@router.get("", response_model=DatasetList, response_model_exclude_unset=True)
+def list_datasets(role: AnyRole, services: ServicesDep) -> Any:
+    """Every dataset the caller may see (a publisher: those it registered examples in)."""
+    return {"datasets": catalog.list_datasets(services.db, role=role)}
+
+
+@router.get("/{name}/releases", response_model=ReleaseList)
+def list_releases(role: AnyRole, services: ServicesDep, name: str = NamePath) -> Any:
+    """A dataset's releases, newest first: what each spent, when, and by whom."""
+    return {"dataset": name, "releases": catalog.list_releases(services.db, name)}

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+from labels_party import catalog
 from labels_party import datasets as ds
 from labels_party import releases as rel
 from labels_party.api.body import parse_model, require_json
@@ -30,7 +31,7 @@ from labels_party.schemas import (
 )
 from labels_party.trails import audited, logged_download
 from shared.errors import InvalidParameterError
-from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE
+from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE, MessageHeader
 
 router = APIRouter(tags=["releases"])
 # Documented (OpenAPI), and checked by known_release: a malformed id is simply not found (404).
@@ -166,8 +167,12 @@ def negotiate(accept: str | None) -> str:
     return BINARY_MEDIA_TYPE if q_binary > q_json else JSON_MEDIA_TYPE
 
 
+_MESSAGE_PATH = "/v1/releases/{release_id}/message"
+
+
+@router.head(_MESSAGE_PATH, summary="The message's headers only")
 @router.get(
-    "/v1/releases/{release_id}/message",
+    _MESSAGE_PATH,
     responses={
         200: {
             "description": "the message (stored once; every pull is byte-identical)",
@@ -175,22 +180,36 @@ def negotiate(accept: str | None) -> str:
                 JSON_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/LabelMessage"}},
                 BINARY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
             },
-        }
+        },
+        304: {"description": "If-None-Match names this representation's ETag"},
     },
 )
 def get_message(
     request: Request, role: MessageReader, services: ServicesDep, release_id: str = ReleasePath
-) -> StreamingResponse:
-    """The one privatized message: JSON, or the binary encoding (``Accept``), streamed."""
+) -> Response:
+    """The one privatized message: JSON, or the binary encoding (``Accept``), streamed.
+
+    ETag: the message's sha256 (``header.body_sha256``) for JSON, the binary encoding's sha256
+    for the binary one; ``If-None-Match`` with it answers 304, and ``HEAD`` sends the headers only.
+    """
     kind = negotiate(request.headers.get("accept"))
+    binary = kind == BINARY_MEDIA_TYPE
     with _release_field():
         message = rel.stored_message(services.db, known_release(release_id))
+    etag = f'"{message.binary_sha256 if binary else message.message_sha256}"'
     headers = {
         "X-Labeldp-Body-Sha256": message.message_sha256,
-        "Cache-Control": "no-store",
+        "ETag": etag,
+        "Cache-Control": "private, no-cache",
         "Vary": "Accept",
     }
-    chunks = rel.iter_binary if kind == BINARY_MEDIA_TYPE else rel.iter_json
+    if _matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=headers)
+    if binary:
+        headers["Content-Length"] = str(message.size)
+    if request.method == "HEAD":
+        return Response(media_type=kind, headers=headers)
+    chunks = rel.iter_binary if binary else rel.iter_json
     body = logged_download(  # the operator's access log: who pulled which message, when
         services.db,
         chunks(services.db, message),
@@ -198,7 +217,19 @@ def get_message(
         release_id=release_id,
         encoding=kind,
     )
-    if kind == BINARY_MEDIA_TYPE:
-        headers["Content-Length"] = str(message.size)
-        headers["ETag"] = f'"{message.binary_sha256}"'
     return StreamingResponse(body, media_type=kind, headers=headers)
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether an ``If-None-Match`` header names ``etag`` (weak comparison, RFC 9110 13.1.2)."""
+    if not if_none_match:
+        return False
+    tags = [tag.strip().removeprefix("W/") for tag in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
+@router.get("/v1/releases/{release_id}/header", response_model=MessageHeader)
+def get_header(role: AnyRole, services: ServicesDep, release_id: str = ReleasePath) -> Any:
+    """The header of the release's message (public: parameters, epsilons, noisy histogram)."""
+    with _release_field():
+        return catalog.release_header(services.db, known_release(release_id))
