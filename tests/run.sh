@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # The project's one test command (README "Run the tests"; .ci/run calls exactly this).
-# Creates .venv if needed, installs the package with its test extras, then lints and tests.
+# Installs what the tests run for real (Debian's PostgreSQL, Chromium + chromedriver, Java 17
+# for Spark) when missing, creates .venv, installs the package with its extras, then lints and
+# tests. Docker for the compose test is set up by services/build_base_image.sh, from the test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Debian's Chromium and its chromedriver for the console's browser tests (tests/labels_party/
-# console); installed only when missing, so this is quick when present.
-if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+
+missing=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null ||
+    missing+=(postgresql)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
+command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y -qq chromium chromium-driver >/dev/null; } ||
-            echo "tests/run.sh: could not install chromium; the console's browser tests will skip" >&2
+            apt-get install -y -qq "${missing[@]}" >/dev/null; } ||
+            echo "tests/run.sh: could not install ${missing[*]}; their tests will skip" >&2
     else
-        echo "tests/run.sh: chromium/chromedriver missing; the console's browser tests will skip" >&2
+        echo "tests/run.sh: missing ${missing[*]} (apt-get install them); their tests will skip" >&2
     fi
 fi
+
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv

@@ -258,7 +258,11 @@ def _tamper(db_path: Any, statement: str) -> None:
 @pytest.mark.parametrize(
     ("statement", "seq", "reason"),
     [
-        ("UPDATE ledger SET epsilon = epsilon / 2 WHERE seq = 5", 5, "entry_hash"),
+        (
+            "UPDATE ledger SET epsilon = epsilon / 2, epsilon_exact = '0.001' WHERE seq = 5",
+            5,
+            "entry_hash",
+        ),
         ("DELETE FROM ledger WHERE seq = 3", 4, "seq"),
         ("UPDATE ledger SET prev_hash = entry_hash WHERE seq = 7", 7, "prev_hash"),
     ],

@@ -121,7 +121,9 @@ def main(out: Path) -> None:
             shoot(driver, out, "verify-ok")
 
             with contextlib.closing(sqlite3.connect(server.db)) as conn, conn:
-                conn.execute("UPDATE ledger SET epsilon = epsilon / 10 WHERE seq = 7")
+                conn.execute(
+                    "UPDATE ledger SET epsilon = epsilon / 10, epsilon_exact = '0.01' WHERE seq = 7"
+                )
             css('[data-testid="verify-chain"]').click()
             wait_for(lambda: "FAILED" in css('[data-testid="verify-result"]').text)
             shoot(driver, out, "verify-failed")

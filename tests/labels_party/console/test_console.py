@@ -268,7 +268,10 @@ def test_verify_chain_turns_red_and_names_the_entry(
     entries = client.get("/v1/ledger", params={"kind": "histogram"}, headers=OPS).json()
     tampered = entries["entries"][-1]["seq"]
     with contextlib.closing(sqlite3.connect(console_server.db)) as conn, conn:
-        conn.execute("UPDATE ledger SET epsilon = epsilon / 10 WHERE seq = ?", (tampered,))
+        conn.execute(  # the amount the hash chain commits to (its exact decimal text)
+            "UPDATE ledger SET epsilon = epsilon / 10, epsilon_exact = '0.01' WHERE seq = ?",
+            (tampered,),
+        )
     one(chromium, '[data-testid="verify-chain"]').click()
     wait_for(lambda: "FAILED" in result.text, what="FAILED")
     assert f"entry seq {tampered}" in result.text and "OK" not in result.text
