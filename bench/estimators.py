@@ -36,7 +36,8 @@ from shared.estimators.kernel import (
     nw_predict,
 )
 from shared.estimators.ols import eptr_ols, label_dp_ols
-from shared.randomizer import default_split, label_randomizer
+from shared.plan import default_split
+from shared.randomizer import label_randomizer
 from shared.rng import resolve_rng
 
 DELTA = 0.01

@@ -40,8 +40,9 @@ from shared.mechanisms.histogram import Prior, private_histogram
 from shared.mechanisms.private_mean import private_mean
 from shared.mechanisms.rp_with_prior import RPWithPrior, choose_parameters
 from shared.mechanisms.rr_on_bins import RROnBins, optimal_bins_for_prior
-from shared.randomizer import label_randomizer, split_prior_epsilon
-from shared.randomizer import private_mean as randomizer_private_mean
+from shared.plan import split_prior_epsilon
+from shared.randomizer import label_randomizer
+from shared.randomizer import noisy_mean as randomizer_noisy_mean
 from tests.privacy.auditor import (
     AuditResult,
     Sampler,
@@ -345,9 +346,9 @@ def test_flags_release_mean_on_all_of_epsilon1(monkeypatch: pytest.MonkeyPatch) 
     eps1 = RR_RELEASE["epsilon1"]
     monkeypatch.setattr(
         randomizer_module,
-        "private_mean",
-        lambda labels, *, lo, hi, epsilon, rng: randomizer_private_mean(
-            labels, lo=lo, hi=hi, epsilon=eps1, rng=rng
+        "noisy_mean",
+        lambda total, *, n, lo, hi, epsilon, rng: randomizer_noisy_mean(
+            total, n=n, lo=lo, hi=hi, epsilon=eps1, rng=rng
         ),
     )
     case = ReleaseCase("broken release mean", (LO,), (HI,), RR_RELEASE)
