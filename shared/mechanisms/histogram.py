@@ -90,7 +90,8 @@ def bin_index(labels: np.ndarray, *, lo: float, hi: float, bins: int) -> np.ndar
 
 
 def bin_counts(labels: np.ndarray, *, lo: float, hi: float, bins: int) -> np.ndarray:
-    """Exact (non-private) counts of the clipped labels per cell."""
+    """Exact (non-private) counts of the clipped labels per cell (the grid checked first)."""
+    bin_edges(lo=lo, hi=hi, bins=bins)  # a grid float64 cannot represent: a clear error
     return np.bincount(bin_index(labels, lo=lo, hi=hi, bins=bins), minlength=bins).astype(np.int64)
 
 
