@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -348,8 +349,9 @@ def test_the_tls_profile_serves_both_parties_over_https_with_a_private_ca(
             tls.wait_healthy(service)
         ca = tmp_path / "ca.pem"
         ca.write_text(tls.run("exec", "-T", "labels-tls", "cat", "/tls/ca.pem"))
+        pinned = ssl.create_default_context(cafile=str(ca))
         for port in (labels_port, features_port):
-            assert httpx.get(f"https://127.0.0.1:{port}/healthz", verify=str(ca)).status_code == 200
+            assert httpx.get(f"https://127.0.0.1:{port}/healthz", verify=pinned).status_code == 200
             with pytest.raises(httpx.ConnectError):  # the system CAs do not know this CA
                 httpx.get(f"https://127.0.0.1:{port}/healthz")
         operator = LabelsPartyClient(
@@ -360,7 +362,7 @@ def test_the_tls_profile_serves_both_parties_over_https_with_a_private_ca(
         )
         features = httpx.Client(
             base_url=f"https://127.0.0.1:{features_port}",
-            verify=str(ca),
+            verify=pinned,
             headers={"Authorization": f"Bearer {deployment.tokens['features']}"},
             timeout=120,
         )
