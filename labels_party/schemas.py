@@ -88,8 +88,8 @@ class ReleaseOptions(BaseModel):
         }
 
 
-class ReleaseCreate(BaseModel):
-    """``POST /v1/datasets/{name}/releases``."""
+class ReleaseRequestBody(BaseModel):
+    """What a release asks for: the fields every way of making one shares."""
 
     model_config = _STRICT
 
@@ -120,11 +120,6 @@ class ReleaseCreate(BaseModel):
         ),
     )
     params: ReleaseOptions = Field(default_factory=ReleaseOptions)
-    dry_run: bool = Field(
-        default=False,
-        description="return the plan (what would be spent on what, and the budget left after) "
-        "without reading labels or spending anything",
-    )
 
     @field_validator("epsilon_histogram")
     @classmethod
@@ -135,19 +130,23 @@ class ReleaseCreate(BaseModel):
         return value
 
 
-class ExternalReleaseCreate(BaseModel):
+class ReleaseCreate(ReleaseRequestBody):
+    """``POST /v1/datasets/{name}/releases``."""
+
+    dry_run: bool = Field(
+        default=False,
+        description="return the plan (what would be spent on what, and the budget left after) "
+        "without reading labels or spending anything",
+    )
+
+
+class ExternalReleaseCreate(ReleaseRequestBody):
     """``POST /v1/datasets/{name}/external-releases``: a release executed elsewhere (Spark).
 
     The request as for ``/releases`` plus n, the plan the job ran and its message header; the
     labels party recomputes the plan from its own dataset and n and refuses any difference.
     """
 
-    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
-
-    mechanism: Literal["rpwithprior", "rr_on_bins", "auto"] = "auto"
-    epsilon: Decimal = Field(gt=0)
-    epsilon_histogram: Decimal | None = Field(default=None, gt=0)
-    params: ReleaseOptions = Field(default_factory=ReleaseOptions)
     n: int = Field(ge=1, description="examples in the job's universe (the message's n)")
     plan: dict[str, object] = Field(description="the plan the job ran (ReleasePlan.public())")
     header: dict[str, object] = Field(

@@ -66,12 +66,17 @@ def release_recorder(services: Services, *, role: str, dataset: str, request: An
     return record
 
 
+# One page of an operator trail: entries with seq > after, at most limit of them.
+AFTER = Query(default=0, ge=0, le=2**63 - 1, description="entries with seq > after")
+LIMIT = Query(default=100, ge=1, le=1000)
+
+
 @router.get("/audit")
 def get_audit(
     role: Operator,
     services: ServicesDep,
-    after: int = Query(default=0, ge=0, le=2**63 - 1, description="entries with seq > after"),
-    limit: int = Query(default=100, ge=1, le=1000),
+    after: int = AFTER,
+    limit: int = LIMIT,
 ) -> Any:
     """Releases refused or failed after acceptance: who, when, what was asked, what they got."""
     result = trails.page(services.db, release_audit, after=after, limit=limit)
@@ -83,8 +88,8 @@ def get_audit(
 def get_access_log(
     role: Operator,
     services: ServicesDep,
-    after: int = Query(default=0, ge=0, le=2**63 - 1, description="entries with seq > after"),
-    limit: int = Query(default=100, ge=1, le=1000),
+    after: int = AFTER,
+    limit: int = LIMIT,
 ) -> Any:
     """Every message download: role, release id, time, encoding, bytes sent, completed."""
     result = trails.page(services.db, access_log, after=after, limit=limit)

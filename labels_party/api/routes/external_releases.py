@@ -8,12 +8,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import external_releases as ext
-from labels_party import releases as rel
 from labels_party.api.body import parse_model, require_json
 from labels_party.api.deps import Advertiser, ServicesDep
 from labels_party.api.errors import engine_field
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
+from labels_party.api.routes.releases import release_request
 from labels_party.errors import BadInputError, FieldError
 from labels_party.schemas import ExternalReleaseCreate, ReleasePublic
 from shared.errors import InvalidParameterError
@@ -42,14 +42,7 @@ async def create_external_release(
     """
     require_json(request.headers.get("content-type"))
     body = parse_model(ExternalReleaseCreate, await request.body())
-    request_ = rel.ReleaseRequest(
-        mechanism=body.mechanism,
-        epsilon=body.epsilon,
-        epsilon_histogram=body.epsilon_histogram,
-        bins=body.params.bins,
-        model_dim=body.params.model_dim,
-        options=body.params.mechanism_options(),
-    )
+    request_ = release_request(body)
     try:
         meta, new = await run_in_threadpool(
             ext.record,

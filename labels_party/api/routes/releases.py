@@ -28,6 +28,7 @@ from labels_party.schemas import (
     ReleaseCreate,
     ReleasePreview,
     ReleasePublic,
+    ReleaseRequestBody,
 )
 from labels_party.trails import audited, logged_download
 from shared.errors import InvalidParameterError
@@ -84,14 +85,7 @@ async def create_release(
     if body.params.zeta is not None:
         row, _ = await run_in_threadpool(ds.get_dataset, services.db, name)
         _check_zeta(body.params.zeta, width=row.label_max - row.label_min)
-    request_ = rel.ReleaseRequest(
-        mechanism=body.mechanism,
-        epsilon=body.epsilon,
-        epsilon_histogram=body.epsilon_histogram,
-        bins=body.params.bins,
-        model_dim=body.params.model_dim,
-        options=body.params.mechanism_options(),
-    )
+    request_ = release_request(body)
     try:
         if body.dry_run:
             response.status_code = 200
@@ -110,6 +104,18 @@ async def create_release(
     if services.receipts is not None:  # sign now from the stored rows (else on first request)
         await run_in_threadpool(services.receipts.sign_after_release, meta["id"])
     return meta
+
+
+def release_request(body: ReleaseRequestBody) -> rel.ReleaseRequest:
+    """The service's request from a release body (``/releases`` and ``/external-releases``)."""
+    return rel.ReleaseRequest(
+        mechanism=body.mechanism,
+        epsilon=body.epsilon,
+        epsilon_histogram=body.epsilon_histogram,
+        bins=body.params.bins,
+        model_dim=body.params.model_dim,
+        options=body.params.mechanism_options(),
+    )
 
 
 def _check_zeta(zeta: float, *, width: float) -> None:
