@@ -89,8 +89,9 @@ class Bench:
         self.log = (workdir / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "labels_party", "serve", "labels",
-             *(["--database-url", database_url] if database_url
-               else ["--db", str(workdir / "bench.db")]),
+             *(["--database-url", database_url,
+                "--signing-key", str(workdir / "signing-key.pem")]
+               if database_url else ["--db", str(workdir / "bench.db")]),
              "--port", str(self.port), "--log-level", "warning"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -161,7 +161,11 @@ def start_labels_party(
             f"{role}={tokens[role]}" for role in ("advertiser", "publisher", "operator")
         )
     }
-    where = ["--database-url", database_url] if database_url else ["--db", str(db)]
+    where = (
+        ["--database-url", database_url, "--signing-key", str(workdir / "labels-signing-key.pem")]
+        if database_url
+        else ["--db", str(db)]
+    )
     args = [*where, "--host", "127.0.0.1", "--log-level", "warning"]
     return _spawn("labels", args, workdir=workdir, env=env, port=port, db_path=db, timeout=timeout)
 
@@ -181,7 +185,11 @@ def start_features_party(
     env = {"LABELDP_PUBLISHER_TOKEN": tokens["publisher"]}
     if tokens.get("features"):
         env["LABELDP_FEATURES_TOKEN"] = tokens["features"]
-    where = ["--database-url", database_url] if database_url else ["--db", str(db)]
+    where = (
+        ["--database-url", database_url, "--signing-key", str(workdir / "labels-signing-key.pem")]
+        if database_url
+        else ["--db", str(db)]
+    )
     args = [
         *where,
         "--host",

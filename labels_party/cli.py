@@ -33,6 +33,12 @@ def register_serve(services: Any) -> None:
     )
     parser.add_argument("--tls-cert", type=Path, help="serve https: certificate chain (PEM)")
     parser.add_argument("--tls-key", type=Path, help="serve https: private key (PEM)")
+    parser.add_argument(
+        "--signing-key",
+        type=Path,
+        help="receipt signing key file (default: LABELDP_SIGNING_KEY, else next to the SQLite "
+        "database; required with PostgreSQL)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     parser.set_defaults(func=serve)
 
@@ -74,8 +80,16 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         url = _url(args)
-        tls = {key: getattr(args, key) for key in ("tls_cert", "tls_key") if getattr(args, key)}
-        settings = Settings.from_env(database_url=url, tokens_file=args.tokens_file, **tls)
+        files = {
+            key: getattr(args, attr)
+            for key, attr in (
+                ("tls_cert", "tls_cert"),
+                ("tls_key", "tls_key"),
+                ("signing_key_path", "signing_key"),
+            )
+            if getattr(args, attr)
+        }
+        settings = Settings.from_env(database_url=url, tokens_file=args.tokens_file, **files)
     except InvalidParameterError as exc:
         print(f"labeldp serve labels: {exc}", file=sys.stderr)
         return 2

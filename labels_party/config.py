@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sqlalchemy.engine import make_url
+
 from shared.errors import InvalidParameterError
 
 Role = Literal["advertiser", "publisher", "operator"]
@@ -27,6 +29,33 @@ DEFAULT_RATE_LIMIT = 50.0
 DEFAULT_RATE_BURST = 500
 
 log = logging.getLogger("labels_party")
+
+DEFAULT_KEY_FILE = "labels-signing-key.pem"
+
+
+def default_key_path(database_url: str) -> Path:
+    """Next to the SQLite file; another database has no directory, so the path must be given.
+
+    (A default in the working directory would scatter private keys wherever a server started.)
+    """
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        return Path(url.database).resolve().parent / DEFAULT_KEY_FILE
+    raise InvalidParameterError(
+        f"a {url.get_backend_name()} database keeps no files: name the receipt signing key file "
+        "with LABELDP_SIGNING_KEY or --signing-key (it is created with mode 0600 if missing)"
+    )
+
+
+def resolve_signing_key(
+    explicit: Path | None, database_url: str, environ: Mapping[str, str]
+) -> Path:
+    """The signing key file: ``explicit``, else ``LABELDP_SIGNING_KEY``, else the default."""
+    if explicit is not None:
+        return explicit
+    if environ.get("LABELDP_SIGNING_KEY"):
+        return Path(environ["LABELDP_SIGNING_KEY"])
+    return default_key_path(database_url)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,6 +226,8 @@ class Settings:
     ) -> Settings:
         """Settings from the process environment, CLI values taking precedence."""
         env = os.environ if environ is None else environ
+        key_override = overrides.pop("signing_key_path", None)
+        explicit_key = Path(str(key_override)) if key_override is not None else None
         if database_url is None:
             if db_path is not None:
                 database_url = sqlite_url(db_path)
@@ -214,9 +245,7 @@ class Settings:
             "release_concurrency": _env_int(env, "LABELDP_RELEASE_CONCURRENCY", 2, minimum=1),
             "warmup": env.get("LABELDP_WARMUP", "1") not in ("0", "false", "no"),
             "debug_commit_delay": _env_float(env, "LABELDP_DEBUG_COMMIT_DELAY", 0.0),
-            "signing_key_path": Path(env["LABELDP_SIGNING_KEY"])
-            if env.get("LABELDP_SIGNING_KEY")
-            else None,
+            "signing_key_path": resolve_signing_key(explicit_key, database_url, env),
             "tls_cert": Path(env["LABELDP_TLS_CERT"]) if env.get("LABELDP_TLS_CERT") else None,
             "tls_key": Path(env["LABELDP_TLS_KEY"]) if env.get("LABELDP_TLS_KEY") else None,
             "rate_limit": _env_float(env, "LABELDP_RATE_LIMIT", DEFAULT_RATE_LIMIT),

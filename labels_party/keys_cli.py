@@ -29,7 +29,9 @@ def register_commands(commands: Any) -> None:
         action = sub.add_parser(name, help=text)
         _add_db_arguments(action)
         action.add_argument(
-            "--signing-key", type=Path, help="key file (default: next to the SQLite database)"
+            "--signing-key",
+            type=Path,
+            help="key file (default: LABELDP_SIGNING_KEY, else next to the SQLite database)",
         )
         action.set_defaults(func=func)
 
@@ -38,22 +40,19 @@ def _store(args: argparse.Namespace) -> Any:
     import os
 
     from labels_party.cli import _url
+    from labels_party.config import resolve_signing_key
     from labels_party.db.engine import Database, create_schema, make_engine
-    from labels_party.receipts import KeyStore, default_key_path
+    from labels_party.receipts import KeyStore
     from shared import database_url
 
     url = _url(args)
+    key_file = resolve_signing_key(args.signing_key, url, os.environ)
     path = database_url.sqlite_path(url)
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"no database at {path}")
     engine = make_engine(url)
     create_schema(engine)
-    key_path = args.signing_key or (
-        Path(os.environ["LABELDP_SIGNING_KEY"])
-        if os.environ.get("LABELDP_SIGNING_KEY")
-        else default_key_path(url)
-    )
-    return KeyStore(Database(engine), key_path)
+    return KeyStore(Database(engine), key_file)
 
 
 def rotate_command(args: argparse.Namespace) -> int:

@@ -35,11 +35,11 @@ from labels_party.api.routes import audit as audit_routes
 from labels_party.api.routes import model_releases as model_release_routes
 from labels_party.api.routes import receipts as receipt_routes
 from labels_party.api.routes.external_releases import router as external_releases_router
-from labels_party.config import Settings
+from labels_party.config import Settings, default_key_path
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.metrics import Metrics
 from labels_party.model_releases import ModelReleaseService
-from labels_party.receipts import KeyStore, ReceiptService, default_key_path
+from labels_party.receipts import KeyStore, ReceiptService
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
 from shared.message import LabelMessage
 

@@ -1,7 +1,8 @@
 """The labels party's release receipts: its signing key, key rotation, and signing from storage.
 
 The private Ed25519 key lives in one file (default ``labels-signing-key.pem`` next to the SQLite
-database), created on first start with mode 0600 and refused if group or others may read it.
+database; with PostgreSQL it must be named: ``LABELDP_SIGNING_KEY`` or ``--signing-key``), created
+on first start with mode 0600 and refused if group or others may read it.
 Every public key that ever signed is recorded in the ``signing_keys`` table and published by
 ``GET /v1/keys``; rotation (``labeldp keys rotate``) writes a new private key over the file and
 retires the previous public key, which stays published, so older receipts stay verifiable.
@@ -26,7 +27,6 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import insert, select, update
-from sqlalchemy.engine import make_url
 
 from labels_party import ledger
 from labels_party.db.engine import Database
@@ -38,16 +38,6 @@ from shared import receipt as rc
 from shared.errors import InvalidParameterError
 
 log = logging.getLogger("labels_party")
-
-DEFAULT_KEY_FILE = "labels-signing-key.pem"
-
-
-def default_key_path(database_url: str) -> Path:
-    """Next to the SQLite file; in the working directory for another database."""
-    url = make_url(database_url)
-    if url.get_backend_name() == "sqlite" and url.database:
-        return Path(url.database).resolve().parent / DEFAULT_KEY_FILE
-    return Path(DEFAULT_KEY_FILE).resolve()
 
 
 def _now() -> str:

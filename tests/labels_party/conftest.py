@@ -154,8 +154,9 @@ class Server:
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "labels_party", "serve", "labels",
-             *(["--database-url", self.database_url] if self.database_url
-               else ["--db", str(self.db)]),
+             *(["--database-url", self.database_url,
+                "--signing-key", str(self.db.with_name("signing-key.pem"))]
+               if self.database_url else ["--db", str(self.db)]),
              "--port", str(self.port), "--log-level", "warning", *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -153,7 +153,15 @@ def test_database_down_is_503_saying_so_and_recovers_by_itself(tmp_path):
     pytest.importorskip("psycopg", reason="psycopg missing: pip install -e '.[postgres]'")
     with postgres_server() as server, contextlib.ExitStack() as stack:
         labels = stack.enter_context(
-            TestClient(create_app(Settings(database_url=server.create_database(), tokens=TOKENS)))
+            TestClient(
+                create_app(
+                    Settings(
+                        database_url=server.create_database(),
+                        tokens=TOKENS,
+                        signing_key_path=tmp_path / "signing-key.pem",
+                    )
+                )
+            )
         )
         features_settings = FeaturesSettings(
             database_url=server.create_database(),

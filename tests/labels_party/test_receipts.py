@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from labels_party.receipts import DEFAULT_KEY_FILE
+from labels_party.config import DEFAULT_KEY_FILE
 from shared import receipt as rc
 from shared.errors import InvalidParameterError
 from shared.message import BINARY_MEDIA_TYPE
@@ -227,3 +227,40 @@ def test_key_file_is_owner_only_and_a_readable_one_is_refused(
     os.chmod(key_file, 0o644)
     with pytest.raises(InvalidParameterError, match="chmod 600"):
         make_client()
+
+
+def test_a_database_without_a_directory_needs_the_key_file_named(tmp_path: Path) -> None:
+    """Regression: with PostgreSQL the key went to the working directory (and into git)."""
+    from labels_party.config import Settings, default_key_path, resolve_signing_key
+    from tests.labels_party.conftest import TOKENS_ENV
+
+    url = "postgresql+psycopg://postgres@/labels?host=/tmp"
+    with pytest.raises(InvalidParameterError, match="LABELDP_SIGNING_KEY or --signing-key"):
+        default_key_path(url)
+    with pytest.raises(InvalidParameterError, match="LABELDP_SIGNING_KEY"):
+        Settings.from_env(database_url=url, environ={"LABELDP_TOKENS": TOKENS_ENV})
+    named = tmp_path / "k.pem"
+    assert resolve_signing_key(None, url, {"LABELDP_SIGNING_KEY": str(named)}) == named
+    assert resolve_signing_key(named, url, {}) == named
+    assert default_key_path(f"sqlite:///{tmp_path}/a.db") == tmp_path / DEFAULT_KEY_FILE
+    served = subprocess.run(
+        [sys.executable, "-m", "demo.labeldp", "serve", "labels", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "LABELDP_TOKENS": TOKENS_ENV, "LABELDP_SIGNING_KEY": ""},
+    )
+    assert served.returncode == 2 and "--signing-key" in served.stderr
+    rotated = labeldp("keys", "rotate", "--database-url", url)
+    assert rotated.returncode == 2 and "--signing-key" in rotated.stderr
+
+
+def test_no_private_key_is_tracked_by_git() -> None:
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.pem", "*.key"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert tracked == [], f"private key material committed: {tracked}"
