@@ -1,19 +1,9 @@
-"""Pulled model-release messages (``model: "released"``, features_party.released_models).
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-11-23
-"""
-
-from collections.abc import Sequence
+"""Pulled model-release messages (``model: "released"``, features_party.released_models)."""
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0002"
-down_revision: str | None = "0001"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0002", "0001"  # this migration, the one it follows
 
 
 def upgrade() -> None:

@@ -1,19 +1,9 @@
-"""The schema of the last release before Alembic (commit e1a89f1): floats only.
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-11-23
-"""
-
-from collections.abc import Sequence
+"""The schema of the last release before Alembic (commit e1a89f1): floats only."""
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0001"
-down_revision: str | None = None
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0001", None  # this migration, the one it follows
 
 
 def upgrade() -> None:

@@ -9,14 +9,9 @@ be it rounded up; a total that is not (a tampered database) is left for ``ledger
 report. A database that the
 pre-Alembic stop-gap (``create_schema`` adding missing columns) already extended keeps its
 columns: only the missing ones are added.
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-11-23
 """
 
 import math
-from collections.abc import Sequence
 from decimal import Decimal
 
 import sqlalchemy as sa
@@ -24,10 +19,7 @@ from alembic import op
 
 from shared import epsilon as amounts
 
-revision: str = "0002"
-down_revision: str | None = "0001"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0002", "0001"  # this migration, the one it follows
 
 COLUMNS = {
     "datasets": ("epsilon_budget_exact", "epsilon_spent_exact"),

@@ -2,21 +2,12 @@
 
 NULL (every existing dataset) reads as 0: no delta may be spent until an operator creates a
 dataset with a delta budget.
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-11-23
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0003"
-down_revision: str | None = "0002"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0003", "0002"  # this migration, the one it follows
 
 
 def upgrade() -> None:

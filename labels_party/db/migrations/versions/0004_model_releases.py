@@ -1,19 +1,9 @@
-"""Public feature sets (publisher) and model releases (labels_party.model_releases).
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-11-23
-"""
-
-from collections.abc import Sequence
+"""Public feature sets (publisher) and model releases (labels_party.model_releases)."""
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
-down_revision: str | None = "0003"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0004", "0003"  # this migration, the one it follows
 
 
 def upgrade() -> None:

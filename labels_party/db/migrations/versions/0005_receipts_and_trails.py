@@ -1,20 +1,11 @@
 """Release receipts (signing keys, signed receipts) and the operator trails (refused releases,
 message downloads): labels_party.receipts, labels_party.trails.
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-11-23
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005"
-down_revision: str | None = "0004"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0005", "0004"  # this migration, the one it follows
 
 
 def upgrade() -> None:

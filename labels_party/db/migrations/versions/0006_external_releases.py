@@ -1,19 +1,9 @@
-"""Externally executed releases (the Spark job): where a release's message lives and its header.
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-11-23
-"""
-
-from collections.abc import Sequence
+"""Externally executed releases (the Spark job): where a release's message lives and its header."""
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: str | None = "0005"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0006", "0005"  # this migration, the one it follows
 
 
 def upgrade() -> None:
