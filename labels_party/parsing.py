@@ -333,6 +333,10 @@ class LabelStreamParser:
             values = np.array(list(map(float, parts[1::2])), dtype=np.float64)
         except ValueError:
             return False
+        return self._keep(ids, values)
+
+    def _keep(self, ids: list[str], values: np.ndarray) -> bool:
+        """Keep a fast-parsed batch if every value is finite (else the line path says which)."""
         if not np.isfinite(values).all():
             return False
         self._ids.extend(ids)
@@ -355,11 +359,7 @@ class LabelStreamParser:
             values = np.array(raw, dtype=np.float64)
         except (ValueError, TypeError, KeyError, OverflowError, RecursionError):
             return False
-        if not np.isfinite(values).all():
-            return False
-        self._ids.extend(ids)
-        self._values.frombytes(values.tobytes())
-        return True
+        return self._keep(ids, values)
 
     def _slow(self, numbered: list[tuple[int, str]]) -> None:
         for line_no, line in numbered:

@@ -21,7 +21,7 @@ import re
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -323,19 +323,27 @@ def to_json_message(
     return LabelMessage(header=header, body=body)
 
 
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def validated(model: type[ModelT], message: Any, *, what: str) -> ModelT:
+    """``message`` (JSON text, a dict or already a ``model``) as a ``model``, else
+    :class:`IntegrityError` naming ``what``."""
+    if isinstance(message, model):
+        return message
+    try:
+        if isinstance(message, bytes | str):
+            return model.model_validate_json(message)
+        return model.model_validate(message)
+    except ValueError as exc:
+        raise IntegrityError(f"invalid {what}: {exc}") from None
+
+
 def from_json_message(
     message: LabelMessage | dict[str, Any] | bytes | str,
 ) -> tuple[MessageHeader, list[str], np.ndarray]:
     """Validate and verify a JSON message (raises :class:`IntegrityError`)."""
-    try:
-        if isinstance(message, bytes | str):
-            parsed = LabelMessage.model_validate_json(message)
-        elif isinstance(message, dict):
-            parsed = LabelMessage.model_validate(message)
-        else:
-            parsed = message
-    except ValueError as exc:
-        raise IntegrityError(f"invalid message: {exc}") from None
+    parsed = validated(LabelMessage, message, what="message")
     labels = np.asarray(parsed.body.noisy_labels, dtype=np.float64)
     verify(parsed.header, parsed.body.example_ids, labels)
     return parsed.header, list(parsed.body.example_ids), labels

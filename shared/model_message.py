@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared.errors import IntegrityError
+from shared.message import validated
 
 MODEL_FORMAT_VERSION = 1
 SUPPORTED_MODEL_FORMAT_VERSIONS = (1,)
@@ -114,15 +115,7 @@ def verify_model(message: ModelMessage | dict[str, Any] | str | bytes) -> ModelM
     Checks the format version, the body's shape against the header (estimator, columns) and
     finiteness, and that the body hashes to ``header.body_sha256``.
     """
-    try:
-        if isinstance(message, str | bytes):
-            parsed = ModelMessage.model_validate_json(message)
-        elif isinstance(message, dict):
-            parsed = ModelMessage.model_validate(message)
-        else:
-            parsed = message
-    except ValueError as exc:
-        raise IntegrityError(f"invalid model message: {exc}") from None
+    parsed = validated(ModelMessage, message, what="model message")
     header, body = parsed.header, parsed.body
     if header.format_version not in SUPPORTED_MODEL_FORMAT_VERSIONS:
         raise IntegrityError(f"unsupported model format_version {header.format_version}")
