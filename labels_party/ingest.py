@@ -144,7 +144,7 @@ def store_labels(
                     f"{len(conflicts)} row(s) give a different label to an example id that "
                     "already has one; nothing was stored (send ?overwrite=true to replace)",
                     [
-                        FieldError(field=f"row[{i}].value", message=f"example_id {ids[i]!r} "
+                        FieldError(field=f"{rows.where(i)}.value", message=f"example_id {ids[i]!r} "
                                    "already has a different label")
                         for i in listed
                     ],

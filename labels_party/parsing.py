@@ -9,6 +9,7 @@ line by line to say exactly which line and field is wrong. Error messages never 
 
 from __future__ import annotations
 
+import bisect
 import csv
 import gc
 import json
@@ -68,9 +69,20 @@ class LabelRows:
 
     example_ids: list[str]
     values: np.ndarray
+    # Where row i came from, for errors found after parsing (a label conflict): None for a JSON
+    # batch (``labels[i]``); else the stream line of row 0, and the rows before which a blank
+    # line was skipped (one entry per blank line, so rarely any).
+    first_line: int | None = None
+    blank_before: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.example_ids)
+
+    def where(self, i: int) -> str:
+        """Row ``i``'s place in the request as parse errors name it: ``labels[i]``, ``line[n]``."""
+        if self.first_line is None:
+            return f"labels[{i}]"
+        return f"line[{self.first_line + i + bisect.bisect_right(self.blank_before, i)}]"
 
 
 def _raise(errors: list[FieldError], *, what: str) -> None:
@@ -262,6 +274,8 @@ class LabelStreamParser:
         self._values = array("d")
         self._errors: list[FieldError] = []
         self._header_seen = fmt != "csv"
+        self._first_line: int | None = None  # the line of the first row (after the header)
+        self._blank_before: list[int] = []
 
     def feed(self, chunk: bytes) -> None:
         first = self._lines.line_no + 1
@@ -281,7 +295,10 @@ class LabelStreamParser:
                 "empty batch", [FieldError(field="body", message="contains no label rows")]
             )
         return LabelRows(
-            example_ids=self._ids, values=np.frombuffer(self._values, dtype=np.float64)
+            example_ids=self._ids,
+            values=np.frombuffer(self._values, dtype=np.float64),
+            first_line=self._first_line,
+            blank_before=tuple(self._blank_before),
         )
 
     def _parse(self, lines: list[str], first: int) -> None:
@@ -299,8 +316,16 @@ class LabelStreamParser:
                 )
             self._header_seen = True
             lines, first = lines[1:], first + 1
+        if self._first_line is None:
+            self._first_line = first
         if "" in lines:  # blank lines are allowed (a trailing newline, say); keep numbering
             numbered = [(first + i, line) for i, line in enumerate(lines) if line]
+            kept = len(self._ids)
+            for line in lines:
+                if line:
+                    kept += 1
+                else:
+                    self._blank_before.append(kept)
         else:
             numbered = None
         if self._errors:  # already failing: only collect diagnostics, cheaply

@@ -73,10 +73,24 @@ def test_labels_counts_clipping_idempotency_conflict_overwrite(client):
     }  # fmt: skip
     conflict = put_labels(client, "ds", [("f", 1.0), ("a", 2.0)])
     assert conflict.status_code == 409
-    assert conflict.json()["errors"][0]["field"] == "row[1].value"
+    assert conflict.json()["errors"][0]["field"] == "labels[1].value"  # as a parse error would
     assert "'a'" in conflict.json()["errors"][0]["message"]
     # nothing of the refused batch was stored (f is absent)
     assert client.get("/v1/datasets/ds", headers=ADV).json()["n_labels"] == 5
+    # in a stream, the conflict names its line (header = line 1, blank lines counted)
+    for kind, text in (
+        ("text/csv", "example_id,value\nf,1\n\n\na,2\n"),
+        (
+            "application/x-ndjson",
+            '{"example_id":"f","value":1}\n\n\n{"example_id":"a","value":2}\n',
+        ),
+    ):
+        streamed = client.post(
+            "/v1/datasets/ds/labels", content=text, headers={**ADV, "Content-Type": kind}
+        )
+        assert streamed.status_code == 409, streamed.text
+        line = 5 if kind == "text/csv" else 4
+        assert streamed.json()["errors"][0]["field"] == f"line[{line}].value"
     forced = put_labels(client, "ds", [("f", 1.0), ("a", 2.0)], overwrite="true")
     assert forced.json() == {
         "accepted": 2, "new": 1, "clipped": 0, "unchanged": 0, "overwritten": 1, "n_labels": 6

@@ -51,6 +51,28 @@ def test_csv_stream_is_independent_of_chunking(rows, cuts, crlf):
 
 
 @settings(max_examples=60, deadline=None)
+@given(
+    rows=rows_st,
+    blanks=st.lists(st.integers(0, 60), max_size=6),
+    cuts=st.lists(st.integers(0, 10_000), max_size=8),
+    fmt=st.sampled_from(["csv", "ndjson"]),
+)
+def test_where_names_the_line_each_row_came_from(rows, blanks, cuts, fmt):
+    """``LabelRows.where`` (used for conflicts found after parsing) = the row's real line."""
+    lines = (_csv(rows) if fmt == "csv" else _ndjson(rows)).decode().split("\n")[:-1]
+    header = 1 if fmt == "csv" else 0
+    for position in sorted(blanks, reverse=True):  # blank lines anywhere after the header
+        lines.insert(header + position % (len(lines) - header + 1), "")
+    data = ("\n".join(lines) + "\n").encode()
+    parsed = _feed(LabelStreamParser(fmt=fmt), data, cuts)
+    row_lines = [n for n, line in enumerate(lines, 1) if line and n > header]
+    assert [parsed.where(i) for i in range(len(parsed))] == [f"line[{n}]" for n in row_lines]
+    assert parse_labels_json(json.dumps({"labels": [
+        {"example_id": i, "value": v} for i, v in rows
+    ]}).encode()).where(len(rows) - 1) == f"labels[{len(rows) - 1}]"  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
 @given(rows=rows_st, cuts=st.lists(st.integers(0, 10_000), max_size=8))
 def test_ndjson_stream_is_independent_of_chunking(rows, cuts):
     parsed = _feed(LabelStreamParser(fmt="ndjson"), _ndjson(rows), cuts)
