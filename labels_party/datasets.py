@@ -202,7 +202,7 @@ def load(conn: Connection, name: str, *, for_update: bool = False) -> DatasetRow
     row = conn.execute(query).first()
     if row is None:
         raise NotFoundError(
-            f"dataset {name!r} not found", [FieldError(field="name", message="unknown dataset")]
+            f"dataset {name!r} not found", [FieldError(field="dataset", message="unknown dataset")]
         )
     return DatasetRow.from_row(row)
 

@@ -85,7 +85,7 @@ CASES = [
     ("labels unknown dataset",
      ("POST", "/v1/datasets/nope/labels", ADV, JSON,
       '{"labels": [{"example_id": "a", "value": 1}]}'),
-     404, "name"),
+     404, "dataset"),
     ("labels bad dataset name",
      ("POST", "/v1/datasets/bad%20name/labels", ADV, JSON, '{"labels": []}'), 422, "path.name"),
     ("examples empty", ("POST", EXAMPLES, PUB, JSON, '{"example_ids": []}'), 422, "example_ids"),
@@ -136,7 +136,7 @@ CASES = [
      "params.loss"),
     ("release unknown dataset",
      ("POST", "/v1/datasets/nope/releases", ADV, JSON, '{"mechanism": "auto", "epsilon": 1}'), 404,
-     "name"),
+     "dataset"),
     ("dataset bounds reversed",
      ("POST", "/v1/datasets", OPS, JSON, '{"name": "n", "label_min": 1, "label_max": 0, '
       '"default_label": 0, "epsilon_budget": 1}'), 422, "label_max"),

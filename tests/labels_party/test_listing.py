@@ -115,7 +115,7 @@ def test_releases_of_a_dataset_without_any_and_of_an_unknown_one(populated: Any)
     assert populated.get("/v1/datasets/empty/releases", headers=ADV).json()["releases"] == []
     response = populated.get("/v1/datasets/nope/releases", headers=ADV)
     assert response.status_code == 404
-    assert response.json()["errors"][0]["field"] == "name"
+    assert response.json()["errors"][0]["field"] == "dataset"  # as in the features party
 
 
 # ---- GET /v1/ledger: filters, pages, CSV -----------------------------------------------------
