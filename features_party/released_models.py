@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +25,7 @@ from features_party.config import Settings
 from features_party.db.models import FeatureRow, ReleasedModelMessage, TrainedModel
 from features_party.features import FeatureInputError, load_schema
 from features_party.pull import labels_client
-from features_party.schemas import ModelCreate, PredictIn, PredictOut
+from features_party.schemas import ModelCreate, PredictIn, PredictOut, new_model_id
 from shared.errors import IntegrityError
 from shared.estimators.kernel import interpolate
 from shared.model_message import ModelMessage, verify_model
@@ -90,7 +89,7 @@ def create(session: Session, settings: Settings, body: ModelCreate) -> TrainedMo
     header = message.header
     now = datetime.now(UTC)
     job = TrainedModel(
-        id=uuid.uuid4().hex,
+        id=new_model_id(),
         dataset=body.dataset,
         release_id=body.model_release_id,
         model=RELEASED,

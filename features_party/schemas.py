@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -27,6 +28,11 @@ DATASET_LOOKUP_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
 RELEASE_ID_PATTERN = r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,127}$"
 # ``mdl_`` + 24 hex digits, like the labels party's ``rel_...``; bare 32-hex ids are older jobs.
 MODEL_ID_PATTERN = r"^(mdl_[0-9a-f]{24}|[0-9a-f]{32})$"
+
+
+def new_model_id() -> str:
+    """``mdl_`` + 24 random hex digits, for trained and released models alike."""
+    return "mdl_" + secrets.token_hex(12)
 
 
 class _Strict(BaseModel):

@@ -6,6 +6,7 @@ A REAL labels-party process (conftest) releases the models; the features party r
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,7 @@ def test_ols_predicts_by_the_released_coefficients(
         "released",
         ols_release["id"],
     )
+    assert re.fullmatch(r"mdl_[0-9a-f]{24}", model["id"])  # the one id style (it was bare hex)
     assert model["result"]["epsilon"] == "2" and model["result"]["columns"] == ["x1", "x2"]
     coef = verify_model(ols_release["message"]).body.coef
     points = [[0.0, 0.0], [1.5, -2.0], [-3.0, 0.25]]

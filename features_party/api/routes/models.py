@@ -25,6 +25,7 @@ from features_party.schemas import (
     ModelOut,
     PredictIn,
     PredictOut,
+    new_model_id,
 )
 from shared.client import NO_RETRY, LabelsPartyClient
 from shared.client import ServiceError as ClientServiceError
@@ -56,11 +57,6 @@ def model_out(job: TrainedModel) -> ModelOut:
         finished=job.finished,
         result=json.loads(job.result_json) if job.result_json else None,
     )
-
-
-def new_model_id() -> str:
-    """``mdl_`` + 24 random hex digits (the labels party's releases are ``rel_...``)."""
-    return "mdl_" + secrets.token_hex(12)
 
 
 def check_release(session: Session, settings: Settings, dataset: str, release_id: str) -> None:
