@@ -50,15 +50,8 @@ class FeatureInputError(ValueError):
         return self.detail
 
 
-@dataclass
-class FeatureConflictError(ValueError):
+class FeatureConflictError(FeatureInputError):
     """Example ids already stored with different values (and no ``overwrite``); HTTP 409."""
-
-    detail: str
-    errors: list[tuple[str, str]] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        return self.detail
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -164,24 +164,16 @@ class JobRunner:
             self.counters["jobs_succeeded"] += 1
         except (ServiceError, IntegrityError, JobError, ValueError) as exc:
             log.warning("training job %s failed: %s", model_id, exc)
-            self.counters["jobs_failed"] += 1
-            self._update(
-                model_id,
-                status="failed",
-                stage="failed",
-                error=f"{type(exc).__name__}: {exc}",
-                finished=datetime.now(UTC),
-            )
+            self._fail(model_id, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a bug: keep the job failed with the trace in the log
             log.error("training job %s crashed:\n%s", model_id, traceback.format_exc())
-            self.counters["jobs_failed"] += 1
-            self._update(
-                model_id,
-                status="failed",
-                stage="failed",
-                error=f"internal error: {type(exc).__name__}: {exc}",
-                finished=datetime.now(UTC),
-            )
+            self._fail(model_id, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _fail(self, model_id: str, error: str) -> None:
+        self.counters["jobs_failed"] += 1
+        self._update(
+            model_id, status="failed", stage="failed", error=error, finished=datetime.now(UTC)
+        )
 
     def _train(self, model_id: str) -> None:
         import json

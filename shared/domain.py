@@ -70,3 +70,13 @@ class LabelDomain:
         """How many labels clipping would move (reported to the labels' owner only)."""
         array = check_labels(labels, allow_empty=True)
         return int(np.count_nonzero((array < self.lo) | (array > self.hi)))
+
+
+def check_probabilities(probs: np.ndarray, *, name: str = "probs") -> np.ndarray:
+    """``probs`` (float64, finite, >= 0, summing to 1 within 1e-9) renormalised to sum to 1."""
+    if not np.all(np.isfinite(probs)) or np.any(probs < 0):
+        raise InvalidParameterError(f"{name} must be finite and >= 0")
+    total = float(probs.sum())
+    if not math.isclose(total, 1.0, rel_tol=0.0, abs_tol=1e-9):
+        raise InvalidParameterError(f"{name} must sum to 1, got {total!r}")
+    return probs / total

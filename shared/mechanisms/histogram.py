@@ -26,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from shared.domain import LabelDomain, check_epsilon, check_labels
+from shared.domain import LabelDomain, check_epsilon, check_labels, check_probabilities
 from shared.errors import InvalidParameterError
 from shared.mechanisms.discrete_laplace import sample_discrete_laplace
 from shared.rng import Rng
@@ -111,13 +111,8 @@ class Prior:
             )
         if not (np.all(np.isfinite(edges)) and np.all(np.diff(edges) > 0)):
             raise InvalidParameterError("prior edges must be finite and strictly increasing")
-        if not np.all(np.isfinite(probs)) or np.any(probs < 0):
-            raise InvalidParameterError("prior probs must be finite and >= 0")
-        total = float(probs.sum())
-        if not math.isclose(total, 1.0, rel_tol=0.0, abs_tol=1e-9):
-            raise InvalidParameterError(f"prior probs must sum to 1, got {total}")
+        probs = check_probabilities(probs, name="prior probs")
         edges.setflags(write=False)
-        probs = probs / total
         probs.setflags(write=False)
         object.__setattr__(self, "edges", edges)
         object.__setattr__(self, "probs", probs)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from shared.domain import check_epsilon, check_labels
+from shared.domain import check_epsilon, check_labels, check_probabilities
 from shared.errors import InvalidParameterError
 from shared.mechanisms import _bins_kernels as kernels
 from shared.mechanisms import registry
@@ -87,12 +87,7 @@ def check_discrete_prior(
         raise InvalidParameterError("values must be finite (no NaN or inf)")
     if sorted_values and v.size > 1 and not np.all(np.diff(v) > 0):
         raise InvalidParameterError("values must be strictly increasing (sorted, no duplicates)")
-    if not np.all(np.isfinite(p)) or np.any(p < 0):
-        raise InvalidParameterError("probs must be finite and >= 0")
-    total = float(p.sum())
-    if not math.isclose(total, 1.0, rel_tol=0.0, abs_tol=1e-9):
-        raise InvalidParameterError(f"probs must sum to 1, got {total!r}")
-    return v, p / total
+    return v, check_probabilities(p)
 
 
 def pointwise_loss(loss: str, outputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
