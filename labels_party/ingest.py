@@ -2,10 +2,10 @@
 
 A batch is one write transaction: all of it or none of it. The common case, new ids, is one
 ``executemany`` upsert through the raw DBAPI cursor (SQLite), or on PostgreSQL one ``COPY`` into
-a temporary staging table and one ``INSERT ... SELECT ... ON CONFLICT`` from it (PostgreSQL's
-bulk path: row-by-row ``executemany`` is several times slower there); only when some ids
-already carry a label does a second pass read those labels back to tell "unchanged" from
-"different" (a 409 unless ``overwrite``). Within a batch a repeated id behaves like a repeat in
+a temporary staging table and one statement from it (PostgreSQL's bulk path: row-by-row
+``executemany`` is several times slower there); only when some ids already carry a label does
+a second pass read those labels back to tell "unchanged" from "different" (a 409 unless
+``overwrite``). Within a batch a repeated id behaves like a repeat in
 a later batch: the same value is idempotent, a different one is a conflict (or, with
 ``overwrite``, the last one wins).
 """
@@ -28,48 +28,65 @@ from labels_party.parsing import LabelRows, gc_paused
 _LOOKUP_CHUNK = 500
 MAX_CONFLICTS_LISTED = 10
 
-_INSERT_LABELS = (
-    "INSERT INTO entries (dataset_id, example_id, registered, value) VALUES (?, ?, 0, ?) "
+# What a row does to an id already present: a label fills an empty value (a different one is a
+# conflict, found afterwards); a registration marks it registered. Shared by both databases.
+_ON_LABEL = (
     "ON CONFLICT (dataset_id, example_id) DO UPDATE SET value = excluded.value "
     "WHERE entries.value IS NULL"
+)
+_ON_REGISTER = (
+    "ON CONFLICT (dataset_id, example_id) DO UPDATE SET registered = 1 WHERE entries.registered = 0"
+)
+_INSERT_LABELS = (
+    "INSERT INTO entries (dataset_id, example_id, registered, value) VALUES (?, ?, 0, ?) "
+    f"{_ON_LABEL}"
 )
 _UPDATE_LABEL = "UPDATE entries SET value = ? WHERE dataset_id = ? AND example_id = ?"
 _REGISTER = (
     "INSERT INTO entries (dataset_id, example_id, registered, value) VALUES (?, ?, 1, NULL) "
-    "ON CONFLICT (dataset_id, example_id) DO UPDATE SET registered = 1 "
-    "WHERE entries.registered = 0"
+    f"{_ON_REGISTER}"
 )
 _COPY_ROWS = 65_536  # rows per COPY write (bounds the text built at once)
 
-# PostgreSQL: the batch (first row of each id) is COPYed here, then moved in one statement that
-# updates the ids already present and plainly inserts the others. ``INSERT ... ON CONFLICT`` is
-# about three times slower for a million rows, and no race is possible: every write transaction
-# holds the ledger table lock (``Database.write``), so nothing else inserts in between.
+# PostgreSQL: the batch (first row of each id) is COPYed into a staging table, then moved by one
+# statement, of two kinds (measured in bench/results/labels_service.md):
+# - a batch smaller than the dataset: ``INSERT ... SELECT ... ON CONFLICT``, one index probe
+#   per row, so its cost does not grow with the dataset (a hash join would read all its rows);
+# - a larger batch (a first bulk load): one update-join and one anti-join, which read the
+#   dataset's rows once and beat a probe per row there. No race is possible: every write
+#   transaction holds the ledger table lock (``Database.write``), so nothing inserts in between.
 _STAGING = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS labeldp_staging (example_id text NOT NULL, "
     "value double precision) ON COMMIT DELETE ROWS"
 )
 _COPY_STAGING = "COPY labeldp_staging (example_id, value) FROM STDIN"
-_UPSERT_LABELS_STAGED = (
-    "WITH upd AS (UPDATE entries AS e SET value = s.value FROM labeldp_staging AS s "
-    "WHERE e.dataset_id = %(d)s AND e.example_id = s.example_id AND e.value IS NULL "
-    "RETURNING 1), "
-    "ins AS (INSERT INTO entries (dataset_id, example_id, registered, value) "
-    "SELECT %(d)s, s.example_id, 0, s.value FROM labeldp_staging AS s WHERE NOT EXISTS "
-    "(SELECT 1 FROM entries AS e WHERE e.dataset_id = %(d)s AND e.example_id = s.example_id) "
-    "RETURNING 1) "
-    "SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins)"
-)
-_REGISTER_STAGED = (
-    "WITH upd AS (UPDATE entries AS e SET registered = 1 FROM labeldp_staging AS s "
-    "WHERE e.dataset_id = %(d)s AND e.example_id = s.example_id AND e.registered = 0 "
-    "RETURNING 1), "
-    "ins AS (INSERT INTO entries (dataset_id, example_id, registered, value) "
-    "SELECT %(d)s, s.example_id, 1, NULL FROM labeldp_staging AS s WHERE NOT EXISTS "
-    "(SELECT 1 FROM entries AS e WHERE e.dataset_id = %(d)s AND e.example_id = s.example_id) "
-    "RETURNING 1) "
-    "SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins)"
-)
+
+
+def _staged(registered: int, on_conflict: str) -> str:
+    value = "NULL" if registered else "s.value"
+    return (
+        "INSERT INTO entries (dataset_id, example_id, registered, value) "
+        f"SELECT %(d)s, s.example_id, {registered}, {value} FROM labeldp_staging AS s {on_conflict}"
+    )
+
+
+def _joined(registered: int, condition: str, assignment: str) -> str:
+    value = "NULL" if registered else "s.value"
+    return (
+        f"WITH upd AS (UPDATE entries AS e SET {assignment} FROM labeldp_staging AS s "
+        f"WHERE e.dataset_id = %(d)s AND e.example_id = s.example_id AND {condition} "
+        "RETURNING 1), "
+        "ins AS (INSERT INTO entries (dataset_id, example_id, registered, value) "
+        f"SELECT %(d)s, s.example_id, {registered}, {value} FROM labeldp_staging AS s "
+        "WHERE NOT EXISTS (SELECT 1 FROM entries AS e WHERE e.dataset_id = %(d)s "
+        "AND e.example_id = s.example_id) RETURNING 1) "
+        "SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins)"
+    )
+
+
+# (probe per row, join) for labels and for registrations.
+_LABELS_STAGED = (_staged(0, _ON_LABEL), _joined(0, "e.value IS NULL", "value = s.value"))
+_REGISTER_STAGED = (_staged(1, _ON_REGISTER), _joined(1, "e.registered = 0", "registered = 1"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +151,8 @@ def store_labels(
         if db.is_sqlite:
             changed = db.executemany(conn, _INSERT_LABELS, zip(repeat(row.id), ids, value_list))
         else:
-            changed = _copy_upsert(conn, _UPSERT_LABELS_STAGED, row.id, ids, value_list)
+            existing = max(row.n_examples, row.n_labels)
+            changed = _copy_upsert(conn, _LABELS_STAGED, row.id, ids, value_list, existing)
         new, unchanged, overwritten = changed, 0, 0
         if changed < len(ids):
             unchanged, final, conflicts = _reconcile(db, conn, row.id, ids, value_list, changed)
@@ -213,14 +231,20 @@ def _reconcile(
 
 
 def _copy_upsert(
-    conn: Connection, statement: str, dataset_id: int, ids: list[str], values: list[float] | None
+    conn: Connection,
+    statements: tuple[str, str],
+    dataset_id: int,
+    ids: list[str],
+    values: list[float] | None,
+    existing: int,
 ) -> int:
     """PostgreSQL: COPY the batch into the staging table, then one statement; rows changed.
 
-    Counts as the SQLite ``executemany`` upsert does: a repeated id's FIRST row is the one
-    written, later repeats change nothing. Text COPY needs no escaping: example ids match
-    ``EXAMPLE_ID_PATTERN`` (no tab, newline or backslash) and ``repr`` of a finite float is a
-    valid ``double precision``.
+    ``statements``: (probe per row, join); the join when the batch is at least as large as the
+    ``existing`` rows of the dataset. Counts as the SQLite ``executemany`` upsert does: a
+    repeated id's FIRST row is the one written, later repeats change nothing. Text COPY needs
+    no escaping: example ids match ``EXAMPLE_ID_PATTERN`` (no tab, newline or backslash) and
+    ``repr`` of a finite float is a valid ``double precision``.
     """
     if len(set(ids)) != len(ids):  # rare: keep each id's first row
         if values is None:
@@ -230,6 +254,7 @@ def _copy_upsert(
             for key, value in zip(ids, values, strict=True):
                 first.setdefault(key, value)
             ids, values = list(first), list(first.values())
+    probe, join = statements
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(_STAGING)
@@ -241,8 +266,11 @@ def _copy_upsert(
                 else:
                     chunk = values[start : start + _COPY_ROWS]
                     copy.write("".join(f"{k}\t{v!r}\n" for k, v in zip(part, chunk, strict=True)))
+        if len(ids) < existing:
+            cursor.execute(probe, {"d": dataset_id})
+            return int(cursor.rowcount)
         cursor.execute("ANALYZE labeldp_staging")  # a temporary table has no statistics
-        cursor.execute(statement, {"d": dataset_id})
+        cursor.execute(join, {"d": dataset_id})
         return int(cursor.fetchone()[0])
     finally:
         cursor.close()
@@ -258,7 +286,8 @@ def store_examples(
         if db.is_sqlite:
             added = db.executemany(conn, _REGISTER, zip(repeat(row.id), example_ids))
         else:
-            added = _copy_upsert(conn, _REGISTER_STAGED, row.id, example_ids, None)
+            existing = max(row.n_examples, row.n_labels)
+            added = _copy_upsert(conn, _REGISTER_STAGED, row.id, example_ids, None, existing)
         n_examples = row.n_examples + added
         if added:
             conn.execute(
