@@ -241,12 +241,12 @@ its own; the bulk streams are parsed chunk by chunk as they arrive and stored wi
 
 POSTGRES_NOTE = """\
 PostgreSQL (Debian's server, on a Unix socket, default durability: fsync and synchronous_commit
-on) stores a bulk batch with one `COPY` into a temporary staging table and one statement that
-updates the ids already present and inserts the others (`labels_party/ingest.py`); the
-`executemany` upsert SQLite uses ran at about 25,000 labels/s there (a user's figure). Most of
-what is left is
-PostgreSQL's per-row foreign-key check of `entries.dataset_id` (about 5 s of the 9 s for 10^6
-new ids in a profile: `EXPLAIN ANALYZE`, "Trigger for constraint entries_dataset_id_fkey").
+on) stores each batch with one `COPY` into a temporary staging table and one statement
+(`labels_party/ingest.py`): `INSERT ... SELECT ... ON CONFLICT` (an index probe per row) when the
+batch is smaller than its dataset, so a batch costs the same however large the dataset grows;
+one update-join and one anti-join for a larger batch (a first bulk load), which read the
+dataset's rows once. What is left is mostly PostgreSQL's per-row foreign-key check of
+`entries.dataset_id` and the durable commit of each batch.
 """
 
 
