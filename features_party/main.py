@@ -10,11 +10,8 @@ import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Response
-from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
 
 from features_party.api import errors
 from features_party.api.deps import require_token
@@ -24,6 +21,7 @@ from features_party.db.engine import make_engine, make_sessionmaker
 from features_party.jobs import JobRunner
 from features_party.metrics import make_registry
 from features_party.schemas import FeatureUploadIn
+from shared.http import openapi
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -72,50 +70,13 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(models.router, dependencies=auth)
     app.add_middleware(errors.BodyGuardMiddleware)
     app.add_middleware(errors.CatchAllMiddleware)  # outermost: nothing escapes the app
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    return app
-
-
-class _FieldError(BaseModel):
-    field: str
-    message: str
-
-
-class ErrorBody(BaseModel):
-    """Every 4xx/5xx response body."""
-
-    detail: str
-    errors: list[_FieldError]
-
-
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's schema with the real error shape, the bearer token and the upload body."""
-    if app.openapi_schema:
-        return app.openapi_schema
-    schema = get_openapi(
-        title=app.title, version=app.version, description=app.description, routes=app.routes
+    openapi.install(
+        app,
+        models=[FeatureUploadIn],
+        server_error="server or labels-party error",
+        security={
+            "bearer": {"type": "http", "scheme": "bearer", "description": "LABELDP_FEATURES_TOKEN"}
+        },
+        public_paths=["/healthz"],
     )
-    components = schema.setdefault("components", {})
-    parts = components.setdefault("schemas", {})
-    for model in (ErrorBody, FeatureUploadIn):
-        doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        parts.update(doc.pop("$defs", {}))
-        parts[model.__name__] = doc
-    for name in ("HTTPValidationError", "ValidationError"):
-        parts.pop(name, None)
-    components["securitySchemes"] = {
-        "bearer": {"type": "http", "scheme": "bearer", "description": "LABELDP_FEATURES_TOKEN"}
-    }
-    error = {
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-    }
-    for path, item in schema.get("paths", {}).items():
-        for operation in item.values():
-            responses = operation.setdefault("responses", {})
-            responses.pop("422", None)
-            responses["4XX"] = {"description": "error (see API.md)", **error}
-            responses["5XX"] = {"description": "server or labels-party error", **error}
-            if path != "/healthz":
-                operation["security"] = [{"bearer": []}]
-    app.openapi_schema = schema
-    return schema
+    return app

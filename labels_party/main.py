@@ -11,14 +11,12 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import numpy as np
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from labels_party import console, schemas
+from labels_party import console
 from labels_party.api import errors, limits
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
@@ -41,6 +39,7 @@ from labels_party.metrics import Metrics
 from labels_party.model_releases import ModelReleaseService
 from labels_party.receipts import KeyStore, ReceiptService
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
+from shared.http import openapi
 from shared.message import LabelMessage
 
 log = logging.getLogger("labels_party")
@@ -157,33 +156,5 @@ def create_app(
         )
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.add_middleware(errors.CatchAllMiddleware)  # outermost: nothing escapes the app
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    openapi.install(app, models=[*BODY_MODELS, LabelMessage])
     return app
-
-
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's schema plus the request bodies the handlers parse themselves."""
-    if app.openapi_schema:
-        return app.openapi_schema
-    schema = get_openapi(
-        title=app.title, version=app.version, summary=app.summary, routes=app.routes
-    )
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
-    models: list[type[Any]] = [*BODY_MODELS, schemas.ErrorBody, LabelMessage]
-    for model in models:
-        doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        components.update(doc.pop("$defs", {}))
-        components[model.__name__] = doc
-    error_ref = {
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-    }
-    for path_item in schema.get("paths", {}).values():
-        for operation in path_item.values():
-            responses = operation.setdefault("responses", {})
-            responses.pop("422", None)
-            responses["4XX"] = {"description": "error (see API.md)", **error_ref}
-            responses["5XX"] = {"description": "server error or busy database", **error_ref}
-    for name in ("HTTPValidationError", "ValidationError"):
-        components.pop(name, None)
-    app.openapi_schema = schema
-    return schema

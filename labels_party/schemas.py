@@ -306,18 +306,6 @@ class LedgerPage(BaseModel):
     next: str | None = Field(default=None, description="the next page's URL (same filters)")
 
 
-class FieldErrorBody(BaseModel):
-    field: str
-    message: str
-
-
-class ErrorBody(BaseModel):
-    """Every 4xx/5xx response body."""
-
-    detail: str
-    errors: list[FieldErrorBody] = []
-
-
 class ModelParams(BaseModel):
     """Public parameters of a model release (which ones each estimator needs: API.md)."""
 

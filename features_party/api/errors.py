@@ -15,15 +15,15 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from features_party.features import FeatureConflictError, FeatureInputError
-from shared import http_errors, strict_input
+from shared import strict_input
 from shared.client import ServiceError
 from shared.errors import IntegrityError, InvalidParameterError
+from shared.http import errors as http_errors
 
 log = logging.getLogger("features_party")
 
@@ -104,7 +104,8 @@ def _allowed_methods(request: Request) -> str:
 
 
 def install(app: FastAPI) -> None:
-    """Register the exception handlers on ``app``."""
+    """Register the exception handlers on ``app`` (the kit's shared ones first)."""
+    http_errors.install(app, log)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -180,15 +181,6 @@ def install(app: FastAPI) -> None:
                 f"labels party: {exc}", upstream or [("labels_party", "unreachable or refused")]
             ),
         )
-
-    @app.exception_handler(SQLAlchemyError)
-    async def _db(_: Request, exc: SQLAlchemyError) -> JSONResponse:
-        answer = http_errors.database_error(exc)
-        if answer is not None:  # down, unreachable or busy: 503, and the pool reconnects
-            log.warning("database unavailable: %s", type(getattr(exc, "orig", exc)).__name__)
-            return JSONResponse(status_code=answer[0], content=answer[1])
-        log.error("database error %s at %s", type(exc).__name__, http_errors.where(exc))
-        return JSONResponse(status_code=500, content=http_errors.internal_error_body())
 
     @app.exception_handler(IntegrityError)
     async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -13,15 +13,12 @@ from labels_party.errors import (
     BadInputError,
     FieldError,
     PayloadTooLargeError,
-    UnsupportedMediaTypeError,
 )
-from shared import http_errors, strict_input
+from shared import strict_input
+from shared.http import errors as http_errors
+from shared.http.requests import media_type
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-def media_type(content_type: str | None) -> str:
-    return (content_type or "").split(";", 1)[0].strip().lower()
 
 
 class BodyLimitMiddleware:
@@ -80,23 +77,6 @@ class BodyLimitMiddleware:
 
 def _too_large(limit: int) -> str:
     return f"request body exceeds the limit of {limit} bytes"
-
-
-def require_media(content_type: str | None, allowed: dict[str, Any]) -> str:
-    """The request's media type if it is one of ``allowed`` (415 otherwise)."""
-    kind = media_type(content_type)
-    if kind not in allowed:
-        accepted = ", ".join(k for k in allowed if k) or "application/json"
-        raise UnsupportedMediaTypeError(
-            f"Content-Type {kind or '(none)'!r} not accepted; use one of {accepted}",
-            [FieldError(field="Content-Type", message=f"must be one of {accepted}")],
-        )
-    return kind
-
-
-def require_json(content_type: str | None) -> None:
-    """For endpoints whose only format is JSON: a body without Content-Type is read as JSON."""
-    require_media(content_type, {"application/json": 1, "": 1})
 
 
 def parse_model(model: type[ModelT], body: bytes) -> ModelT:

@@ -15,10 +15,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from labels_party.api.deps import AuthError
 from labels_party.errors import (
     BadInputError,
     ConflictError,
@@ -31,9 +29,9 @@ from labels_party.errors import (
     UnsupportedMediaTypeError,
 )
 from shared import epsilon as amounts
-from shared import http_errors
 from shared.errors import BudgetExceededError, InvalidParameterError
-from shared.http_errors import internal_error_body
+from shared.http import errors as http_errors
+from shared.http.errors import internal_error_body
 
 log = logging.getLogger("labels_party")
 
@@ -111,7 +109,8 @@ def field_errors(
 
 
 def install(app: FastAPI) -> None:
-    """Register the handlers on ``app``."""
+    """Register the handlers on ``app`` (the kit's shared ones first)."""
+    http_errors.install(app, log)
 
     @app.exception_handler(ServiceError)
     async def _service(_request: Request, exc: ServiceError) -> JSONResponse:
@@ -121,16 +120,6 @@ def install(app: FastAPI) -> None:
             field = next((f for cls, f in DEFAULT_FIELD.items() if isinstance(exc, cls)), "request")
             errors = [FieldError(field=field, message=exc.detail)]
         return JSONResponse(error_body(exc.detail, errors), status_code=status)
-
-    @app.exception_handler(AuthError)
-    async def _auth(_request: Request, exc: AuthError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        field = "Authorization"
-        return JSONResponse(
-            error_body(exc.detail, [FieldError(field=field, message=exc.detail)]),
-            status_code=exc.status,
-            headers=headers,
-        )
 
     @app.exception_handler(BudgetExceededError)
     async def _budget(_request: Request, exc: BudgetExceededError) -> JSONResponse:
@@ -179,15 +168,6 @@ def install(app: FastAPI) -> None:
         return JSONResponse(
             error_body(str(exc.detail), [error]), status_code=exc.status_code, headers=exc.headers
         )
-
-    @app.exception_handler(SQLAlchemyError)
-    async def _db(_request: Request, exc: SQLAlchemyError) -> JSONResponse:
-        answer = http_errors.database_error(exc)
-        if answer is not None:  # down, unreachable or busy: 503, and the pool reconnects
-            log.warning("database unavailable: %s", type(getattr(exc, "orig", exc)).__name__)
-            return JSONResponse(answer[1], status_code=answer[0])
-        log.error("database error %s at %s", type(exc).__name__, http_errors.where(exc))
-        return JSONResponse(internal_error_body(), status_code=500)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:

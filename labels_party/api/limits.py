@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shared import http_errors
+from shared.http import errors as http_errors
 
 MAX_BUCKETS = 10_000
 EXEMPT_PATHS = frozenset({"/healthz"})

@@ -1,7 +1,9 @@
-"""The HTTP error pieces both services share: the error shape and the catch-all 500.
+"""The HTTP error pieces both services share: the error shape, problems, the common handlers.
 
 The shape is ``{"detail": str, "errors": [{"field": str, "message": str}], ...}``; each service
-maps its own domain errors onto it (``labels_party.api.errors``, ``features_party.api.errors``).
+maps its own domain errors onto it (``labels_party.api.errors``, ``features_party.api.errors``)
+and registers the common handlers with :func:`install` (an :class:`HTTPProblem` raised by the
+kit's request checks, a database that is down, any other database error).
 Unexpected exceptions are logged by type and place only: their messages could quote data.
 """
 
@@ -13,6 +15,8 @@ import traceback
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from fastapi import FastAPI, Request
+from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -24,6 +28,36 @@ def error_shape(detail: str, errors: Iterable[tuple[str, str]], **extra: Any) ->
         "errors": [{"field": field, "message": message} for field, message in listed],
         **extra,
     }
+
+
+class ErrorItem(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx response body (the OpenAPI schema of :func:`error_shape`)."""
+
+    detail: str
+    errors: list[ErrorItem]
+
+
+class HTTPProblem(Exception):
+    """An HTTP error naming its fields, raised by the kit (auth, query, media, strict JSON)."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        errors: Iterable[tuple[str, str]],
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.errors = list(errors)
+        self.headers = headers
 
 
 def internal_error_body() -> dict[str, Any]:
@@ -140,3 +174,23 @@ class CatchAllMiddleware:
                 answer = 500, internal_error_body()
             if not started:  # mid-stream: the server closes the connection (truncated body)
                 await send_json(send, *answer)
+
+
+def install(app: FastAPI, logger: logging.Logger) -> None:
+    """Register the handlers both services share on ``app`` (``logger``: the service's)."""
+    from fastapi.responses import JSONResponse
+    from sqlalchemy.exc import SQLAlchemyError
+
+    @app.exception_handler(HTTPProblem)
+    async def _problem(_request: Request, exc: HTTPProblem) -> JSONResponse:
+        body = error_shape(exc.detail, exc.errors[:10])
+        return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _database(_request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        answer = database_error(exc)
+        if answer is not None:  # down, unreachable or busy: 503, and the pool reconnects
+            logger.warning("database unavailable: %s", type(getattr(exc, "orig", exc)).__name__)
+            return JSONResponse(answer[1], status_code=answer[0])
+        logger.error("database error %s at %s", type(exc).__name__, where(exc))
+        return JSONResponse(internal_error_body(), status_code=500)

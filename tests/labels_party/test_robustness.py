@@ -328,7 +328,7 @@ def test_a_very_long_path_name_is_refused_without_echoing_it(client):
         ("GET", "/v1/datasets/ds", {}, 401, "Authorization"),
         ("GET", "/v1/ledger", PUB, 403, "Authorization"),
         ("POST", LABELS, {**ADV, "content-type": "text/xml"}, 415, "Content-Type"),
-        ("GET", "/v1/datasets/nope", OPS, 404, "name"),
+        ("GET", "/v1/datasets/nope", OPS, 404, "dataset"),
     ],
 )  # fmt: skip
 def test_every_error_has_the_documented_shape(prepared, method, url, headers, status, field):

@@ -10,7 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from features_party.api.deps import SessionDep
 from features_party.api.errors import StrictJSONRoute
 from features_party.metrics import CONTENT_TYPE, render
-from shared.http_errors import database_error
+from shared.http.errors import database_error
 
 router = APIRouter(tags=["health"], route_class=StrictJSONRoute)
 public_router = APIRouter(tags=["health"], route_class=StrictJSONRoute)

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from features_party import released_models
-from features_party.api.deps import RunnerDep, SessionDep, SettingsDep, require_json
+from features_party.api.deps import RunnerDep, SessionDep, SettingsDep
 from features_party.api.errors import FieldHTTPError, StrictJSONRoute
 from features_party.config import Settings
 from features_party.db.models import FeatureDataset, FeatureRow, StoredMessage, TrainedModel
@@ -29,6 +29,7 @@ from features_party.schemas import (
 )
 from shared.client import NO_RETRY, LabelsPartyClient
 from shared.client import ServiceError as ClientServiceError
+from shared.http.requests import require_json
 
 router = APIRouter(prefix="/v1/models", tags=["models"], route_class=StrictJSONRoute)
 # Documented, and checked by _unknown_model (404 without echoing an arbitrary string).

@@ -14,7 +14,7 @@ from labels_party.db.models import access_log, release_audit
 from labels_party.errors import FieldError, ServiceError
 from shared import epsilon as amounts
 from shared.errors import BudgetExceededError, InvalidParameterError
-from shared.http_errors import internal_error_body
+from shared.http.errors import internal_error_body
 
 router = APIRouter(prefix="/v1", tags=["audit"])
 

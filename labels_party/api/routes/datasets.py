@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from labels_party import catalog
 from labels_party import datasets as ds
-from labels_party.api.body import parse_model, require_json
+from labels_party.api.body import parse_model
 from labels_party.api.deps import AnyRole, Operator, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.schemas import (
@@ -20,6 +20,7 @@ from labels_party.schemas import (
     DatasetPublic,
     ReleaseList,
 )
+from shared.http.requests import require_json
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 NamePath = Path(pattern=ds.LOOKUP_PATTERN, description="dataset name")
@@ -34,7 +35,7 @@ NamePath = Path(pattern=ds.LOOKUP_PATTERN, description="dataset name")
 )
 async def create_dataset(request: Request, role: Operator, services: ServicesDep) -> Any:
     """Create a dataset with public label bounds, a default label and a privacy budget."""
-    require_json(request.headers.get("content-type"))
+    require_json(request)
     body = parse_model(DatasetCreate, await request.body())
     spec = ds.DatasetSpec(
         name=body.name,
@@ -62,7 +63,7 @@ async def top_up_budget(
     request: Request, role: Operator, services: ServicesDep, name: str = NamePath
 ) -> Any:
     """Raise a dataset's privacy budget (operator): ledgered with who and why, never silent."""
-    require_json(request.headers.get("content-type"))
+    require_json(request)
     body = parse_model(BudgetTopUp, await request.body())
     await run_in_threadpool(
         ds.top_up, services.db, name, add=body.add, reason=body.reason, actor_role=role
@@ -79,7 +80,7 @@ async def archive_dataset(
 ) -> Any:
     """Archive a dataset (operator): its labels and example ids are deleted for good; its
     releases and its ledger are kept."""
-    require_json(request.headers.get("content-type"))
+    require_json(request)
     body = parse_model(DatasetArchive, await request.body())
     await run_in_threadpool(ds.archive, services.db, name, reason=body.reason, actor_role=role)
     row, release_ids = await run_in_threadpool(ds.get_dataset, services.db, name)

@@ -8,12 +8,13 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import ingest
-from labels_party.api.body import feed_stream, require_media
+from labels_party.api.body import feed_stream
 from labels_party.api.deps import Publisher, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
 from labels_party.parsing import ExampleStreamParser, parse_examples_json
 from labels_party.schemas import ExamplesBatch, ExamplesRegistered
+from shared.http.requests import require_media
 
 router = APIRouter(prefix="/v1/datasets", tags=["examples"])
 _PLAIN = {"text/plain": {"schema": {"type": "string", "description": "one example id per line"}}}

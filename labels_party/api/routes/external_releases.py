@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import external_releases as ext
-from labels_party.api.body import parse_model, require_json
+from labels_party.api.body import parse_model
 from labels_party.api.deps import Advertiser, ServicesDep
 from labels_party.api.errors import engine_field
 from labels_party.api.routes import json_body_doc
@@ -17,6 +17,7 @@ from labels_party.api.routes.releases import release_request
 from labels_party.errors import BadInputError, FieldError
 from labels_party.schemas import ExternalReleaseCreate, ReleasePublic
 from shared.errors import InvalidParameterError
+from shared.http.requests import require_json
 
 router = APIRouter(tags=["releases"])
 
@@ -40,7 +41,7 @@ async def create_external_release(
     The plan is recomputed from the dataset and n; the header must match it. The budget check,
     the release row and the ledger entries are one transaction. A replay returns 200.
     """
-    require_json(request.headers.get("content-type"))
+    require_json(request)
     body = parse_model(ExternalReleaseCreate, await request.body())
     request_ = release_request(body)
     try:

@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from labels_party.api.deps import Operator, ServicesDep
 from labels_party.db.models import datasets
 from labels_party.metrics import CONTENT_TYPE
-from shared.http_errors import database_error
+from shared.http.errors import database_error
 
 router = APIRouter(tags=["health"])
 

@@ -9,12 +9,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import ingest
-from labels_party.api.body import feed_stream, require_media
+from labels_party.api.body import feed_stream
 from labels_party.api.deps import Advertiser, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
 from labels_party.parsing import LabelStreamParser, parse_labels_json
 from labels_party.schemas import LabelsBatch, LabelsIngested
+from shared.http.requests import require_media
 
 router = APIRouter(prefix="/v1/datasets", tags=["labels"])
 log = logging.getLogger("labels_party")

@@ -9,13 +9,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from labels_party import model_releases as mr
-from labels_party.api.body import parse_model, require_json, require_media
+from labels_party.api.body import parse_model
 from labels_party.api.deps import Advertiser, MessageReader, Publisher, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
 from labels_party.errors import BadInputError, FieldError
 from labels_party.schemas import ModelReleaseCreate
 from shared.errors import InvalidParameterError
+from shared.http.requests import require_json, require_media
 from shared.message import JSON_MEDIA_TYPE
 from shared.model_message import MODEL_RELEASE_ID_PATTERN
 
@@ -61,7 +62,7 @@ async def create_model_release(
     request: Request, role: Advertiser, services: ServicesDep, name: str = NamePath
 ) -> Any:
     """Fit ``estimator`` on the labels joined with the public features; spend (epsilon, delta)."""
-    require_json(request.headers.get("content-type"))
+    require_json(request)
     body = parse_model(ModelReleaseCreate, await request.body())
     model_request = mr.ModelRequest(
         estimator=body.estimator,

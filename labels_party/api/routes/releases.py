@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from labels_party import catalog
 from labels_party import datasets as ds
 from labels_party import releases as rel
-from labels_party.api.body import parse_model, require_json
+from labels_party.api.body import parse_model
 from labels_party.api.deps import Advertiser, AnyRole, MessageReader, ServicesDep
 from labels_party.api.errors import engine_field
 from labels_party.api.routes import json_body_doc
@@ -32,6 +32,7 @@ from labels_party.schemas import (
 )
 from labels_party.trails import audited, logged_download
 from shared.errors import InvalidParameterError
+from shared.http.requests import require_json
 from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE, MessageHeader
 
 router = APIRouter(tags=["releases"])
@@ -80,7 +81,7 @@ async def create_release(
 
     With ``dry_run`` the plan is returned (200) and nothing is read or spent.
     """
-    require_json(request.headers.get("content-type"))
+    require_json(request)
     body = parse_model(ReleaseCreate, await request.body())
     if body.params.zeta is not None:
         row, _ = await run_in_threadpool(ds.get_dataset, services.db, name)

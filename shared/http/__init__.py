@@ -1,0 +1,1 @@
+"""The HTTP kit both services share: the error shape, request checks, bearer tokens, OpenAPI."""
