@@ -66,6 +66,8 @@ _ENGINE_FIELDS = {
     "select": "params.select",
     "outside": "params.outside",
 }
+# URL parameters named as the same thing is everywhere else (a dataset is ``dataset``).
+_URL_FIELDS = {"path.name": "dataset"}
 _LEADING_NAME = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)\b")
 
 
@@ -150,7 +152,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = field_errors(exc)
+        errors = [
+            FieldError(field=_URL_FIELDS.get(e.field, e.field), message=e.message)
+            for e in field_errors(exc)
+        ]
         return JSONResponse(error_body("invalid request", errors), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)

@@ -87,7 +87,7 @@ CASES = [
       '{"labels": [{"example_id": "a", "value": 1}]}'),
      404, "dataset"),
     ("labels bad dataset name",
-     ("POST", "/v1/datasets/bad%20name/labels", ADV, JSON, '{"labels": []}'), 422, "path.name"),
+     ("POST", "/v1/datasets/bad%20name/labels", ADV, JSON, '{"labels": []}'), 422, "dataset"),
     ("examples empty", ("POST", EXAMPLES, PUB, JSON, '{"example_ids": []}'), 422, "example_ids"),
     ("examples bad id", ("POST", EXAMPLES, PUB, JSON, '{"example_ids": ["ok", "no way"]}'), 422,
      "example_ids[1]"),
