@@ -79,17 +79,6 @@ def error_body(detail: str, errors: list[tuple[str, str]] | None = None) -> dict
     return http_errors.error_shape(detail, [(field or "body", msg) for field, msg in errors or []])
 
 
-def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
-    """``("body", "rows", 2, "features")`` -> ``rows[2].features``; query/path keep a prefix."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part != "body":
-            out += ("." if out else "") + str(part)
-    return out or "body"
-
-
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
@@ -113,9 +102,8 @@ def install(app: FastAPI) -> None:
         for error in exc.errors():
             if error.get("type") == "json_invalid":  # loc is ("body", <offset>)
                 errors.append(("body", f"malformed JSON: {error.get('ctx', {}).get('error', '')}"))
-                continue
-            message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-            errors.append((_loc(tuple(error.get("loc", ()))), message))
+            else:
+                errors.extend(http_errors.validation_problems([error]))
         return JSONResponse(status_code=422, content=error_body("invalid request", errors[:10]))
 
     @app.exception_handler(StarletteHTTPException)

@@ -5,16 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labels_party.errors import (
-    BadInputError,
-    FieldError,
     PayloadTooLargeError,
 )
-from shared import strict_input
 from shared.http import errors as http_errors
 from shared.http.requests import media_type
 
@@ -77,27 +74,6 @@ class BodyLimitMiddleware:
 
 def _too_large(limit: int) -> str:
     return f"request body exceeds the limit of {limit} bytes"
-
-
-def parse_model(model: type[ModelT], body: bytes) -> ModelT:
-    """Validate a JSON body against ``model`` (422 naming each bad field, no input echoed)."""
-    from labels_party.api.errors import field_errors
-
-    if not body.strip():
-        raise BadInputError(
-            "empty body: a JSON object is required",
-            [FieldError(field="body", message="is empty")],
-        )
-    repeated = strict_input.find_duplicate_key(body)
-    if repeated is not None:  # pydantic, like json, would silently keep the last one
-        raise BadInputError(
-            "a JSON object repeats a key",
-            [FieldError(field=repeated, message=strict_input.DUPLICATE_KEY_MESSAGE)],
-        )
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        raise BadInputError("invalid request body", field_errors(exc)) from None
 
 
 class StreamParser(Protocol):

@@ -14,7 +14,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from labels_party.errors import (
@@ -85,29 +84,11 @@ def engine_field(message: str) -> str:
     return _ENGINE_FIELDS.get(name, name if name.startswith("params.") else "params")
 
 
-def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "body"
-
-
-def field_errors(
-    exc: ValidationError | RequestValidationError, *, drop: int = 0
-) -> list[FieldError]:
-    """pydantic / FastAPI errors as FieldErrors, without the offending input."""
-    raw = exc.errors(include_input=False) if isinstance(exc, ValidationError) else exc.errors()
-    out = []
-    for err in raw:
-        loc = tuple(err.get("loc", ()))[drop:]
-        message = str(err.get("msg", "invalid"))
-        if message.startswith("Value error, "):
-            message = message.removeprefix("Value error, ")
-        out.append(FieldError(field=_loc(loc), message=message))
-    return out
+def field_errors(exc: RequestValidationError) -> list[FieldError]:
+    """FastAPI's errors as FieldErrors, without the offending input."""
+    return [
+        FieldError(field=f, message=m) for f, m in http_errors.validation_problems(exc.errors())
+    ]
 
 
 def install(app: FastAPI) -> None:

@@ -60,6 +60,26 @@ class HTTPProblem(Exception):
         self.headers = headers
 
 
+def location(loc: Iterable[Any]) -> str:
+    """A pydantic / FastAPI error location as a field: ``("body", "rows", 2, "x")`` ->
+    ``rows[2].x`` (a leading ``body`` dropped), ``("path", "name")`` -> ``path.name``."""
+    parts = list(loc)
+    if parts[:1] == ["body"]:
+        parts = parts[1:]
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out or "body"
+
+
+def validation_problems(errors: Iterable[Any]) -> list[tuple[str, str]]:
+    """pydantic / FastAPI error dicts as (field, message), never with the offending input."""
+    return [
+        (location(err.get("loc", ())), str(err.get("msg", "invalid")).removeprefix("Value error, "))
+        for err in errors
+    ]
+
+
 def internal_error_body() -> dict[str, Any]:
     """The body of every unexpected-error 500 (the same in both services)."""
     return error_shape(

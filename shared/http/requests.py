@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any, TypeVar
 
-from fastapi import Request
+from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
+from pydantic import BaseModel, ValidationError
 
-from shared.http.errors import HTTPProblem
+from shared import strict_input
+from shared.http.errors import HTTPProblem, validation_problems
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 JSON_MEDIA = ("application/json", "")  # a body without Content-Type is read as JSON
 
@@ -60,3 +65,34 @@ def require_media(content_type: str | None, allowed: Collection[str]) -> str:
 def require_json(request: Request) -> None:
     """A dependency for JSON-only endpoints (no Content-Type at all is read as JSON)."""
     require_media(request.headers.get("content-type"), JSON_MEDIA)
+
+
+def parse_json(model: type[ModelT], body: bytes) -> ModelT:
+    """A JSON body as ``model``, validated in pydantic's JSON mode (422 naming each bad field;
+    an empty body and a repeated key are refused, never silently read as the last one)."""
+    if not body.strip():
+        raise HTTPProblem(422, "empty body: a JSON object is required", [("body", "is empty")])
+    repeated = strict_input.find_duplicate_key(body)
+    if repeated is not None:
+        raise HTTPProblem(
+            422, "a JSON object repeats a key", [(repeated, strict_input.DUPLICATE_KEY_MESSAGE)]
+        )
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        problems = validation_problems(exc.errors(include_input=False))
+        raise HTTPProblem(422, "invalid request body", problems) from None
+
+
+def json_body(model: type[ModelT]) -> Any:
+    """A typed JSON body as a dependency: ``body: Annotated[Model, json_body(Model)]``.
+
+    415 unless the body is JSON, then :func:`parse_json`. Declare it after the role dependency:
+    dependencies run in order, so a caller without the role learns nothing about the body.
+    """
+
+    async def read(request: Request) -> ModelT:
+        require_json(request)
+        return parse_json(model, await request.body())
+
+    return Depends(read)

@@ -105,6 +105,28 @@ def test_auth_comes_before_body_validation(matrix_client):
     assert unknown.status_code == 403  # not 404: dataset existence is not revealed either
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/datasets",
+        "/v1/datasets/ds/budget",
+        "/v1/datasets/ds/archive",
+        "/v1/datasets/ds/releases",
+        "/v1/datasets/ds/external-releases",
+        "/v1/datasets/ds/model-releases",
+    ],
+)
+@pytest.mark.parametrize(
+    ("content", "kind"),
+    [(b"", "application/json"), (b'{"a": 1, "a": 2}', "application/json"), (b"x", "text/xml")],
+)
+def test_every_typed_body_is_read_only_after_the_token(matrix_client, path, content, kind):
+    """Empty, repeated-key and non-JSON bodies: 401 without a token, never the body's error."""
+    answer = matrix_client.post(path, content=content, headers={"content-type": kind})
+    assert answer.status_code == 401, (path, answer.text)
+    assert answer.json()["errors"][0]["field"] == "Authorization"
+
+
 def test_docs_are_public(matrix_client):
     assert matrix_client.get("/openapi.json").status_code == 200
 

@@ -1,4 +1,5 @@
-"""One APIRouter per resource; request bodies are read by hand (after the role check)."""
+"""One APIRouter per resource; JSON bodies are typed parameters read after the role check
+(``shared.http.requests.json_body``), bulk streams are parsed as they arrive."""
 
 from __future__ import annotations
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import catalog
 from labels_party import datasets as ds
-from labels_party.api.body import parse_model
 from labels_party.api.deps import AnyRole, Operator, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.schemas import (
@@ -20,7 +19,7 @@ from labels_party.schemas import (
     DatasetPublic,
     ReleaseList,
 )
-from shared.http.requests import require_json
+from shared.http.requests import json_body
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 NamePath = Path(pattern=ds.LOOKUP_PATTERN, description="dataset name")
@@ -33,10 +32,10 @@ NamePath = Path(pattern=ds.LOOKUP_PATTERN, description="dataset name")
     response_model_exclude_unset=True,
     openapi_extra=json_body_doc(DatasetCreate),
 )
-async def create_dataset(request: Request, role: Operator, services: ServicesDep) -> Any:
+async def create_dataset(
+    role: Operator, services: ServicesDep, body: Annotated[DatasetCreate, json_body(DatasetCreate)]
+) -> Any:
     """Create a dataset with public label bounds, a default label and a privacy budget."""
-    require_json(request)
-    body = parse_model(DatasetCreate, await request.body())
     spec = ds.DatasetSpec(
         name=body.name,
         label_min=float(body.label_min),
@@ -60,11 +59,12 @@ def get_dataset(role: AnyRole, services: ServicesDep, name: str = NamePath) -> A
     "/{name}/budget", response_model=DatasetPublic, openapi_extra=json_body_doc(BudgetTopUp)
 )
 async def top_up_budget(
-    request: Request, role: Operator, services: ServicesDep, name: str = NamePath
+    role: Operator,
+    services: ServicesDep,
+    body: Annotated[BudgetTopUp, json_body(BudgetTopUp)],
+    name: str = NamePath,
 ) -> Any:
     """Raise a dataset's privacy budget (operator): ledgered with who and why, never silent."""
-    require_json(request)
-    body = parse_model(BudgetTopUp, await request.body())
     await run_in_threadpool(
         ds.top_up, services.db, name, add=body.add, reason=body.reason, actor_role=role
     )
@@ -76,12 +76,13 @@ async def top_up_budget(
     "/{name}/archive", response_model=DatasetPublic, openapi_extra=json_body_doc(DatasetArchive)
 )
 async def archive_dataset(
-    request: Request, role: Operator, services: ServicesDep, name: str = NamePath
+    role: Operator,
+    services: ServicesDep,
+    body: Annotated[DatasetArchive, json_body(DatasetArchive)],
+    name: str = NamePath,
 ) -> Any:
     """Archive a dataset (operator): its labels and example ids are deleted for good; its
     releases and its ledger are kept."""
-    require_json(request)
-    body = parse_model(DatasetArchive, await request.body())
     await run_in_threadpool(ds.archive, services.db, name, reason=body.reason, actor_role=role)
     row, release_ids = await run_in_threadpool(ds.get_dataset, services.db, name)
     return ds.public_view(row, release_ids, role=role)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import external_releases as ext
-from labels_party.api.body import parse_model
 from labels_party.api.deps import Advertiser, ServicesDep
 from labels_party.api.errors import engine_field
 from labels_party.api.routes import json_body_doc
@@ -17,7 +16,7 @@ from labels_party.api.routes.releases import release_request
 from labels_party.errors import BadInputError, FieldError
 from labels_party.schemas import ExternalReleaseCreate, ReleasePublic
 from shared.errors import InvalidParameterError
-from shared.http.requests import require_json
+from shared.http.requests import json_body
 
 router = APIRouter(tags=["releases"])
 
@@ -30,10 +29,10 @@ router = APIRouter(tags=["releases"])
     openapi_extra=json_body_doc(ExternalReleaseCreate),
 )
 async def create_external_release(
-    request: Request,
     response: Response,
     role: Advertiser,
     services: ServicesDep,
+    body: Annotated[ExternalReleaseCreate, json_body(ExternalReleaseCreate)],
     name: str = NamePath,
 ) -> Any:
     """Check an externally executed release against the plan and spend its epsilon.
@@ -41,8 +40,6 @@ async def create_external_release(
     The plan is recomputed from the dataset and n; the header must match it. The budget check,
     the release row and the ledger entries are one transaction. A replay returns 200.
     """
-    require_json(request)
-    body = parse_model(ExternalReleaseCreate, await request.body())
     request_ = release_request(body)
     try:
         meta, new = await run_in_threadpool(

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from labels_party import model_releases as mr
-from labels_party.api.body import parse_model
 from labels_party.api.deps import Advertiser, MessageReader, Publisher, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
 from labels_party.errors import BadInputError, FieldError
 from labels_party.schemas import ModelReleaseCreate
 from shared.errors import InvalidParameterError
-from shared.http.requests import require_json, require_media
+from shared.http.requests import json_body, require_media
 from shared.message import JSON_MEDIA_TYPE
 from shared.model_message import MODEL_RELEASE_ID_PATTERN
 
@@ -59,11 +58,13 @@ async def upload_public_features(
     openapi_extra=json_body_doc(ModelReleaseCreate),
 )
 async def create_model_release(
-    request: Request, role: Advertiser, services: ServicesDep, name: str = NamePath
+    request: Request,
+    role: Advertiser,
+    services: ServicesDep,
+    body: Annotated[ModelReleaseCreate, json_body(ModelReleaseCreate)],
+    name: str = NamePath,
 ) -> Any:
     """Fit ``estimator`` on the labels joined with the public features; spend (epsilon, delta)."""
-    require_json(request)
-    body = parse_model(ModelReleaseCreate, await request.body())
     model_request = mr.ModelRequest(
         estimator=body.estimator,
         privacy=body.privacy,

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -15,7 +15,6 @@ from fastapi.responses import StreamingResponse
 from labels_party import catalog
 from labels_party import datasets as ds
 from labels_party import releases as rel
-from labels_party.api.body import parse_model
 from labels_party.api.deps import Advertiser, AnyRole, MessageReader, ServicesDep
 from labels_party.api.errors import engine_field
 from labels_party.api.routes import json_body_doc
@@ -32,7 +31,7 @@ from labels_party.schemas import (
 )
 from labels_party.trails import audited, logged_download
 from shared.errors import InvalidParameterError
-from shared.http.requests import require_json
+from shared.http.requests import json_body
 from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE, MessageHeader
 
 router = APIRouter(tags=["releases"])
@@ -71,18 +70,16 @@ def _release_field() -> Iterator[None]:
     openapi_extra=json_body_doc(ReleaseCreate),
 )
 async def create_release(
-    request: Request,
     response: Response,
     role: Advertiser,
     services: ServicesDep,
+    body: Annotated[ReleaseCreate, json_body(ReleaseCreate)],
     name: str = NamePath,
 ) -> Any:
     """Randomize every registered example's label and store the one message, spending epsilon.
 
     With ``dry_run`` the plan is returned (200) and nothing is read or spent.
     """
-    require_json(request)
-    body = parse_model(ReleaseCreate, await request.body())
     if body.params.zeta is not None:
         row, _ = await run_in_threadpool(ds.get_dataset, services.db, name)
         _check_zeta(body.params.zeta, width=row.label_max - row.label_min)
