@@ -349,14 +349,30 @@ def load_inputs(spark: Any, config: JobConfig, *, default_label: float) -> tuple
     return universe, labelled
 
 
-def joined_sorted(universe: Any, labelled: Any, *, default_label: float) -> Any:
-    """Every universe id with its label or the default, sorted by id (range-partitioned)."""
+# Rows per partition of the sorted frame. Each partition is one Python task per pass (count,
+# randomize) and one Parquet file; Spark's default of 200 shuffle partitions made a 10^6-id
+# release 200 tasks of ~0.1 s fixed cost each (bench/results/spark_release.md). Arrow streams a
+# partition in batches, so a large partition does not mean large worker memory.
+ROWS_PER_PARTITION = 4_000_000
+
+
+def sorted_partitions(n: int, parallelism: int) -> int:
+    """How many range partitions for ``n`` rows: one per core at least, else ~4M rows each."""
+    return max(1, parallelism, -(-n // ROWS_PER_PARTITION))
+
+
+def joined_sorted(universe: Any, labelled: Any, *, default_label: float, n: int) -> Any:
+    """Every universe id with its label or the default, sorted by id: range partitions in id
+    order (:func:`sorted_partitions` of them), each sorted, so the part files in name order are
+    the global order (``hash_body`` checks it)."""
     from pyspark.sql import functions as F
 
     joined = universe.join(labelled, "example_id", "left").select(
         "example_id", F.coalesce(F.col("value"), F.lit(float(default_label))).alias("label")
     )
-    return joined.orderBy("example_id")
+    parallelism = joined.sparkSession.sparkContext.defaultParallelism
+    partitions = sorted_partitions(n, parallelism)
+    return joined.repartitionByRange(partitions, "example_id").sortWithinPartitions("example_id")
 
 
 def count_partitions(frame: Any, plan: ReleasePlan) -> LabelCounts:
@@ -521,7 +537,7 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
             raise SparkJobError(f"the plan is refused: {exc}") from None
         check_budget(info, plan)
         lap("validate")
-        frame = joined_sorted(universe, labelled, default_label=default)
+        frame = joined_sorted(universe, labelled, default_label=default, n=n)
         from pyspark import StorageLevel
 
         frame = frame.persist(StorageLevel.DISK_ONLY)

@@ -111,7 +111,7 @@ def test_same_noisy_prior_gives_the_same_plan_and_parameters_as_the_service_path
     assert service_plan == plan
     universe = spark.createDataFrame([(i,) for i in ids], "example_id string")
     labels = spark.createDataFrame(list(labelled.items()), "example_id string, value double")
-    frame = spark_job.joined_sorted(universe, labels, default_label=0.0)
+    frame = spark_job.joined_sorted(universe, labels, default_label=0.0, n=len(ids))
     counts = spark_job.count_partitions(frame, plan)
     job = noisy_prior_from_counts(plan, counts, np.random.default_rng(5))
     service = measure(plan, _labels_in_order(ids, labelled), np.random.default_rng(5))
@@ -277,3 +277,27 @@ def test_bad_input_is_refused_before_anything_is_spent(
     assert not config.out.exists() and not config.staging.exists()
     assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == 0
     assert [e["kind"] for e in labels_party.ledger(name)] == ["dataset"]
+
+
+def test_sorted_partitions_follow_the_data_not_a_fixed_200() -> None:
+    """One partition per core at least, else about ROWS_PER_PARTITION rows each."""
+    per = spark_job.ROWS_PER_PARTITION
+    assert spark_job.sorted_partitions(10, 2) == 2
+    assert spark_job.sorted_partitions(10**6, 2) == 2
+    assert spark_job.sorted_partitions(10**8, 2) == -(-(10**8) // per)
+    assert spark_job.sorted_partitions(per * 5 + 1, 2) == 6
+    assert spark_job.sorted_partitions(10**6, 64) == 64
+    assert spark_job.sorted_partitions(0, 0) == 1
+
+
+def test_the_sorted_frame_is_globally_ordered_across_its_partitions(spark: Any) -> None:
+    ids = [f"id{i:05d}" for i in np.random.default_rng(3).permutation(5000)]
+    universe = spark.createDataFrame([(i,) for i in ids], "example_id string")
+    labels = spark.createDataFrame([(ids[0], 1.0)], "example_id string, value double")
+    frame = spark_job.joined_sorted(universe, labels, default_label=0.0, n=len(ids))
+    assert frame.rdd.getNumPartitions() == spark_job.sorted_partitions(
+        len(ids), spark.sparkContext.defaultParallelism
+    )
+    parts = frame.rdd.glom().map(lambda rows: [row.example_id for row in rows]).collect()
+    assert sum(len(p) for p in parts) == len(ids) and all(parts)
+    assert [i for p in parts for i in p] == sorted(ids)  # partition order is id order
