@@ -122,24 +122,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--arrow-batch", type=int, nargs="+", default=None,
+        help="rows per Arrow batch to compare side by side (default: the job's own setting)",
+    )  # fmt: skip
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
-
     from demo.services import new_tokens, start_labels_party
-    from labels_party.spark_job import JobConfig, python_workers, run
+    from labels_party.spark_job import ARROW_BATCH_ROWS, JobConfig, run, spark_session
     from shared.client import LabelsPartyClient
 
-    python_workers()
-    spark = (
-        SparkSession.builder.master(args.master)
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.speculation", "false")
-        .config("spark.sql.ansi.enabled", "true")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
+    spark = spark_session(
+        args.master, {"spark.driver.memory": "2g", "spark.ui.showConsoleProgress": "false"}
     )
+    batches = args.arrow_batch or [ARROW_BATCH_ROWS]
     spark.sparkContext.setLogLevel("ERROR")
     cores = spark.sparkContext.defaultParallelism
     print(f"kernel: {kernel_rate():.3g} labels/s on one core")
@@ -159,27 +155,31 @@ def main() -> None:
                 t0 = time.perf_counter()
                 examples, labels = make_inputs(spark, n, root / name)
                 generate = time.perf_counter() - t0
-                config = JobConfig(
-                    dataset=name, labels_url=service.url, token=tokens["advertiser"],
-                    examples=str(examples), labels=str(labels), epsilon=Decimal("1"),
-                    out=root / f"{name}-message",
-                )  # fmt: skip
-                with MemorySampler() as memory:
-                    start = time.perf_counter()
-                    result = run(config, spark=spark)
-                    total = time.perf_counter() - start
-                stages = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
-                rate = n / result.timings["randomize_write"] / cores
-                line = (
-                    f"n={n:.0e}: generate {generate:.1f}s; job {total:.1f}s ({stages}); "
-                    f"randomize+write stage {rate:.3g} labels/s/core; peak RSS driver python "
-                    f"{memory.driver / 1024:.0f} MiB, JVM + workers {memory.others / 1024:.0f} MiB"
-                )
-                if n <= 10_000_000:
-                    single = single_process(n, seed=1)["seconds"]
-                    ratio = total / single
-                    line += f"; single-process execute {single:.2f}s (Spark / single {ratio:.1f}x)"
-                print(line, flush=True)
+                print(f"n={n:.0e}: generate {generate:.1f}s", flush=True)
+                for run_number, batch in enumerate(batches):
+                    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch))
+                    config = JobConfig(
+                        dataset=name, labels_url=service.url, token=tokens["advertiser"],
+                        examples=str(examples), labels=str(labels), epsilon=Decimal("1"),
+                        out=root / f"{name}-message-{run_number}",
+                    )  # fmt: skip
+                    with MemorySampler() as memory:
+                        start = time.perf_counter()
+                        result = run(config, spark=spark)
+                        total = time.perf_counter() - start
+                    stages = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
+                    rate = n / result.timings["randomize_write"] / cores
+                    line = (
+                        f"  arrow batch {batch}: job {total:.1f}s ({stages}); randomize+write "
+                        f"stage {rate:.3g} labels/s/core; peak RSS driver python "
+                        f"{memory.driver / 1024:.0f} MiB, JVM + workers "
+                        f"{memory.others / 1024:.0f} MiB"
+                    )
+                    if n <= 10_000_000:
+                        single = single_process(n, seed=1)["seconds"]
+                        ratio = total / single
+                        line += f"; single-process {single:.2f}s (Spark / single {ratio:.1f}x)"
+                    print(line, flush=True)
         finally:
             service.stop()
     spark.stop()

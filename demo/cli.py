@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shared.cli_args import from_args
 from shared.errors import LabelDPError
 from shared.plan import mechanisms
 
@@ -138,19 +139,7 @@ def demo_command(args: argparse.Namespace) -> int:
         print(f"labeldp demo: {exc}", file=sys.stderr)
         return 2
 
-    options = DemoOptions(
-        epsilon=args.epsilon,
-        mechanism=args.mechanism,
-        epsilon_histogram=histogram,
-        budget=args.budget,
-        model=args.model,
-        label_transform=args.label_transform,
-        test_share=args.test_share,
-        seed=args.seed,
-        workdir=args.workdir,
-        keep=not args.clean,
-        plot=args.plot,
-    )
+    options = from_args(DemoOptions, args, epsilon_histogram=histogram, keep=not args.clean)
     progress = Progress(enabled=not args.quiet)
     try:
         summary = run_demo(data, options, progress)

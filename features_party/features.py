@@ -23,6 +23,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from features_party.db.models import FeatureDataset, FeatureRow
+from shared.client import FeatureUploadResult
 from shared.message import check_example_id
 from shared.strict_input import NUMBER_RULE, parse_decimal
 
@@ -368,16 +369,6 @@ def load_schema(session: Session, name: str) -> list[tuple[str, Kind]] | None:
     return [(column, kind) for column, kind in json.loads(dataset.columns_json)]
 
 
-@dataclass(frozen=True, kw_only=True)
-class StoreResult:
-    received: int
-    inserted: int
-    unchanged: int
-    replaced: int
-    rows_total: int
-    columns: dict[str, str]
-
-
 def _dumps(values: Sequence[Cell]) -> str:
     return json.dumps(list(values), separators=(",", ":"), allow_nan=False)
 
@@ -389,7 +380,7 @@ def store_batch(
     *,
     categorical: Sequence[str] = (),
     overwrite: bool = False,
-) -> StoreResult:
+) -> FeatureUploadResult:
     """Validate and store one batch in the caller's transaction (all or nothing)."""
     check_dataset_name(name)
     dataset = session.get(FeatureDataset, name)
@@ -454,7 +445,8 @@ def store_batch(
             [{"dataset": name, "example_id": eid, "values_json": rows[eid]} for eid in new],
         )
     total = count_rows(session, name)
-    return StoreResult(
+    return FeatureUploadResult(
+        dataset=name,
         received=len(batch.example_ids),
         inserted=len(new),
         unchanged=len(existing) - len(changed),

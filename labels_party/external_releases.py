@@ -22,7 +22,6 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import select
 
-from labels_party import accountant, ledger
 from labels_party import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import releases
@@ -30,13 +29,14 @@ from labels_party.errors import BadInputError, ConflictError, FieldError
 from labels_party.releases import (
     RELEASE_ID_PATTERN,
     ReleaseRequest,
-    _json_safe,
     _public,
     plan_for,
     release_charges,
+    release_record,
+    store_and_spend,
 )
 from shared.mechanisms.histogram import bin_edges
-from shared.message import FORMAT_VERSION, MessageHeader
+from shared.message import FORMAT_VERSION, MessageHeader, json_safe
 from shared.plan import ReleasePlan
 
 EXTERNAL = "external"
@@ -116,39 +116,24 @@ def record(
     with db.read() as conn:
         row = ds.load(conn, dataset)
     plan = plan_for(row, request, n=n)
-    ours = _json_safe(plan.public())
+    ours = json_safe(plan.public())
     for key in sorted(set(ours) | set(plan_given)):
         if ours.get(key) != plan_given.get(key):
             raise _refuse(f"plan.{key}", f"must be {ours.get(key)!r} (recomputed here)")
     check_against_plan(header, plan, row, requested=request.mechanism)
     text = header_bytes(header)
-    params = _json_safe(header.params)
-    record_ = {
-        "id": header.release_id,
-        "requested_mechanism": request.mechanism,
-        "mechanism": header.mechanism,
-        "params": ledger.canonical_json(params),
-        **accountant.columns("epsilon1", plan.epsilon1),
-        **accountant.columns("epsilon2", plan.epsilon2),
-        **accountant.columns("epsilon", plan.epsilon),
-        "n": plan.n,
-        "created": header.created.isoformat(timespec="microseconds").replace("+00:00", "Z"),
-        "message_sha256": header.body_sha256,
-        "binary_sha256": hashlib.sha256(text).hexdigest(),
-        "binary_size": len(text),
-        "expected_label_mse": None,
-        "actor_role": actor_role,
-        "storage": EXTERNAL,
-        "external_header": text.decode("utf-8"),
-    }
-    record_ |= {"epsilon1": plan.epsilon1_float, "epsilon2": plan.randomizer_float}
-    charges = release_charges(
+    record_ = release_record(
+        header,
         plan,
         requested_mechanism=request.mechanism,
-        mechanism=header.mechanism,
-        params=params,
-        bins=plan.bins,
-        recommended_transform=header.recommended_transform,
+        actor_role=actor_role,
+        binary_sha256=hashlib.sha256(text).hexdigest(),
+        binary_size=len(text),
+        storage=EXTERNAL,
+        external_header=text.decode("utf-8"),
+    )
+    charges = release_charges(
+        plan, requested_mechanism=request.mechanism, header=header, bins=plan.bins
     )
     with db.write() as conn:
         current = ds.load(conn, row.name, for_update=True)
@@ -165,15 +150,5 @@ def record(
                     [FieldError(field="header.release_id", message="already used")],
                 )
             return _public(existing, dataset=row.name, bins=plan.bins), False
-        accountant.Budget.of(current).check(plan.epsilon)
-        conn.execute(releases.insert().values(dataset_id=row.id, **record_))
-        accountant.spend(
-            conn,
-            current,
-            charges,
-            time=ds.utc_now(),
-            release_id=header.release_id,
-            actor_role=actor_role,
-            message_sha256=header.body_sha256,
-        )
+        store_and_spend(conn, current, record_, charges, plan, time=ds.utc_now())
     return _public(record_, dataset=row.name, bins=plan.bins), True

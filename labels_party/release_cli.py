@@ -10,6 +10,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from shared.cli_args import from_args
+from shared.plan import mechanisms
+
 TOKEN_ENV = "LABELDP_ADVERTISER_TOKEN"
 
 
@@ -20,6 +23,16 @@ def _amount(text: str) -> Decimal:
         raise argparse.ArgumentTypeError(f"{text!r} is not a decimal number") from None
     if not value.is_finite() or value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return value
+
+
+def _params(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a JSON object")
     return value
 
 
@@ -38,12 +51,10 @@ def register_commands(commands: Any) -> None:
     parser.add_argument("--id-column", default="example_id")
     parser.add_argument("--value-column", default="value")
     parser.add_argument("--epsilon", type=_amount, required=True)
-    parser.add_argument(
-        "--mechanism", choices=["auto", "rpwithprior", "rr_on_bins"], default="auto"
-    )
+    parser.add_argument("--mechanism", choices=mechanisms(), default="auto")
     parser.add_argument("--epsilon-histogram", type=_amount, default=None)
     parser.add_argument(
-        "--params", type=json.loads, default={}, help='JSON, e.g. {"bins": 64, "model_dim": 5}'
+        "--params", type=_params, default={}, help='JSON, e.g. {"bins": 64, "model_dim": 5}'
     )
     parser.add_argument("--out", type=Path, required=True, help="where the message is published")
     parser.add_argument("--master", default="local[*]")
@@ -59,22 +70,7 @@ def release_command(args: argparse.Namespace) -> int:
     if not token:
         print(f"labeldp release: set {TOKEN_ENV} to the advertiser token", file=sys.stderr)
         return 2
-    config = JobConfig(
-        dataset=args.dataset,
-        labels_url=args.labels_url,
-        token=token,
-        examples=args.examples,
-        labels=args.labels,
-        id_column=args.id_column,
-        value_column=args.value_column,
-        epsilon=args.epsilon,
-        mechanism=args.mechanism,
-        epsilon_histogram=args.epsilon_histogram,
-        params=dict(args.params),
-        out=args.out,
-        master=args.master,
-        resume=args.resume,
-    )
+    config = from_args(JobConfig, args, token=token)
     try:
         result = run(config)
     except SparkJobError as exc:

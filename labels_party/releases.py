@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 import numpy as np
-from sqlalchemy import insert, select, update
+from sqlalchemy import Connection, insert, select, update
 
 from labels_party import accountant, ledger
 from labels_party import datasets as ds
@@ -45,10 +45,11 @@ from labels_party.parsing import gc_paused
 from shared import epsilon as amounts
 from shared.message import (
     MessageHeader,
-    NoisyHistogram,
     body_sha256,
     encode_sections,
+    header_for,
     json_from_sections,
+    json_safe,
 )
 from shared.plan import ReleasePlan, plan_release
 from shared.randomizer import Release, execute
@@ -99,16 +100,6 @@ class _Snapshot:
 
 class _StaleSnapshot(Exception):
     """The labels changed between the snapshot and the write lock."""
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | np.ndarray):
-        return [_json_safe(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -220,94 +211,116 @@ class ReleaseService:
         if release.plan is not plan:  # the budget covers this plan's amounts only
             raise RuntimeError("the randomizer ran another plan than it was given")
         release_id = new_release_id()
-        created = datetime.now(UTC)
-        created_text = created.isoformat(timespec="microseconds").replace("+00:00", "Z")
-        params = _json_safe(release.params)
-        header = MessageHeader(
+        header = header_for(
+            release,
             release_id=release_id,
             dataset=row.name,
-            created=created,
-            mechanism=release.mechanism,
-            params=params,
-            epsilon1=plan.epsilon1_float,
-            epsilon2=plan.randomizer_float,
-            label_min=row.label_min,
-            label_max=row.label_max,
             default_label=row.default_label,
-            histogram=NoisyHistogram(**_json_safe(release.prior.to_dict())),
             n=n,
             body_sha256=body_sha256([snap.ids_text], noisy),
-            model_dim=release.model_dim,
-            label_mean=release.label_mean,
-            label_mean_epsilon=release.label_mean_epsilon,
-            label_mean_variance=release.label_mean_variance,
-            recommended_transform=release.recommended_transform,
+            created=datetime.now(UTC),
         )
         chunks = _chunks(header, snap.ids_text, noisy)
         digest = hashlib.sha256()
         for chunk in chunks:
             digest.update(chunk["data"])
-        record = {
-            "id": release_id,
-            "requested_mechanism": request.mechanism,
-            "mechanism": release.mechanism,
-            "params": ledger.canonical_json(params),
-            **accountant.columns("epsilon1", plan.epsilon1),
-            **accountant.columns("epsilon2", plan.epsilon2),
-            **accountant.columns("epsilon", plan.epsilon),
-            "n": n,
-            "created": created_text,
-            "message_sha256": header.body_sha256,
-            "binary_sha256": digest.hexdigest(),
-            "binary_size": sum(chunk["size"] for chunk in chunks),
-            "expected_label_mse": _finite_or_none(release.expected_label_mse),
-            "actor_role": actor_role,
-        }
-        # The release row stores the floats each step ran at; the exact columns what it paid.
-        record |= {"epsilon1": plan.epsilon1_float, "epsilon2": plan.randomizer_float}
+        record = release_record(
+            header,
+            plan,
+            requested_mechanism=request.mechanism,
+            actor_role=actor_role,
+            binary_sha256=digest.hexdigest(),
+            binary_size=sum(chunk["size"] for chunk in chunks),
+            expected_label_mse=_finite_or_none(release.expected_label_mse),
+        )
         charges = release_charges(
             plan,
             requested_mechanism=request.mechanism,
-            mechanism=release.mechanism,
-            params=params,
+            header=header,
             bins=release.prior.k,
-            recommended_transform=release.recommended_transform,
         )
         with self._db.write() as conn:
             current = ds.load(conn, row.name, for_update=True)
             if current.data_version != row.data_version:
                 raise _StaleSnapshot
-            accountant.Budget.of(current).check(plan.epsilon)
-            conn.execute(insert(releases).values(dataset_id=row.id, **record))
+            store_and_spend(conn, current, record, charges, plan, time=record["created"])
             for chunk in chunks:
                 conn.execute(insert(message_chunks).values(release_id=release_id, **chunk))
-            accountant.spend(
-                conn,
-                current,
-                charges,
-                time=created_text,
-                release_id=release_id,
-                actor_role=actor_role,
-                message_sha256=header.body_sha256,
-            )
             conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
             if self._commit_delay:
                 time.sleep(self._commit_delay)
         return _public(record, dataset=row.name, bins=release.prior.k)
 
 
-def release_charges(
+def release_record(
+    header: MessageHeader,
     plan: ReleasePlan,
     *,
     requested_mechanism: str,
-    mechanism: str,
-    params: dict[str, Any],
-    bins: int,
-    recommended_transform: str | None,
+    actor_role: str,
+    binary_sha256: str,
+    binary_size: int,
+    expected_label_mse: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The ``releases`` row of a release with ``header`` that ran ``plan`` (the service's or an
+    external one): the floats each step ran at, and the exact amounts it paid."""
+    paid = {
+        **accountant.columns("epsilon1", plan.epsilon1),
+        **accountant.columns("epsilon2", plan.epsilon2),
+        **accountant.columns("epsilon", plan.epsilon),
+    }
+    return {
+        "id": header.release_id,
+        "requested_mechanism": requested_mechanism,
+        "mechanism": header.mechanism,
+        "params": ledger.canonical_json(json_safe(header.params)),
+        **paid,
+        "epsilon1": plan.epsilon1_float,
+        "epsilon2": plan.randomizer_float,
+        "n": plan.n,
+        "created": header.created.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        "message_sha256": header.body_sha256,
+        "binary_sha256": binary_sha256,
+        "binary_size": binary_size,
+        "expected_label_mse": expected_label_mse,
+        "actor_role": actor_role,
+        **extra,
+    }
+
+
+def store_and_spend(
+    conn: Connection,
+    row: ds.DatasetRow,
+    record: dict[str, Any],
+    charges: list[accountant.Charge],
+    plan: ReleasePlan,
+    *,
+    time: str,
+) -> None:
+    """Store the release row and spend its charges at ``time``, in the caller's write
+    transaction (``row`` read for update): the spend is refused if it does not fit."""
+    accountant.Budget.of(row).check(plan.epsilon)
+    conn.execute(insert(releases).values(dataset_id=row.id, **record))
+    accountant.spend(
+        conn,
+        row,
+        charges,
+        time=time,
+        release_id=record["id"],
+        actor_role=record["actor_role"],
+        message_sha256=record["message_sha256"],
+    )
+
+
+def release_charges(
+    plan: ReleasePlan, *, requested_mechanism: str, header: MessageHeader, bins: int
 ) -> list[accountant.Charge]:
     """The two ledger entries of a release of ``plan`` (the service's or an external one):
     epsilon1 (histogram + DP mean, split exactly in its parameters) and epsilon2 (the
     randomizer and its public parameters)."""
+    mechanism, params = header.mechanism, json_safe(header.params)
+    recommended_transform = header.recommended_transform
     mean = plan.label_mean_epsilon
     return [
         accountant.Charge(
@@ -330,7 +343,7 @@ def release_charges(
             epsilon=plan.epsilon2,
             parameters={
                 "requested_mechanism": requested_mechanism,
-                "options": _json_safe(dict(plan.options)),
+                "options": json_safe(dict(plan.options)),
                 "model_dim": plan.model_dim,
                 "params": params,
                 "n": plan.n,

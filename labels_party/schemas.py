@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from labels_party.datasets import MAX_BINS, NAME_PATTERN
 from shared.errors import InvalidParameterError
+from shared.mechanisms import registry
 from shared.message import EXAMPLE_ID_PATTERN
 from shared.plan import check_mechanism
 from shared.selection import MAX_MODEL_DIM
@@ -104,7 +105,7 @@ class ReleaseRequestBody(BaseModel):
     mechanism: str = Field(
         default="auto",
         description="auto (the default: the registered mechanism the noisy prior predicts "
-        "trains best), or a registered mechanism: rpwithprior, rr_on_bins",
+        "trains best), or a registered mechanism: " + ", ".join(registry.names()),
     )
     epsilon: Decimal = Field(
         gt=0,

@@ -15,8 +15,9 @@ Alg. 4 through ``shared.randomizer``) where the advertiser's conversions live, i
 4. On the driver, ONCE: ``noisy_prior_from_counts`` (the engine's exact discrete Laplace
    samplers, OS CSPRNG) and ``choose_randomizer`` from ``shared.plan.plan_release``'s plan,
    the same functions the service runs.
-5. Randomize each partition with the chosen mechanism's vectorised ``randomize`` (whole Arrow
-   batches through numba) and the OS CSPRNG inside each executor; write the result EXACTLY ONCE
+5. Randomize each partition with the chosen mechanism's vectorised ``randomize`` (a
+   non-deterministic iterator UDF: the label column in Arrow batches through numba, the ids stay
+   in the JVM) and the OS CSPRNG inside each executor; write the result EXACTLY ONCE
    to ``<out>.staging/body`` (Parquet: ``example_id``, ``noisy_label``). Spark re-runs a task that
    fails; only the attempt that commits its files is kept, and the files are never recomputed:
    every later step reads them back. A seeded mode (``seed``; per-partition, per-attempt seeds)
@@ -50,21 +51,22 @@ from typing import Any
 
 import numpy as np
 
-from labels_party.releases import _json_safe, new_release_id
+from labels_party.releases import new_release_id
 from shared import epsilon as amounts
 from shared.client import LabelsPartyClient, ServiceError, _segment
 from shared.domain import LabelDomain
 from shared.errors import LabelDPError
-from shared.message import EXAMPLE_ID_PATTERN, MessageHeader, NoisyHistogram
+from shared.message import EXAMPLE_ID_PATTERN, MessageHeader, header_for, json_safe
 from shared.plan import ReleasePlan, plan_release
 from shared.randomizer import (
     LabelCounts,
     LabelMechanism,
+    NoisyPrior,
     choose_randomizer,
+    describe,
     noisy_prior_from_counts,
 )
 from shared.rng import Rng, SystemRandom
-from shared.selection import recommended_transform
 
 BODY, HEADER, REQUEST = "body", "header.json", "request.json"
 # Test hooks (never set in production): stop the job at a step, as a crash would.
@@ -128,14 +130,9 @@ def request_body(config: JobConfig, plan: ReleasePlan, header: MessageHeader) ->
         ),
         "params": dict(config.params),
         "n": plan.n,
-        "plan": _plain(plan.public()),
+        "plan": json_safe(plan.public()),
         "header": json.loads(header.model_dump_json()),
     }
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready (numpy scalars and arrays as Python numbers and lists)."""
-    return _json_safe(value)
 
 
 def make_plan(config: JobConfig, info: dict[str, Any], *, n: int) -> ReleasePlan:
@@ -171,32 +168,18 @@ def build_header(
     release_id: str,
     mechanism: str,
     randomizer: LabelMechanism,
-    measured: Any,
+    measured: NoisyPrior,
     body_sha256: str,
 ) -> MessageHeader:
-    """The message header, the same fields the service writes (``releases.py``)."""
-    params = _plain(randomizer.public_params())
-    return MessageHeader(
+    """The message header, written by the same function as the service's (``header_for``)."""
+    return header_for(
+        describe(plan, measured, mechanism, randomizer, np.empty(0)),
         release_id=release_id,
         dataset=info["name"],
-        created=datetime.now(UTC),
-        mechanism=mechanism,  # type: ignore[arg-type]
-        params=params,
-        epsilon1=plan.epsilon1_float,
-        epsilon2=plan.randomizer_float,
-        label_min=plan.lo,
-        label_max=plan.hi,
         default_label=float(info["default_label"]),
-        histogram=NoisyHistogram(**_plain(measured.prior.to_dict())),
         n=plan.n,
         body_sha256=body_sha256,
-        model_dim=plan.model_dim,
-        label_mean=measured.label_mean,
-        label_mean_epsilon=plan.label_mean_float,
-        label_mean_variance=plan.label_mean_variance,
-        recommended_transform=recommended_transform(  # type: ignore[arg-type]
-            randomizer, measured.prior, n=plan.n, model_dim=plan.model_dim
-        ),
+        created=datetime.now(UTC),
     )
 
 
@@ -263,20 +246,30 @@ def hash_body(directory: Path, *, n: int) -> str:
 # ---- Spark --------------------------------------------------------------------------------
 
 
-def spark_session(master: str) -> Any:
-    """A SparkSession for the job (Arrow on; no speculative duplicate tasks)."""
+# Rows per Arrow batch handed to the Python passes (Spark's default is 10,000): each batch costs
+# a fixed Python + numba call overhead, so larger batches raise the randomizing stage's rate
+# (measured side by side in bench/results/spark_release.md); a batch of 2^17 rows is ~3 MiB.
+ARROW_BATCH_ROWS = 131_072
+
+
+def spark_session(master: str, conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession for the job (Arrow on, large Arrow batches, no speculative duplicate
+    tasks); ``conf`` adds or overrides settings (the benchmark sets the driver's memory)."""
     from pyspark.sql import SparkSession
 
     python_workers()
-    return (
-        SparkSession.builder.master(master)
-        .appName("labeldp-release")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.speculation", "false")
-        .config("spark.sql.ansi.enabled", "true")  # integer sums fail loudly, never wrap
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    settings = {
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
+        "spark.speculation": "false",
+        "spark.sql.ansi.enabled": "true",  # integer sums fail loudly, never wrap
+        "spark.ui.enabled": "false",
+        **(conf or {}),
+    }
+    builder = SparkSession.builder.master(master).appName("labeldp-release")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def python_workers() -> None:
@@ -414,17 +407,20 @@ def randomize_partitions(
     seed: int | None,
     fail_first_attempt: bool = False,
 ) -> Any:
-    """The randomized body (lazy): each Arrow batch through the mechanism's ``randomize``.
+    """The randomized body (lazy): ``example_id`` and ``noisy_label``, the labels sent to Python
+    in Arrow batches through the mechanism's ``randomize`` (the ids stay in the JVM).
 
-    Production randomness is ``SystemRandom`` (os.urandom) created inside the executor; with
-    ``seed`` (tests only) partition p's attempt a uses ``default_rng([seed, p, a])``, so a
-    retried task draws afresh, as in production.
+    A non-deterministic iterator UDF: one generator per task. Production randomness is
+    ``SystemRandom`` (os.urandom) created inside the executor; with ``seed`` (tests only)
+    partition p's attempt a uses ``default_rng([seed, p, a])``, so a retried task draws afresh,
+    as in production.
     """
-    import pyarrow as pa
+    import pandas as pd
+    from pyspark.sql.functions import pandas_udf
 
     domain = LabelDomain(lo=plan.lo, hi=plan.hi)
 
-    def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def per_partition(batches: Iterator[pd.Series]) -> Iterator[pd.Series]:
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -433,16 +429,16 @@ def randomize_partitions(
             SystemRandom() if seed is None else np.random.default_rng([seed, partition, attempt])
         )
         for batch in batches:
-            labels = domain.clip(batch.column(1).to_numpy(zero_copy_only=False))
+            labels = domain.clip(batch.to_numpy(dtype=np.float64))
             noisy = randomizer.randomize(labels, rng) if labels.size else labels
             if fail_first_attempt and partition == 0 and attempt == 0:
                 raise RuntimeError("injected failure of the first attempt (test hook)")
-            yield pa.RecordBatch.from_arrays(
-                [batch.column(0), pa.array(np.asarray(noisy, dtype=np.float64))],
-                names=["example_id", "noisy_label"],
-            )
+            yield pd.Series(np.asarray(noisy, dtype=np.float64))
 
-    return frame.mapInArrow(per_partition, "example_id string, noisy_label double")
+    # Real types, not the postponed strings: pandas_udf reads the hints to pick the UDF kind.
+    per_partition.__annotations__ = {"batches": Iterator[pd.Series], "return": Iterator[pd.Series]}
+    randomize = pandas_udf(per_partition, "double").asNondeterministic()  # type: ignore[call-overload]
+    return frame.select("example_id", randomize("label").alias("noisy_label"))
 
 
 # ---- the job --------------------------------------------------------------------------------

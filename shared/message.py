@@ -21,13 +21,16 @@ import re
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.errors import IntegrityError
 from shared.mechanisms import registry
+
+if TYPE_CHECKING:
+    from shared.randomizer import Release
 
 # Version 2 adds the optional header field ``model_dim``, version 3 the optional DP label mean
 # (``label_mean``, ``label_mean_epsilon``), version 4 the derived public values the receiver
@@ -139,6 +142,51 @@ class MessageHeader(BaseModel):
     def epsilon(self) -> float:
         """Total privacy cost of the message (basic composition)."""
         return self.epsilon1 + self.epsilon2
+
+
+def json_safe(value: Any) -> Any:
+    """JSON-ready: numpy scalars and arrays as Python numbers and lists, mapping keys as text."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [json_safe(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def header_for(
+    release: Release,
+    *,
+    release_id: str,
+    dataset: str,
+    default_label: float,
+    n: int,
+    body_sha256: str,
+    created: datetime,
+) -> MessageHeader:
+    """The header of ``release``: the one place a release's public values become the message's
+    (the labels-party service and the Spark job both write it through here)."""
+    return MessageHeader(
+        release_id=release_id,
+        dataset=dataset,
+        created=created,
+        mechanism=release.mechanism,
+        params=json_safe(release.params),
+        epsilon1=release.epsilon1,
+        epsilon2=release.epsilon2,
+        label_min=release.lo,
+        label_max=release.hi,
+        default_label=default_label,
+        histogram=NoisyHistogram(**json_safe(release.prior.to_dict())),
+        n=n,
+        body_sha256=body_sha256,
+        model_dim=release.model_dim,
+        label_mean=release.label_mean,
+        label_mean_epsilon=release.label_mean_epsilon,
+        label_mean_variance=release.label_mean_variance,
+        recommended_transform=release.recommended_transform,  # type: ignore[arg-type]
+    )
 
 
 class MessageBody(BaseModel):

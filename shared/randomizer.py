@@ -272,17 +272,40 @@ def execute(
             noisy_labels=clipped, mechanism="none", params={}, expected_label_mse=0.0, **common
         )
     name, randomizer = choose_randomizer(plan, measured)
-    noisy = randomizer.randomize(clipped, rng)
+    return describe(plan, measured, name, randomizer, randomizer.randomize(clipped, rng))
+
+
+def describe(
+    plan: ReleasePlan,
+    measured: NoisyPrior,
+    name: str,
+    randomizer: LabelMechanism,
+    noisy: np.ndarray,
+) -> Release:
+    """The release of ``plan``: ``noisy`` labels with every public value a receiver needs.
+
+    ``noisy`` is empty where the labels are written elsewhere (the Spark job's Parquet body);
+    every other field is a function of the plan and the noisy prior alone.
+    """
     return Release(
         noisy_labels=noisy,
+        prior=measured.prior,
         mechanism=name,
         params=randomizer.public_params(),
+        epsilon1=plan.epsilon1_float,
+        epsilon2=plan.randomizer_float,
+        lo=plan.lo,
+        hi=plan.hi,
         expected_label_mse=float(randomizer.expected_squared_error(measured.prior)),
         recommended_transform=recommended_transform(
             randomizer, measured.prior, n=plan.n, model_dim=plan.model_dim
         ),
         model_dim=plan.model_dim,
-        **common,
+        histogram_epsilon=plan.histogram_float,
+        label_mean=measured.label_mean,
+        label_mean_epsilon=plan.label_mean_float,
+        label_mean_variance=plan.label_mean_variance,
+        plan=plan,
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from demo.labeldp import build_parser
 from tests.labels_party.conftest import create_dataset
 
@@ -30,3 +32,17 @@ def test_labeldp_ledger_verify_through_the_dispatcher(client, db_path):
     )
     assert result.returncode == 0, result.stderr
     assert "ledger OK: 1 entries" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--params", "[1]"), ("--params", "{"), ("--epsilon", "0"), ("--mechanism", "laplace")],
+)
+def test_labeldp_release_refuses_bad_options_before_running(option: str, value: str) -> None:
+    from demo.labeldp import main
+
+    argv = ["release", "--engine", "spark", "--dataset", "d", "--labels-url", "http://127.0.0.1:1",
+            "--examples", "e", "--labels", "l", "--epsilon", "1", "--out", "o"]  # fmt: skip
+    with pytest.raises(SystemExit) as stopped:  # the last of a repeated option is the one parsed
+        main([*argv, option, value])
+    assert stopped.value.code == 2

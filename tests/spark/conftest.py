@@ -39,22 +39,15 @@ _spark_or_skip()
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """local[2] with up to 2 attempts per task (the retry test makes the first one fail)."""
-    from pyspark.sql import SparkSession
+    from labels_party.spark_job import spark_session
 
-    from labels_party.spark_job import python_workers
-
-    python_workers()
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("labeldp-tests")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.speculation", "false")
-        .config("spark.sql.ansi.enabled", "true")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
+    session = spark_session(
+        "local[2,2]",
+        {
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "1g",
+        },
     )
     session.sparkContext.setLogLevel("ERROR")
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import subprocess
 import sys
@@ -301,3 +302,29 @@ def test_the_sorted_frame_is_globally_ordered_across_its_partitions(spark: Any) 
     parts = frame.rdd.glom().map(lambda rows: [row.example_id for row in rows]).collect()
     assert sum(len(p) for p in parts) == len(ids) and all(parts)
     assert [i for p in parts for i in p] == sorted(ids)  # partition order is id order
+
+
+def test_the_labeldp_release_command_runs_the_job(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from demo.labeldp import main
+
+    name = next(_names)
+    labels_party.create_dataset(name)
+    ids, labelled = _data(500, seed=5)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    out = tmp_path / "message"
+    argv = ["release", "--engine", "spark", "--dataset", name, "--labels-url", labels_party.url,
+            "--examples", str(examples), "--labels", str(labels), "--epsilon", "0.5",
+            "--mechanism", "rr_on_bins", "--params", '{"bins": 8}', "--out", str(out)]  # fmt: skip
+    monkeypatch.delenv("LABELDP_ADVERTISER_TOKEN", raising=False)
+    assert main(argv) == 2 and "LABELDP_ADVERTISER_TOKEN" in capsys.readouterr().err
+    monkeypatch.setenv("LABELDP_ADVERTISER_TOKEN", labels_party.tokens["advertiser"])
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["out"] == str(out) and out.is_dir()
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("0.5")
+    with labels_party.client("publisher") as client:
+        header, _, _ = read_parquet_message(out, labels_party=client)
+    assert header.mechanism == "rr_on_bins" and len(header.histogram.probs) == 8

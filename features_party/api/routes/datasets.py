@@ -142,7 +142,7 @@ async def upload_features(
         with request.app.state.write_lock, request.app.state.sessions() as session:
             result = store_batch(session, name, batch, categorical=forced, overwrite=overwrite)
             session.commit()  # durable (synchronous=FULL) before we acknowledge
-        return FeatureUploadOut(dataset=name, **result.__dict__)
+        return result
 
     answer = await run_in_threadpool(store)
     request.app.state.counters["feature_rows_received"] += answer.received
