@@ -233,9 +233,8 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
     model trains on the transform the service's job would resolve from that header."""
     from datetime import UTC, datetime
 
-    from labels_party.releases import _json_safe
     from shared.debias import recommended_transform
-    from shared.message import MessageHeader, NoisyHistogram
+    from shared.message import MessageHeader, NoisyHistogram, json_safe
 
     ds = data.make_linear(n=600, d=5)
     y = ds.y[:480]
@@ -252,13 +251,13 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
         dataset=ds.name,
         created=datetime(2026, 1, 1, tzinfo=UTC),
         mechanism=message.mechanism,
-        params=_json_safe(built.randomizer.public_params()),
+        params=json_safe(built.randomizer.public_params()),
         epsilon1=built.epsilon1,
         epsilon2=built.epsilon2,
         label_min=ds.lo,
         label_max=ds.hi,
         default_label=ds.lo,
-        histogram=NoisyHistogram(**_json_safe(message.prior.to_dict())),
+        histogram=NoisyHistogram(**json_safe(message.prior.to_dict())),
         n=y.size,
         body_sha256="0" * 64,
         model_dim=message.model_dim,
