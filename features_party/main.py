@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI, Request, Response
+from fastapi import Depends, FastAPI
 
 from features_party.api import errors
 from features_party.api.deps import require_token
@@ -22,6 +22,14 @@ from features_party.jobs import JobRunner
 from features_party.metrics import make_registry
 from features_party.schemas import FeatureUploadIn
 from shared.http import openapi
+from shared.http.middleware import RequestMetricsMiddleware
+
+
+def _request_counter(requests: Counter[tuple[str, str, int]]) -> Callable[..., None]:
+    def record(*, method: str, route: str, status: int) -> None:
+        requests[(method, route, status)] += 1
+
+    return record
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -53,22 +61,13 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics = make_registry(app.state)
     errors.install(app)
 
-    @app.middleware("http")
-    async def count_requests(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        app.state.requests[(request.method, path, response.status_code)] += 1
-        return response
-
     auth = [Depends(require_token)]
     app.include_router(health.public_router)
     app.include_router(health.router, dependencies=auth)
     app.include_router(datasets.router, dependencies=auth)
     app.include_router(models.router, dependencies=auth)
     app.add_middleware(errors.BodyGuardMiddleware)
+    app.add_middleware(RequestMetricsMiddleware, record=_request_counter(app.state.requests))
     app.add_middleware(errors.CatchAllMiddleware)  # outermost: nothing escapes the app
     openapi.install(
         app,

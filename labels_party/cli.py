@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -143,20 +144,27 @@ def _open_existing(args: argparse.Namespace) -> Any:
     return db
 
 
+@contextmanager
+def _ledger_reader(args: argparse.Namespace, command: str) -> Iterator[Any]:
+    """A read connection to the existing database; prints why and exits 2 if it is unusable."""
+    try:
+        db = _open_existing(args)
+    except FileNotFoundError as exc:
+        print(f"labeldp ledger {command}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        with db.read() as conn:
+            yield conn
+    finally:
+        db.dispose()
+
+
 def verify_command(args: argparse.Namespace) -> int:
     """Exit 0 if the chain, totals and messages check out; 1 (and the problems) otherwise."""
     from labels_party import ledger
 
-    try:
-        db = _open_existing(args)
-    except FileNotFoundError as exc:
-        print(f"labeldp ledger verify: {exc}", file=sys.stderr)
-        return 2
-    try:
-        with db.read() as conn:
-            report = ledger.verify(conn, check_messages=not args.skip_messages)
-    finally:
-        db.dispose()
+    with _ledger_reader(args, "verify") as conn:
+        report = ledger.verify(conn, check_messages=not args.skip_messages)
     for problem in report.problems:
         print(f"PROBLEM: {problem}", file=sys.stderr)
     for name, spent in sorted(report.spent.items()):
@@ -172,29 +180,21 @@ def export_command(args: argparse.Namespace) -> int:
     """Write the ledger as CSV to ``--out`` or standard output."""
     from labels_party import ledger
 
-    try:
-        db = _open_existing(args)
-    except FileNotFoundError as exc:
-        print(f"labeldp ledger export: {exc}", file=sys.stderr)
-        return 2
-    try:
-        with db.read() as conn:
-            if args.out is None:
-                try:
-                    ledger.export_csv(conn, sys.stdout)
-                    sys.stdout.flush()
-                except BrokenPipeError:
-                    # The reader left (``| head``): stop quietly. Python's documented recipe:
-                    # point stdout at devnull so the interpreter's final flush cannot fail.
-                    devnull = os.open(os.devnull, os.O_WRONLY)
-                    os.dup2(devnull, sys.stdout.fileno())
-                    return 1
-            else:
-                with args.out.open("w", encoding="utf-8", newline="") as out:
-                    count = ledger.export_csv(conn, out)
-                print(f"wrote {count} ledger entries to {args.out}", file=sys.stderr)
-    finally:
-        db.dispose()
+    with _ledger_reader(args, "export") as conn:
+        if args.out is not None:
+            with args.out.open("w", encoding="utf-8", newline="") as out:
+                count = ledger.export_csv(conn, out)
+            print(f"wrote {count} ledger entries to {args.out}", file=sys.stderr)
+            return 0
+        try:
+            ledger.export_csv(conn, sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader left (``| head``): stop quietly. Python's documented recipe: point
+            # stdout at devnull so the interpreter's final flush cannot fail.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 1
     return 0
 
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from sqlalchemy.engine import make_url
 
 from shared.errors import InvalidParameterError
+
+T = TypeVar("T", int, float)
 
 Role = Literal["advertiser", "publisher", "operator"]
 ROLES: tuple[Role, ...] = ("advertiser", "publisher", "operator")
@@ -152,30 +154,30 @@ def sqlite_url(path: str | Path) -> str:
     return f"sqlite:///{Path(path).resolve()}"
 
 
-def _env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
+def _env_number(
+    env: Mapping[str, str], name: str, default: T, *, parse: Callable[[str], T], minimum: T
+) -> T:
+    """``name`` from the environment parsed by ``parse`` (int or float), at least ``minimum``;
+    ``default`` when unset or empty."""
     raw = env.get(name)
     if raw is None or raw == "":
         return default
+    what = "an integer" if parse is int else "a number"
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError:
-        raise InvalidParameterError(f"{name} ({raw!r}) must be an integer") from None
-    if value < minimum:
-        raise InvalidParameterError(f"{name} ({value}) must be >= {minimum}")
+        raise InvalidParameterError(f"{name} ({raw!r}) must be {what}") from None
+    if not value >= minimum:  # type: ignore[operator]
+        raise InvalidParameterError(f"{name} ({raw!r}) must be >= {minimum}")
     return value
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
+    return _env_number(env, name, default, parse=int, minimum=minimum)
 
 
 def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InvalidParameterError(f"{name} ({raw!r}) must be a number") from None
-    if not value >= 0:
-        raise InvalidParameterError(f"{name} ({raw!r}) must be >= 0")
-    return value
+    return _env_number(env, name, default, parse=float, minimum=0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -93,19 +93,14 @@ class DatasetSpec:
     def __post_init__(self) -> None:
         errors: list[FieldError] = []
         check_name(self.name)
-        try:
-            budget = amounts.exact(self.epsilon_budget, name="epsilon_budget")
-        except InvalidParameterError as exc:
-            errors.append(FieldError(field="epsilon_budget", message=str(exc)))
-        else:
-            object.__setattr__(self, "epsilon_budget", budget)
+        exact = {"epsilon_budget": amounts.exact}
         if self.delta_budget != 0:
+            exact["delta_budget"] = accountant.exact_delta
+        for field, parse in exact.items():
             try:
-                delta = accountant.exact_delta(self.delta_budget, name="delta_budget")
+                object.__setattr__(self, field, parse(getattr(self, field), name=field))
             except InvalidParameterError as exc:
-                errors.append(FieldError(field="delta_budget", message=str(exc)))
-            else:
-                object.__setattr__(self, "delta_budget", delta)
+                errors.append(FieldError(field=field, message=str(exc)))
         for field in ("label_min", "label_max", "default_label"):
             if not math.isfinite(getattr(self, field)):
                 errors.append(FieldError(field=field, message="must be a finite number"))

@@ -131,6 +131,21 @@ def open_dataset(db: Database, name: str) -> ds.DatasetRow:
     return row
 
 
+def _finish(
+    conn: Connection, row: ds.DatasetRow, changed: bool, commit_delay: float, **counts: int
+) -> None:
+    """End a batch's write: the dataset's new ``counts`` and a new data version if it
+    ``changed`` anything (a release's snapshot is then stale), then the test hook's delay."""
+    if changed:
+        conn.execute(
+            update(datasets)
+            .where(datasets.c.id == row.id)
+            .values(**counts, data_version=row.data_version + 1)
+        )
+    if commit_delay:
+        time.sleep(commit_delay)
+
+
 def store_labels(
     db: Database,
     *,
@@ -172,14 +187,7 @@ def store_labels(
                 conn, _UPDATE_LABEL, ((value, row.id, key) for key, value in final.items())
             )
         n_labels = row.n_labels + new
-        if new or overwritten:
-            conn.execute(
-                update(datasets)
-                .where(datasets.c.id == row.id)
-                .values(n_labels=n_labels, data_version=row.data_version + 1)
-            )
-        if commit_delay:
-            time.sleep(commit_delay)
+        _finish(conn, row, bool(new or overwritten), commit_delay, n_labels=n_labels)
     return LabelsResult(
         accepted=len(ids),
         new=new,
@@ -289,12 +297,5 @@ def store_examples(
             existing = max(row.n_examples, row.n_labels)
             added = _copy_upsert(conn, _REGISTER_STAGED, row.id, example_ids, None, existing)
         n_examples = row.n_examples + added
-        if added:
-            conn.execute(
-                update(datasets)
-                .where(datasets.c.id == row.id)
-                .values(n_examples=n_examples, data_version=row.data_version + 1)
-            )
-        if commit_delay:
-            time.sleep(commit_delay)
+        _finish(conn, row, bool(added), commit_delay, n_examples=n_examples)
     return ExamplesResult(accepted=len(example_ids), registered_new=added, n_examples=n_examples)

@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 
 import numpy as np
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labels_party import console
 from labels_party.api import errors, limits
@@ -40,36 +39,10 @@ from labels_party.model_releases import ModelReleaseService
 from labels_party.receipts import KeyStore, ReceiptService
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
 from shared.http import openapi
+from shared.http.middleware import RequestMetricsMiddleware
 from shared.message import LabelMessage
 
 log = logging.getLogger("labels_party")
-
-
-class RequestMetricsMiddleware:
-    """Count requests by method, route template (bounded cardinality) and status."""
-
-    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            self.metrics.request(method=scope["method"], route=path, status=status)
 
 
 def _warm_up() -> None:
@@ -154,7 +127,7 @@ def create_app(
         app.add_middleware(
             limits.RateLimitMiddleware, rate=settings.rate_limit, burst=settings.rate_burst
         )
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    app.add_middleware(RequestMetricsMiddleware, record=metrics.request)
     app.add_middleware(errors.CatchAllMiddleware)  # outermost: nothing escapes the app
     openapi.install(app, models=[*BODY_MODELS, LabelMessage])
     return app

@@ -4,14 +4,16 @@ Implements the release of ``labels_party.releases`` (Ghazi et al. 2022 Alg. 3 / 
 Alg. 4 through ``shared.randomizer``) where the advertiser's conversions live, in Spark:
 
 1. Read the dataset's public configuration (bounds, default label, budget) from the labels
-   party; validate both inputs (columns, null / malformed / duplicate ids, null or non-finite
-   labels, labelled ids outside the universe) and the budget: every refusal comes BEFORE
-   anything is randomized or spent.
-2. Left-join the universe with the labels (missing -> the default label, clipped to the bounds)
-   and sort by example id (the message's order).
-3. ONE aggregation: each partition computes ``shared.randomizer.LabelCounts`` (k integer
-   histogram counts and the DP mean's integer level sum); the driver adds them up. Only those
-   k + 2 integers per partition reach the driver, never a label.
+   party; check both inputs' columns and values in one narrow scan each (null / malformed ids,
+   null or non-finite labels) and the plan and budget.
+2. ONE shuffle: the union of both inputs, range partitioned by example id and aggregated per id
+   in place: each id of the universe with its label (missing -> the default label, clipped to
+   the bounds) and how many times each input holds it, sorted by id (the message's order).
+3. ONE pass over it: each partition computes ``shared.randomizer.LabelCounts`` (k integer
+   histogram counts and the DP mean's integer level sum) and the inputs' faults (duplicate ids
+   in either input, labelled ids outside the universe); the driver adds them up and refuses a
+   faulty input. Only those k + 5 integers per partition reach the driver, never a label.
+   Every refusal comes BEFORE anything is randomized or spent.
 4. On the driver, ONCE: ``noisy_prior_from_counts`` (the engine's exact discrete Laplace
    samplers, OS CSPRNG) and ``choose_randomizer`` from ``shared.plan.plan_release``'s plan,
    the same functions the service runs.
@@ -286,8 +288,10 @@ def _read(spark: Any, source: str) -> Any:
     return spark.table(source)
 
 
-def load_inputs(spark: Any, config: JobConfig, *, default_label: float) -> tuple[Any, Any]:
-    """(universe, labels) validated; raises :class:`SparkJobError` naming the problem."""
+def load_inputs(spark: Any, config: JobConfig) -> tuple[Any, Any]:
+    """(universe, labels) with their columns and values checked in one narrow scan each
+    (no shuffle); duplicates and labelled ids outside the universe are found by the joining
+    pass (:func:`input_faults`). Raises :class:`SparkJobError` naming the problem."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
 
@@ -303,14 +307,12 @@ def load_inputs(spark: Any, config: JobConfig, *, default_label: float) -> tuple
             raise SparkJobError(f"{name}: missing column(s) {', '.join(missing)}")
     if not isinstance(labels.schema[value].dataType, NumericType):
         raise SparkJobError(f"labels: column {value} must be numeric")
-    pattern = EXAMPLE_ID_PATTERN
     for name, frame in (("examples", examples), ("labels", labels)):
         ident = F.col(key).cast("string")
         checks = [
             F.count(F.lit(1)).alias("rows"),
-            F.count_distinct(ident).alias("distinct"),
             F.sum(F.when(ident.isNull(), 1).otherwise(0)).alias("null_ids"),
-            F.sum(F.when(~ident.rlike(pattern), 1).otherwise(0)).alias("bad_ids"),
+            F.sum(F.when(~ident.rlike(EXAMPLE_ID_PATTERN), 1).otherwise(0)).alias("bad_ids"),
         ]
         if name == "labels":
             v = F.col(value).cast("double")
@@ -325,20 +327,12 @@ def load_inputs(spark: Any, config: JobConfig, *, default_label: float) -> tuple
             raise SparkJobError(
                 f"{name}: {stats['bad_ids']} {key}(s) are not 1-128 characters of [A-Za-z0-9_.:-]"
             )
-        if stats["distinct"] != stats["rows"]:
-            raise SparkJobError(
-                f"{name}: duplicate {key}s ({stats['rows'] - stats['distinct']} extra rows)"
-            )
         if name == "labels" and stats["bad_values"]:
             raise SparkJobError(f"labels: {stats['bad_values']} null or non-finite {value}(s)")
     universe = examples.select(F.col(key).cast("string").alias("example_id"))
     labelled = labels.select(
         F.col(key).cast("string").alias("example_id"), F.col(value).cast("double").alias("value")
     )
-    outside = labelled.join(universe, "example_id", "left_anti").limit(1).count()
-    if outside:
-        raise SparkJobError("labels: some labelled example ids are not in the universe")
-    del default_label
     return universe, labelled
 
 
@@ -355,40 +349,101 @@ def sorted_partitions(n: int, parallelism: int) -> int:
 
 
 def joined_sorted(universe: Any, labelled: Any, *, default_label: float, n: int) -> Any:
-    """Every universe id with its label or the default, sorted by id: range partitions in id
-    order (:func:`sorted_partitions` of them), each sorted, so the part files in name order are
-    the global order (``hash_body`` checks it)."""
+    """Every id of either input with its label (or the default) and how many times each input
+    holds it (``in_examples``, ``in_labels``), sorted by id: ONE shuffle (a union, range
+    partitioned by id, :func:`sorted_partitions` of them, aggregated per id in place, each
+    partition sorted), so the part files in name order are the global order (``hash_body``
+    checks it). A valid input has in_examples == 1 and in_labels <= 1 on every row."""
     from pyspark.sql import functions as F
 
-    joined = universe.join(labelled, "example_id", "left").select(
-        "example_id", F.coalesce(F.col("value"), F.lit(float(default_label))).alias("label")
+    ids = universe.select(
+        "example_id",
+        F.lit(1).alias("e"),
+        F.lit(0).alias("l"),
+        F.lit(None).cast("double").alias("value"),
     )
-    parallelism = joined.sparkSession.sparkContext.defaultParallelism
-    partitions = sorted_partitions(n, parallelism)
-    return joined.repartitionByRange(partitions, "example_id").sortWithinPartitions("example_id")
+    values = labelled.select("example_id", F.lit(0).alias("e"), F.lit(1).alias("l"), "value")
+    parallelism = universe.sparkSession.sparkContext.defaultParallelism
+    ranged = ids.unionByName(values).repartitionByRange(
+        sorted_partitions(n, parallelism), "example_id"
+    )
+    per_id = ranged.groupBy("example_id").agg(  # range partitioning already clusters: no shuffle
+        F.coalesce(F.max("value"), F.lit(float(default_label))).alias("label"),
+        F.sum("e").cast("int").alias("in_examples"),
+        F.sum("l").cast("int").alias("in_labels"),
+    )
+    return per_id.sortWithinPartitions("example_id")
 
 
-def count_partitions(frame: Any, plan: ReleasePlan) -> LabelCounts:
-    """One pass: each partition's ``LabelCounts`` (same function as the service), summed."""
+@dataclass(frozen=True, kw_only=True)
+class InputFaults:
+    """What the joining pass found wrong with the inputs (all zero for a valid release)."""
+
+    duplicate_examples: int = 0  # extra rows of ids the universe holds more than once
+    duplicate_labels: int = 0  # extra rows of ids the labels hold more than once
+    outside: int = 0  # labelled ids not in the universe
+
+    def __add__(self, other: InputFaults) -> InputFaults:
+        return InputFaults(
+            duplicate_examples=self.duplicate_examples + other.duplicate_examples,
+            duplicate_labels=self.duplicate_labels + other.duplicate_labels,
+            outside=self.outside + other.outside,
+        )
+
+    def check(self, key: str) -> None:
+        """Raise :class:`SparkJobError` naming the first fault (before anything is spent)."""
+        if self.duplicate_examples:
+            raise SparkJobError(
+                f"examples: duplicate {key}s ({self.duplicate_examples} extra rows)"
+            )
+        if self.duplicate_labels:
+            raise SparkJobError(f"labels: duplicate {key}s ({self.duplicate_labels} extra rows)")
+        if self.outside:
+            raise SparkJobError(f"labels: {self.outside} labelled {key}(s) are not in the universe")
+
+
+def input_faults(in_examples: np.ndarray, in_labels: np.ndarray) -> InputFaults:
+    """The faults of one batch of the joined frame's per-id input counts."""
+    return InputFaults(
+        duplicate_examples=int(np.maximum(in_examples - 1, 0).sum()),
+        duplicate_labels=int(np.maximum(in_labels - 1, 0).sum()),
+        outside=int(np.count_nonzero(in_examples == 0)),
+    )
+
+
+def count_partitions(frame: Any, plan: ReleasePlan) -> tuple[LabelCounts, InputFaults]:
+    """One pass: each partition's ``LabelCounts`` (same function as the service) and
+    :class:`InputFaults`, summed on the driver (k + 5 integers per partition)."""
     import pyarrow as pa
 
     domain = LabelDomain(lo=plan.lo, hi=plan.hi)
+    fault_names = ("duplicate_examples", "duplicate_labels", "outside")
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        total = LabelCounts.of(plan, np.empty(0))
+        total, faults = LabelCounts.of(plan, np.empty(0)), InputFaults()
         for batch in batches:
             labels = batch.column(1).to_numpy(zero_copy_only=False)
             total = total + LabelCounts.of(plan, domain.clip(labels))
+            faults = faults + input_faults(
+                batch.column(2).to_numpy(zero_copy_only=False),
+                batch.column(3).to_numpy(zero_copy_only=False),
+            )
         yield pa.RecordBatch.from_pydict(
             {
                 "cells": [total.cells.tolist()],
                 "level_sum": [total.level_sum],
                 "n": [total.n],
+                **{name: [getattr(faults, name)] for name in fault_names},
             }
         )
 
-    rows = frame.mapInArrow(per_partition, "cells array<bigint>, level_sum bigint, n bigint")
-    total = LabelCounts.of(plan, np.empty(0))
+    schema = "cells array<bigint>, level_sum bigint, n bigint, " + ", ".join(
+        f"{name} bigint" for name in fault_names
+    )
+    rows = frame.select("example_id", "label", "in_examples", "in_labels").mapInArrow(
+        per_partition, schema
+    )
+    total, faults = LabelCounts.of(plan, np.empty(0)), InputFaults()
     for row in rows.toLocalIterator():
         part = LabelCounts(
             cells=np.asarray(row["cells"], dtype=np.int64),
@@ -396,7 +451,8 @@ def count_partitions(frame: Any, plan: ReleasePlan) -> LabelCounts:
             n=int(row["n"]),
         )
         total = total + part
-    return total
+        faults = faults + InputFaults(**{name: int(row[name]) for name in fault_names})
+    return total, faults
 
 
 def randomize_partitions(
@@ -525,7 +581,7 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
             raise SparkJobError(f"--resume: nothing staged at {config.staging}")
         session = spark or spark_session(config.master)
         default = float(info["default_label"])
-        universe, labelled = load_inputs(session, config, default_label=default)
+        universe, labelled = load_inputs(session, config)
         n = universe.count()
         try:
             plan = make_plan(config, info, n=n)
@@ -538,7 +594,10 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
 
         frame = frame.persist(StorageLevel.DISK_ONLY)
         try:
-            counts = count_partitions(frame, plan)
+            counts, faults = count_partitions(frame, plan)
+            faults.check(config.id_column)  # nothing drawn or spent yet
+            if counts.n != plan.n:
+                raise RuntimeError("the joined frame disagrees with the universe's count")
             lap("join_sort_count")
             rng: Rng = SystemRandom() if config.seed is None else np.random.default_rng(config.seed)
             measured = noisy_prior_from_counts(plan, counts, rng)

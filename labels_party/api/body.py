@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
@@ -13,9 +13,11 @@ from labels_party.errors import (
     PayloadTooLargeError,
 )
 from shared.http import errors as http_errors
-from shared.http.requests import media_type
+from shared.http.requests import media_type, require_media
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 class BodyLimitMiddleware:
@@ -76,14 +78,32 @@ def _too_large(limit: int) -> str:
     return f"request body exceeds the limit of {limit} bytes"
 
 
-class StreamParser(Protocol):
+class StreamParser(Protocol[T_co]):
     """A chunk-fed parser of a bulk body (labels or example ids)."""
 
     def feed(self, chunk: bytes) -> None: ...
 
+    def finish(self) -> T_co: ...
 
-async def feed_stream(request: Request, parser: StreamParser) -> None:
+
+async def feed_stream(request: Request, parser: StreamParser[object]) -> None:
     """Feed the request body to ``parser`` chunk by chunk as it arrives (never held whole)."""
     async for chunk in request.stream():
         if chunk:
             parser.feed(chunk)
+
+
+async def read_batch(
+    request: Request,
+    *,
+    parse_json: Callable[[bytes], T],
+    streams: Mapping[str, Callable[[], StreamParser[T]]],
+) -> T:
+    """One ingest batch: a JSON body parsed whole, or a bulk body (one of ``streams``' media
+    types) fed to its parser as it arrives; another media type is a 415."""
+    kind = require_media(request.headers.get("content-type"), ["application/json", *streams])
+    if kind == "application/json":
+        return parse_json(await request.body())
+    parser = streams[kind]()
+    await feed_stream(request, parser)
+    return parser.finish()

@@ -113,7 +113,8 @@ def test_same_noisy_prior_gives_the_same_plan_and_parameters_as_the_service_path
     universe = spark.createDataFrame([(i,) for i in ids], "example_id string")
     labels = spark.createDataFrame(list(labelled.items()), "example_id string, value double")
     frame = spark_job.joined_sorted(universe, labels, default_label=0.0, n=len(ids))
-    counts = spark_job.count_partitions(frame, plan)
+    counts, faults = spark_job.count_partitions(frame, plan)
+    assert faults == spark_job.InputFaults()
     job = noisy_prior_from_counts(plan, counts, np.random.default_rng(5))
     service = measure(plan, _labels_in_order(ids, labelled), np.random.default_rng(5))
     assert job.prior.probs.tobytes() == service.prior.probs.tobytes()
@@ -296,12 +297,29 @@ def test_the_sorted_frame_is_globally_ordered_across_its_partitions(spark: Any) 
     universe = spark.createDataFrame([(i,) for i in ids], "example_id string")
     labels = spark.createDataFrame([(ids[0], 1.0)], "example_id string, value double")
     frame = spark_job.joined_sorted(universe, labels, default_label=0.0, n=len(ids))
+    # One shuffle: the union's range exchange; the per-id aggregation reuses its partitioning.
+    plan = frame._jdf.queryExecution().executedPlan().toString()  # before any action ran
+    assert plan.count("Exchange rangepartitioning") == 1 and "Exchange hashpartitioning" not in plan
     assert frame.rdd.getNumPartitions() == spark_job.sorted_partitions(
         len(ids), spark.sparkContext.defaultParallelism
     )
     parts = frame.rdd.glom().map(lambda rows: [row.example_id for row in rows]).collect()
     assert sum(len(p) for p in parts) == len(ids) and all(parts)
     assert [i for p in parts for i in p] == sorted(ids)  # partition order is id order
+    rows = {row.example_id: row for row in frame.collect()}
+    assert rows[ids[0]].label == 1.0 and rows[ids[1]].label == 0.0
+    assert {(row.in_examples, row.in_labels) for row in rows.values()} == {(1, 1), (1, 0)}
+
+
+def test_input_faults_count_extra_rows_and_ids_outside_the_universe() -> None:
+    faults = spark_job.input_faults(np.array([1, 2, 0, 3, 1]), np.array([0, 1, 1, 2, 1]))
+    assert faults == spark_job.InputFaults(duplicate_examples=3, duplicate_labels=1, outside=1)
+    assert faults + faults == spark_job.InputFaults(
+        duplicate_examples=6, duplicate_labels=2, outside=2
+    )
+    spark_job.InputFaults().check("example_id")  # a valid input passes
+    with pytest.raises(SparkJobError, match="examples: duplicate example_ids \\(3 extra rows\\)"):
+        faults.check("example_id")
 
 
 def test_the_labeldp_release_command_runs_the_job(

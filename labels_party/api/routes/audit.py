@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
+from sqlalchemy import Table
 from sqlalchemy.exc import OperationalError
 
 from labels_party import trails
@@ -66,32 +69,30 @@ def release_recorder(services: Services, *, role: str, dataset: str, request: An
     return record
 
 
-# One page of an operator trail: entries with seq > after, at most limit of them.
-AFTER = Query(default=0, ge=0, le=2**63 - 1, description="entries with seq > after")
-LIMIT = Query(default=100, ge=1, le=1000)
+@dataclass(frozen=True)
+class TrailPage:
+    """One page of an operator trail: entries with seq > after, at most limit of them."""
+
+    after: int = Query(default=0, ge=0, le=2**63 - 1, description="entries with seq > after")
+    limit: int = Query(default=100, ge=1, le=1000)
+
+
+Page = Annotated[TrailPage, Depends()]
+
+
+def _page(services: Services, table: Table, page: TrailPage, public: Callable[..., Any]) -> Any:
+    result = trails.page(services.db, table, after=page.after, limit=page.limit)
+    result["entries"] = [public(row) for row in result["entries"]]
+    return result
 
 
 @router.get("/audit")
-def get_audit(
-    role: Operator,
-    services: ServicesDep,
-    after: int = AFTER,
-    limit: int = LIMIT,
-) -> Any:
+def get_audit(role: Operator, services: ServicesDep, page: Page) -> Any:
     """Releases refused or failed after acceptance: who, when, what was asked, what they got."""
-    result = trails.page(services.db, release_audit, after=after, limit=limit)
-    result["entries"] = [trails.public_refusal(row) for row in result["entries"]]
-    return result
+    return _page(services, release_audit, page, trails.public_refusal)
 
 
 @router.get("/access-log")
-def get_access_log(
-    role: Operator,
-    services: ServicesDep,
-    after: int = AFTER,
-    limit: int = LIMIT,
-) -> Any:
+def get_access_log(role: Operator, services: ServicesDep, page: Page) -> Any:
     """Every message download: role, release id, time, encoding, bytes sent, completed."""
-    result = trails.page(services.db, access_log, after=after, limit=limit)
-    result["entries"] = [trails.public_access(row) for row in result["entries"]]
-    return result
+    return _page(services, access_log, page, trails.public_access)

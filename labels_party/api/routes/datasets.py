@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from labels_party import catalog
 from labels_party import datasets as ds
-from labels_party.api.deps import AnyRole, Operator, ServicesDep
+from labels_party.api.deps import AnyRole, Operator, Services, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.schemas import (
     BudgetTopUp,
@@ -55,37 +55,38 @@ def get_dataset(role: AnyRole, services: ServicesDep, name: str = NamePath) -> A
     return ds.public_view(row, release_ids, role=role)
 
 
+TopUpBody = Annotated[BudgetTopUp, json_body(BudgetTopUp)]
+ArchiveBody = Annotated[DatasetArchive, json_body(DatasetArchive)]
+
+
+async def _view(services: Services, name: str, role: str) -> Any:
+    row, release_ids = await run_in_threadpool(ds.get_dataset, services.db, name)
+    return ds.public_view(row, release_ids, role=role)
+
+
 @router.post(
     "/{name}/budget", response_model=DatasetPublic, openapi_extra=json_body_doc(BudgetTopUp)
 )
 async def top_up_budget(
-    role: Operator,
-    services: ServicesDep,
-    body: Annotated[BudgetTopUp, json_body(BudgetTopUp)],
-    name: str = NamePath,
+    role: Operator, services: ServicesDep, body: TopUpBody, name: str = NamePath
 ) -> Any:
     """Raise a dataset's privacy budget (operator): ledgered with who and why, never silent."""
     await run_in_threadpool(
         ds.top_up, services.db, name, add=body.add, reason=body.reason, actor_role=role
     )
-    row, release_ids = await run_in_threadpool(ds.get_dataset, services.db, name)
-    return ds.public_view(row, release_ids, role=role)
+    return await _view(services, name, role)
 
 
 @router.post(
     "/{name}/archive", response_model=DatasetPublic, openapi_extra=json_body_doc(DatasetArchive)
 )
 async def archive_dataset(
-    role: Operator,
-    services: ServicesDep,
-    body: Annotated[DatasetArchive, json_body(DatasetArchive)],
-    name: str = NamePath,
+    role: Operator, services: ServicesDep, body: ArchiveBody, name: str = NamePath
 ) -> Any:
     """Archive a dataset (operator): its labels and example ids are deleted for good; its
     releases and its ledger are kept."""
     await run_in_threadpool(ds.archive, services.db, name, reason=body.reason, actor_role=role)
-    row, release_ids = await run_in_threadpool(ds.get_dataset, services.db, name)
-    return ds.public_view(row, release_ids, role=role)
+    return await _view(services, name, role)
 
 
 @router.get("", response_model=DatasetList, response_model_exclude_unset=True)

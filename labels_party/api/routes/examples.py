@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import ingest
-from labels_party.api.body import feed_stream
+from labels_party.api.body import read_batch
 from labels_party.api.deps import Publisher, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
 from labels_party.parsing import ExampleStreamParser, parse_examples_json
 from labels_party.schemas import ExamplesBatch, ExamplesRegistered
-from shared.http.requests import require_media
 
 router = APIRouter(prefix="/v1/datasets", tags=["examples"])
 _PLAIN = {"text/plain": {"schema": {"type": "string", "description": "one example id per line"}}}
@@ -30,13 +30,9 @@ async def register_examples(
 ) -> Any:
     """Register example ids (idempotent); refused once the dataset has been released."""
     await run_in_threadpool(ingest.open_dataset, services.db, name)
-    kind = require_media(request.headers.get("content-type"), {"application/json": 1, **_PLAIN})
-    if kind == "application/json":
-        ids = parse_examples_json(await request.body())
-    else:
-        parser = ExampleStreamParser()
-        await feed_stream(request, parser)
-        ids = parser.finish()
+    ids = await read_batch(
+        request, parse_json=parse_examples_json, streams={"text/plain": ExampleStreamParser}
+    )
     result = await run_in_threadpool(
         ingest.store_examples,
         services.db,
@@ -45,8 +41,4 @@ async def register_examples(
         commit_delay=services.settings.debug_commit_delay,
     )
     services.metrics.examples_registered(result.registered_new)
-    return {
-        "accepted": result.accepted,
-        "registered_new": result.registered_new,
-        "n_examples": result.n_examples,
-    }
+    return asdict(result)

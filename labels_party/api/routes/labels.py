@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import ingest
-from labels_party.api.body import feed_stream
+from labels_party.api.body import read_batch
 from labels_party.api.deps import Advertiser, ServicesDep
 from labels_party.api.routes import json_body_doc
 from labels_party.api.routes.datasets import NamePath
 from labels_party.parsing import LabelStreamParser, parse_labels_json
 from labels_party.schemas import LabelsBatch, LabelsIngested
-from shared.http.requests import require_media
 
 router = APIRouter(prefix="/v1/datasets", tags=["labels"])
 log = logging.getLogger("labels_party")
@@ -25,7 +26,10 @@ _STREAMS = {
         "schema": {"type": "string", "description": 'lines {"example_id": .., "value": ..}'}
     },
 }
-_FORMATS = {"text/csv": "csv", "application/x-ndjson": "ndjson"}
+_PARSERS = {
+    "text/csv": partial(LabelStreamParser, fmt="csv"),
+    "application/x-ndjson": partial(LabelStreamParser, fmt="ndjson"),
+}
 
 
 @router.post(
@@ -42,13 +46,7 @@ async def ingest_labels(
 ) -> Any:
     """Store a batch of labels (all or nothing); values are clipped into the bounds."""
     await run_in_threadpool(ingest.open_dataset, services.db, name)
-    kind = require_media(request.headers.get("content-type"), {"application/json": 1, **_STREAMS})
-    if kind == "application/json":
-        rows = parse_labels_json(await request.body())
-    else:
-        parser = LabelStreamParser(fmt=_FORMATS[kind])
-        await feed_stream(request, parser)
-        rows = parser.finish()
+    rows = await read_batch(request, parse_json=parse_labels_json, streams=_PARSERS)
     result = await run_in_threadpool(
         ingest.store_labels,
         services.db,
@@ -60,11 +58,4 @@ async def ingest_labels(
     # No count in metrics or logs: how many labels a dataset gets is label information (with
     # default_label meaning "no conversion" it is the number of conversions), the advertiser's.
     log.info("labels batch stored: dataset=%s", name)
-    return {
-        "accepted": result.accepted,
-        "new": result.new,
-        "clipped": result.clipped,
-        "unchanged": result.unchanged,
-        "overwritten": result.overwritten,
-        "n_labels": result.n_labels,
-    }
+    return asdict(result)
