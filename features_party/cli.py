@@ -10,6 +10,7 @@ from pathlib import Path
 from features_party.config import FEATURES_TOKEN_ENV, PUBLISHER_TOKEN_ENV, Settings
 from shared import database_url
 from shared.errors import InvalidParameterError
+from shared.http.serve import serve as serve_app
 
 
 def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,8 +55,6 @@ def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignor
 
 def serve(args: argparse.Namespace) -> int:
     """Validate the settings, then run uvicorn until interrupted."""
-    import uvicorn
-
     from features_party.main import create_app
 
     try:
@@ -85,13 +84,12 @@ def serve(args: argparse.Namespace) -> int:
     except (SQLAlchemyError, OSError, ValueError, ModuleNotFoundError) as exc:
         print(f"labeldp serve features: {database_url.open_failure(exc, url)}", file=sys.stderr)
         return 2
-    uvicorn.run(
+    serve_app(
         create_app(settings),
+        settings,
         host=settings.host,
         port=settings.port,
         log_level=args.log_level,
         access_log=False,
-        ssl_certfile=settings.tls_cert,
-        ssl_keyfile=settings.tls_key,
     )
     return 0

@@ -274,30 +274,20 @@ def infer_kinds(batch: RawBatch, *, categorical: Iterable[str] = ()) -> dict[str
                     continue
                 numeric = False
                 break
-        if numeric and non_finite:
-            # A numeric column with nan / inf / 1e309 cells: refused as documented, instead of
-            # silently becoming categorical (where "nan" would be a category).
+        if numeric:
+            # A numeric column with nan / inf / 1e309 cells, or with 1_000 or full-width digits
+            # (float() reads them, a JSON number never is one): refused as documented, instead
+            # of silently read or made categorical (where "nan" would be a category).
             where = "line[{}]" if batch.source == "csv" else "rows[{}]"
             offset = 2 if batch.source == "csv" else 0
-            for i in non_finite[:MAX_REPORTED]:
-                errors.append(
-                    (
-                        f"{where.format(i + offset)}.{name}",
-                        "numeric column: must be a finite number (leave the cell empty if "
-                        "missing, or send ?categorical= for a category)",
-                    )
-                )
-        if numeric and loose:
-            # 1_000 or full-width digits: float() reads them, a JSON number never is one.
-            # Refused in a numeric column rather than silently read (or made categorical).
-            where = "line[{}]" if batch.source == "csv" else "rows[{}]"
-            offset = 2 if batch.source == "csv" else 0
-            for i in loose[:MAX_REPORTED]:
-                errors.append(
-                    (
-                        f"{where.format(i + offset)}.{name}",
-                        f"numeric column: {NUMBER_RULE} (or send ?categorical= for a category)",
-                    )
+            refused = (
+                (non_finite, "numeric column: must be a finite number (leave the cell empty if "
+                 "missing, or send ?categorical= for a category)"),
+                (loose, f"numeric column: {NUMBER_RULE} (or send ?categorical= for a category)"),
+            )  # fmt: skip
+            for cells, message in refused:
+                errors.extend(
+                    (f"{where.format(i + offset)}.{name}", message) for i in cells[:MAX_REPORTED]
                 )
         kinds[name] = "numeric" if numeric else "categorical"
     if errors:

@@ -17,6 +17,7 @@ import queue
 import threading
 import traceback
 from collections import OrderedDict
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,6 +43,8 @@ from shared.debias import affine_coefficients, mechanism_from_header
 from shared.errors import IntegrityError, LabelDPError
 
 log = logging.getLogger("features_party.jobs")
+# What a trained model's result says about the release it learned from (with id and epsilon).
+_RELEASE_FIELDS = {"dataset", "mechanism", "params", "epsilon1", "epsilon2", "body_sha256"}
 
 
 class JobError(LabelDPError):
@@ -266,24 +269,12 @@ class JobRunner:
             "label_transform_requested": requested_transform,
             "release": {
                 "id": header.release_id,
-                "dataset": header.dataset,
-                "mechanism": header.mechanism,
-                "params": header.params,
-                "epsilon1": header.epsilon1,
-                "epsilon2": header.epsilon2,
+                **header.model_dump(include=_RELEASE_FIELDS),
                 "epsilon": header.epsilon,
-                "body_sha256": header.body_sha256,
             },
             **metrics,
         }
-        final = FittedModel(
-            encoder=fitted.encoder,
-            estimator=fitted.estimator,
-            candidate=fitted.candidate,
-            affine=fitted.affine,
-            metrics=result,
-            offset=fitted.offset,
-        )
+        final = replace(fitted, metrics=result)
         blob = pickle.dumps(final, protocol=pickle.HIGHEST_PROTOCOL)
         self._update(
             model_id,

@@ -17,6 +17,7 @@ from typing import Any
 from shared import database_url
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
+from shared.http.serve import serve as serve_app
 
 
 def _add_db_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,8 +72,6 @@ def serve(args: argparse.Namespace) -> int:
     """Start the service (refuses to start without the three role tokens)."""
     import logging
 
-    import uvicorn
-
     from labels_party.config import Settings
     from labels_party.main import create_app
 
@@ -99,15 +98,7 @@ def serve(args: argparse.Namespace) -> int:
     except (SQLAlchemyError, OSError, ValueError, ModuleNotFoundError) as exc:
         print(f"labeldp serve labels: {database_url.open_failure(exc, url)}", file=sys.stderr)
         return 2
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        workers=1,
-        ssl_certfile=settings.tls_cert,
-        ssl_keyfile=settings.tls_key,
-    )
+    serve_app(app, settings, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 

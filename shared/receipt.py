@@ -141,17 +141,9 @@ def check_header(
     receipt: Mapping[str, Any], header: MessageHeader, *, binary_sha256: str | None = None
 ) -> None:
     """:func:`check_matches` on a message header (and its binary encoding's sha256, if given)."""
-    check_matches(
-        receipt,
-        release_id=header.release_id,
-        dataset=header.dataset,
-        message_sha256=header.body_sha256,
-        n=header.n,
-        mechanism=header.mechanism,
-        epsilon1=header.epsilon1,
-        epsilon2=header.epsilon2,
-        binary_sha256=binary_sha256,
-    )
+    same = ("release_id", "dataset", "n", "mechanism", "epsilon1", "epsilon2")
+    fields = {name: getattr(header, name) for name in same}
+    check_matches(receipt, **fields, message_sha256=header.body_sha256, binary_sha256=binary_sha256)
 
 
 def check_matches(

@@ -43,21 +43,9 @@ def _unknown_model(model_id: str) -> FieldHTTPError:
 
 
 def model_out(job: TrainedModel) -> ModelOut:
-    return ModelOut(
-        id=job.id,
-        dataset=job.dataset,
-        release_id=job.release_id,
-        model=job.model,
-        label_transform=job.label_transform,
-        seed=job.seed,
-        status=job.status,  # type: ignore[arg-type]
-        stage=job.stage,
-        progress=job.progress,
-        error=job.error,
-        created=job.created,
-        finished=job.finished,
-        result=json.loads(job.result_json) if job.result_json else None,
-    )
+    """The API view of a job: its columns of the same names, and its result parsed."""
+    columns = {name: getattr(job, name) for name in ModelOut.model_fields if name != "result"}
+    return ModelOut(**columns, result=json.loads(job.result_json) if job.result_json else None)
 
 
 def check_release(session: Session, settings: Settings, dataset: str, release_id: str) -> None:
