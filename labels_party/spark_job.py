@@ -40,6 +40,7 @@ once from exact sums; the randomizer is applied once per published label.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -384,11 +385,8 @@ class InputFaults:
     outside: int = 0  # labelled ids not in the universe
 
     def __add__(self, other: InputFaults) -> InputFaults:
-        return InputFaults(
-            duplicate_examples=self.duplicate_examples + other.duplicate_examples,
-            duplicate_labels=self.duplicate_labels + other.duplicate_labels,
-            outside=self.outside + other.outside,
-        )
+        names = [f.name for f in dataclasses.fields(self)]
+        return InputFaults(**{name: getattr(self, name) + getattr(other, name) for name in names})
 
     def check(self, key: str) -> None:
         """Raise :class:`SparkJobError` naming the first fault (before anything is spent)."""
@@ -417,7 +415,7 @@ def count_partitions(frame: Any, plan: ReleasePlan) -> tuple[LabelCounts, InputF
     import pyarrow as pa
 
     domain = LabelDomain(lo=plan.lo, hi=plan.hi)
-    fault_names = ("duplicate_examples", "duplicate_labels", "outside")
+    fault_names = [f.name for f in dataclasses.fields(InputFaults)]
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         total, faults = LabelCounts.of(plan, np.empty(0)), InputFaults()

@@ -252,25 +252,8 @@ def execute(
     """
     clipped = LabelDomain(lo=plan.lo, hi=plan.hi).clip(check_labels(labels))
     measured = measure(plan, clipped, rng, histogram=histogram)
-    anchor: dict[str, Any] = {
-        "histogram_epsilon": plan.histogram_float,
-        "label_mean": measured.label_mean,
-        "label_mean_epsilon": plan.label_mean_float,
-        "label_mean_variance": plan.label_mean_variance,
-    }
-    common: dict[str, Any] = {
-        "prior": measured.prior,
-        "epsilon1": plan.epsilon1_float,
-        "epsilon2": plan.randomizer_float,
-        "lo": plan.lo,
-        "hi": plan.hi,
-        "plan": plan,
-        **anchor,
-    }
     if math.isinf(plan.randomizer_float):
-        return Release(
-            noisy_labels=clipped, mechanism="none", params={}, expected_label_mse=0.0, **common
-        )
+        return describe(plan, measured, "none", None, clipped)
     name, randomizer = choose_randomizer(plan, measured)
     return describe(plan, measured, name, randomizer, randomizer.randomize(clipped, rng))
 
@@ -279,33 +262,39 @@ def describe(
     plan: ReleasePlan,
     measured: NoisyPrior,
     name: str,
-    randomizer: LabelMechanism,
+    randomizer: LabelMechanism | None,
     noisy: np.ndarray,
 ) -> Release:
     """The release of ``plan``: ``noisy`` labels with every public value a receiver needs.
 
     ``noisy`` is empty where the labels are written elsewhere (the Spark job's Parquet body);
-    every other field is a function of the plan and the noisy prior alone.
+    ``randomizer`` is None for a non-private plan (infinite epsilon2: the clipped labels as they
+    are). Every other field is a function of the plan and the noisy prior alone.
     """
+    chosen: dict[str, Any] = {"params": {}, "expected_label_mse": 0.0}
+    if randomizer is not None:
+        chosen = {
+            "params": randomizer.public_params(),
+            "expected_label_mse": float(randomizer.expected_squared_error(measured.prior)),
+            "recommended_transform": recommended_transform(
+                randomizer, measured.prior, n=plan.n, model_dim=plan.model_dim
+            ),
+            "model_dim": plan.model_dim,
+        }
     return Release(
         noisy_labels=noisy,
         prior=measured.prior,
         mechanism=name,
-        params=randomizer.public_params(),
         epsilon1=plan.epsilon1_float,
         epsilon2=plan.randomizer_float,
         lo=plan.lo,
         hi=plan.hi,
-        expected_label_mse=float(randomizer.expected_squared_error(measured.prior)),
-        recommended_transform=recommended_transform(
-            randomizer, measured.prior, n=plan.n, model_dim=plan.model_dim
-        ),
-        model_dim=plan.model_dim,
         histogram_epsilon=plan.histogram_float,
         label_mean=measured.label_mean,
         label_mean_epsilon=plan.label_mean_float,
         label_mean_variance=plan.label_mean_variance,
         plan=plan,
+        **chosen,
     )
 
 
