@@ -28,7 +28,6 @@ from labels_party.db.models import releases
 from labels_party.errors import BadInputError, ConflictError, FieldError
 from labels_party.releases import (
     RELEASE_ID_PATTERN,
-    ReleaseRequest,
     _public,
     plan_for,
     release_charges,
@@ -37,7 +36,7 @@ from labels_party.releases import (
 )
 from shared.mechanisms.histogram import bin_edges
 from shared.message import FORMAT_VERSION, MessageHeader, json_safe
-from shared.plan import ReleasePlan
+from shared.plan import ReleasePlan, ReleaseRequest
 
 EXTERNAL = "external"
 

@@ -23,9 +23,8 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -51,7 +50,7 @@ from shared.message import (
     json_from_sections,
     json_safe,
 )
-from shared.plan import ReleasePlan, plan_release
+from shared.plan import ReleasePlan, ReleaseRequest
 from shared.randomizer import Release, execute
 from shared.rng import Rng, SystemRandom
 
@@ -64,31 +63,9 @@ _MAX_ATTEMPTS = 4
 RELEASE_ID_PATTERN = r"^rel_[0-9a-f]{24}$"
 
 
-@dataclass(frozen=True, kw_only=True)
-class ReleaseRequest:
-    """A release request (``options`` holds only the mechanism options the caller gave)."""
-
-    epsilon: Decimal
-    mechanism: str = "auto"
-    epsilon_histogram: Decimal | None = None
-    bins: int | None = None  # None: shared.selection.adaptive_bins(n, epsilon1)
-    model_dim: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-
-
 def plan_for(row: ds.DatasetRow, request: ReleaseRequest, *, n: int) -> ReleasePlan:
     """The plan of ``request`` on dataset ``row`` with ``n`` registered examples (public)."""
-    return plan_release(
-        n=n,
-        lo=row.label_min,
-        hi=row.label_max,
-        epsilon=request.epsilon,
-        epsilon1=request.epsilon_histogram,
-        mechanism=request.mechanism,
-        bins=request.bins,
-        model_dim=request.model_dim,
-        options=request.options,
-    )
+    return request.plan(n=n, lo=row.label_min, hi=row.label_max)
 
 
 @dataclass(frozen=True, kw_only=True)

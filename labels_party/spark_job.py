@@ -15,7 +15,7 @@ Alg. 4 through ``shared.randomizer``) where the advertiser's conversions live, i
    faulty input. Only those k + 5 integers per partition reach the driver, never a label.
    Every refusal comes BEFORE anything is randomized or spent.
 4. On the driver, ONCE: ``noisy_prior_from_counts`` (the engine's exact discrete Laplace
-   samplers, OS CSPRNG) and ``choose_randomizer`` from ``shared.plan.plan_release``'s plan,
+   samplers, OS CSPRNG) and ``choose_randomizer`` from the plan of ``shared.plan.ReleaseRequest``,
    the same functions the service runs.
 5. Randomize each partition with the chosen mechanism's vectorised ``randomize`` (a
    non-deterministic iterator UDF: the label column in Arrow batches through numba, the ids stay
@@ -60,7 +60,7 @@ from shared.client import LabelsPartyClient, ServiceError, _segment
 from shared.domain import LabelDomain
 from shared.errors import LabelDPError
 from shared.message import EXAMPLE_ID_PATTERN, MessageHeader, header_for, json_safe
-from shared.plan import ReleasePlan, plan_release
+from shared.plan import ReleasePlan, ReleaseRequest
 from shared.randomizer import (
     LabelCounts,
     LabelMechanism,
@@ -140,18 +140,13 @@ def request_body(config: JobConfig, plan: ReleasePlan, header: MessageHeader) ->
 
 def make_plan(config: JobConfig, info: dict[str, Any], *, n: int) -> ReleasePlan:
     """The plan exactly as the labels party computes it (``releases.plan_for``)."""
-    options = {k: v for k, v in config.params.items() if k not in ("bins", "model_dim")}
-    return plan_release(
-        n=n,
-        lo=float(info["label_min"]),
-        hi=float(info["label_max"]),
+    request = ReleaseRequest.from_params(
+        config.params,
         epsilon=config.epsilon,
-        epsilon1=config.epsilon_histogram,
         mechanism=config.mechanism,
-        bins=config.params.get("bins"),
-        model_dim=config.params.get("model_dim"),
-        options=options,
+        epsilon_histogram=config.epsilon_histogram,
     )
+    return request.plan(n=n, lo=float(info["label_min"]), hi=float(info["label_max"]))
 
 
 def check_budget(info: dict[str, Any], plan: ReleasePlan) -> None:

@@ -24,7 +24,6 @@ from sqlalchemy import Table, insert, select, update
 from labels_party.db.engine import Database
 from labels_party.db.models import access_log, release_audit
 from labels_party.ledger import canonical_json
-from shared import epsilon as amounts
 
 log = logging.getLogger("labels_party")
 T = TypeVar("T")
@@ -32,19 +31,6 @@ T = TypeVar("T")
 
 def now_text() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def public_request(request: Any) -> dict[str, Any]:
-    """The public fields of a ``labels_party.releases.ReleaseRequest``."""
-    share = request.epsilon_histogram
-    return {
-        "epsilon": amounts.text(request.epsilon),
-        "epsilon_histogram": None if share is None else amounts.text(share),
-        "mechanism": request.mechanism,
-        "bins": request.bins,
-        "model_dim": request.model_dim,
-        "options": request.options,
-    }
 
 
 def record_refusal(

@@ -423,6 +423,69 @@ def plan_release(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReleaseRequest:
+    """What a release asks for, before n and the label bounds are known (every path's input).
+
+    ``options`` holds only the mechanism options the caller gave; ``bins`` None means
+    ``adaptive_bins``. The service builds it from a request body, the Spark job from its flags.
+    """
+
+    epsilon: Decimal
+    mechanism: str = AUTO
+    epsilon_histogram: Decimal | None = None
+    bins: int | None = None
+    model_dim: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_params(
+        cls,
+        params: Mapping[str, Any],
+        *,
+        epsilon: Decimal,
+        mechanism: str = AUTO,
+        epsilon_histogram: Decimal | None = None,
+    ) -> ReleaseRequest:
+        """A request whose ``params`` mix ``bins`` and ``model_dim`` with the mechanism options
+        (the wire's and the CLI's ``params`` object)."""
+        options = {k: v for k, v in params.items() if k not in ("bins", "model_dim")}
+        return cls(
+            epsilon=epsilon,
+            mechanism=mechanism,
+            epsilon_histogram=epsilon_histogram,
+            bins=params.get("bins"),
+            model_dim=params.get("model_dim"),
+            options=options,
+        )
+
+    def plan(self, *, n: int, lo: float, hi: float) -> ReleasePlan:
+        """:func:`plan_release` of this request on ``n`` examples labelled in [lo, hi]."""
+        return plan_release(
+            n=n,
+            lo=lo,
+            hi=hi,
+            epsilon=self.epsilon,
+            epsilon1=self.epsilon_histogram,
+            mechanism=self.mechanism,
+            bins=self.bins,
+            model_dim=self.model_dim,
+            options=self.options,
+        )
+
+    def public(self) -> dict[str, Any]:
+        """The request as the operator's audit trail shows it (exact amounts as text)."""
+        share = self.epsilon_histogram
+        return {
+            "epsilon": amounts.text(self.epsilon),
+            "epsilon_histogram": None if share is None else amounts.text(share),
+            "mechanism": self.mechanism,
+            "bins": self.bins,
+            "model_dim": self.model_dim,
+            "options": dict(self.options),
+        }
+
+
 def _short(amount: Decimal) -> str:
     """An amount for a human sentence (6 significant digits; the exact value is in the plan)."""
     return "inf" if amount.is_infinite() else f"{float(amount):.6g}"

@@ -50,34 +50,54 @@ from shared.selection import (
 class Release:
     """Noisy labels plus every public parameter a receiver needs to post-process them."""
 
+    plan: ReleasePlan  # what ran: the epsilons and the label bounds are read from it
     noisy_labels: np.ndarray
     prior: Prior
     mechanism: str
     params: dict[str, Any]
-    epsilon1: float
-    epsilon2: float
-    lo: float
-    hi: float
     expected_label_mse: float = field(default=math.nan)
     # "raw" or "debiased": the training target with the lower C = bias^2 + (d/n) Var under the
     # noisy prior (``shared.selection``); public, a function of the prior, n and model_dim.
     recommended_transform: str = "raw"
     # The model dimension d that ``mechanism`` and ``recommended_transform`` were chosen for.
     model_dim: int | None = None
-    # The epsilon_mean-DP label mean (part of epsilon1) and its noise variance (public); None
-    # when the release spent nothing on it (mean_share 0).
+    # The epsilon_mean-DP label mean (part of epsilon1); None when the plan spent nothing on it.
     label_mean: float | None = None
-    label_mean_epsilon: float | None = None
-    label_mean_variance: float | None = None
-    # The part of epsilon1 the histogram got (epsilon1 itself when nothing went to the mean).
-    histogram_epsilon: float | None = None
-    # The plan this release ran (its exact charges); None only for hand-built releases.
-    plan: ReleasePlan | None = None
+
+    @property
+    def epsilon1(self) -> float:
+        return self.plan.epsilon1_float
+
+    @property
+    def epsilon2(self) -> float:
+        return self.plan.randomizer_float
 
     @property
     def epsilon(self) -> float:
         """Total privacy cost (basic composition of the two steps)."""
         return self.epsilon1 + self.epsilon2
+
+    @property
+    def lo(self) -> float:
+        return self.plan.lo
+
+    @property
+    def hi(self) -> float:
+        return self.plan.hi
+
+    @property
+    def histogram_epsilon(self) -> float:
+        """The part of epsilon1 the histogram got (epsilon1 itself when none went to the mean)."""
+        return self.plan.histogram_float
+
+    @property
+    def label_mean_epsilon(self) -> float | None:
+        return self.plan.label_mean_float
+
+    @property
+    def label_mean_variance(self) -> float | None:
+        """The DP mean's noise variance (public); None when the plan spent nothing on it."""
+        return self.plan.label_mean_variance
 
     @property
     def n(self) -> int:
@@ -282,18 +302,11 @@ def describe(
             "model_dim": plan.model_dim,
         }
     return Release(
+        plan=plan,
         noisy_labels=noisy,
         prior=measured.prior,
         mechanism=name,
-        epsilon1=plan.epsilon1_float,
-        epsilon2=plan.randomizer_float,
-        lo=plan.lo,
-        hi=plan.hi,
-        histogram_epsilon=plan.histogram_float,
         label_mean=measured.label_mean,
-        label_mean_epsilon=plan.label_mean_float,
-        label_mean_variance=plan.label_mean_variance,
-        plan=plan,
         **chosen,
     )
 

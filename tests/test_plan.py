@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.plan import (
+    ReleaseRequest,
     default_split,
     mechanism_options,
     mechanisms,
@@ -155,3 +156,32 @@ def test_execute_runs_the_plan_it_was_given() -> None:
     assert (release.epsilon1, release.epsilon2) == (plan.epsilon1_float, plan.randomizer_float)
     with pytest.raises(InvalidParameterError, match="n = 400"):
         execute(plan, labels[:10], np.random.default_rng(1))
+
+
+def test_a_request_plans_what_plan_release_plans_and_splits_its_params() -> None:
+    params = {"bins": 12, "model_dim": 4, "zeta": 2.5}
+    request = ReleaseRequest.from_params(
+        params, epsilon=Decimal("0.7"), mechanism="rpwithprior", epsilon_histogram=Decimal("0.2")
+    )
+    assert (request.bins, request.model_dim, dict(request.options)) == (12, 4, {"zeta": 2.5})
+    direct = plan_release(
+        n=900,
+        lo=0.0,
+        hi=50.0,
+        epsilon=Decimal("0.7"),
+        epsilon1=Decimal("0.2"),
+        mechanism="rpwithprior",
+        bins=12,
+        model_dim=4,
+        options={"zeta": 2.5},
+    )
+    assert request.plan(n=900, lo=0.0, hi=50.0) == direct
+    assert request.public() == {
+        "epsilon": "0.7",
+        "epsilon_histogram": "0.2",
+        "mechanism": "rpwithprior",
+        "bins": 12,
+        "model_dim": 4,
+        "options": {"zeta": 2.5},
+    }
+    assert ReleaseRequest(epsilon=Decimal(1)).public()["epsilon_histogram"] is None

@@ -102,7 +102,8 @@ def test_same_noisy_prior_gives_the_same_plan_and_parameters_as_the_service_path
     )  # fmt: skip
     plan = spark_job.make_plan(config, info, n=len(ids))
     # The service's plan for the same request (labels_party.releases.plan_for) is the same.
-    from labels_party.releases import ReleaseRequest, plan_for
+    from labels_party.releases import plan_for
+    from shared.plan import ReleaseRequest
 
     class Row:
         label_min, label_max = 0.0, 100.0

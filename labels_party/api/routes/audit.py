@@ -18,6 +18,7 @@ from labels_party.errors import FieldError, ServiceError
 from shared import epsilon as amounts
 from shared.errors import BudgetExceededError, InvalidParameterError
 from shared.http.errors import internal_error_body
+from shared.plan import ReleaseRequest
 
 router = APIRouter(prefix="/v1", tags=["audit"])
 
@@ -51,7 +52,9 @@ def caller_view(exc: BaseException, *, histogram_share_given: bool) -> tuple[int
     return 500, internal_error_body()
 
 
-def release_recorder(services: Services, *, role: str, dataset: str, request: Any) -> Any:
+def release_recorder(
+    services: Services, *, role: str, dataset: str, request: ReleaseRequest
+) -> Any:
     """An ``on_error`` for ``trails.audited`` that records a failed release for the operator."""
 
     def record(exc: BaseException) -> None:
@@ -60,7 +63,7 @@ def release_recorder(services: Services, *, role: str, dataset: str, request: An
             services.db,
             actor_role=role,
             dataset=dataset,
-            request=trails.public_request(request),
+            request=request.public(),
             status=status,
             error_class=type(exc).__name__,
             body=body,

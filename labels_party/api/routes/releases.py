@@ -33,6 +33,7 @@ from labels_party.trails import audited, logged_download
 from shared.errors import InvalidParameterError
 from shared.http.requests import json_body
 from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE, MessageHeader
+from shared.plan import ReleaseRequest
 
 router = APIRouter(tags=["releases"])
 # Documented (OpenAPI), and checked by known_release: a malformed id is simply not found (404).
@@ -104,9 +105,9 @@ async def create_release(
     return meta
 
 
-def release_request(body: ReleaseRequestBody) -> rel.ReleaseRequest:
+def release_request(body: ReleaseRequestBody) -> ReleaseRequest:
     """The service's request from a release body (``/releases`` and ``/external-releases``)."""
-    return rel.ReleaseRequest(
+    return ReleaseRequest(
         mechanism=body.mechanism,
         epsilon=body.epsilon,
         epsilon_histogram=body.epsilon_histogram,
