@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -140,7 +140,8 @@ def exact_delta(value: Any, *, name: str = "delta") -> Decimal:
 
 @dataclass(frozen=True, kw_only=True)
 class Charge:
-    """One ledger entry that spends: its kind, mechanism, amount and public parameters."""
+    """One ledger entry that spends: its kind, mechanism, amount and public parameters (its
+    fields are the ones ``ledger.append`` takes besides who, when and for which message)."""
 
     kind: str
     mechanism: str
@@ -180,13 +181,9 @@ def spend(
             time=time,
             dataset=row.name,
             release_id=release_id,
-            kind=charge.kind,
-            mechanism=charge.mechanism,
-            epsilon=charge.epsilon,
-            delta=charge.delta,
             actor_role=actor_role,
-            parameters=charge.parameters,
             message_sha256=message_sha256,
+            **asdict(charge),
         )
     after = budget.after(epsilon=total, delta=total_delta)
     values = columns("epsilon_spent", after.spent)

@@ -14,22 +14,17 @@ import numpy as np
 from shared.domain import check_epsilon
 from shared.errors import InvalidParameterError
 from shared.estimators._checks import delta_in_unit_interval, features, positive, project_rows
-from shared.estimators.eptr import eptr_release
+from shared.estimators.eptr import EPTROutcome, eptr_release
 from shared.rng import Rng
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class EPTRBayes:
+class EPTRBayes(EPTROutcome):
     """ePTR-Bayes output. ``priors``, ``means`` and ``released`` are the DP output;
     ``gamma`` and ``release_probability`` depend on the private data (owner only)."""
 
     priors: np.ndarray
     means: np.ndarray
-    released: bool
-    release_probability: float
-    noise_scale: float
-    gamma: float
-    alpha: float
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """y~(x) = argmax_k log mu~_k - ||x - m~_k||^2 / 2 (Algorithm 3, step 6)."""
@@ -125,9 +120,5 @@ def eptr_bayes(
     return EPTRBayes(
         priors=revise_priors(out.value[:k], c0=c),
         means=out.value[k:].reshape(k, p),
-        released=out.released,
-        release_probability=out.release_probability,
-        noise_scale=out.noise_scale,
-        gamma=gamma,
-        alpha=alpha,
+        **EPTROutcome.of(out, alpha=alpha),
     )

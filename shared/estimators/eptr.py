@@ -39,6 +39,30 @@ class EPTRRelease:
     gamma: float
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EPTROutcome:
+    """What every ePTR estimator's result reports besides its values: whether Algorithm 2
+    released, its probability of doing so, the noise scale, gamma and alpha. ``gamma`` and
+    ``release_probability`` depend on the private data (owner's diagnostics only)."""
+
+    released: bool
+    release_probability: float
+    noise_scale: float
+    gamma: float
+    alpha: float
+
+    @staticmethod
+    def of(out: EPTRRelease, *, alpha: float) -> dict[str, float | bool]:
+        """The outcome fields of Algorithm 2's output ``out`` run at ``alpha``."""
+        return {
+            "released": out.released,
+            "release_probability": out.release_probability,
+            "noise_scale": out.noise_scale,
+            "gamma": out.gamma,
+            "alpha": alpha,
+        }
+
+
 def eptr_threshold(*, epsilon: float, delta: float) -> float:
     """M = 1 + (2 / epsilon) log(max(1/delta, 1/epsilon)) (Algorithm 2, step 3)."""
     return 1.0 + (2.0 / epsilon) * math.log(max(1.0 / delta, 1.0 / epsilon))

@@ -26,7 +26,7 @@ from shared.estimators._checks import (
     queries_for,
 )
 from shared.estimators._linear import linear_label_release
-from shared.estimators.eptr import eptr_release
+from shared.estimators.eptr import EPTROutcome, eptr_release
 from shared.rng import Rng
 
 _ROWS_PER_BLOCK = 2048
@@ -67,17 +67,12 @@ def nw_predict(
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class EPTRNW:
+class EPTRNW(EPTROutcome):
     """ePTR-NW output at ``queries``. ``values``/``released`` are the DP output; ``gamma`` and
     ``release_probability`` depend on the private data (owner's diagnostics only)."""
 
     queries: np.ndarray
     values: np.ndarray
-    released: bool
-    release_probability: float
-    noise_scale: float
-    gamma: float
-    alpha: float
 
     def predict(self, points: np.ndarray, *, neighbours: int = 8) -> np.ndarray:
         return interpolate(self.queries, self.values, points, neighbours=neighbours)
@@ -151,15 +146,7 @@ def eptr_nw(
     out = eptr_release(
         estimate, gamma=gamma, alpha=alpha, epsilon=eps, delta=dlt, no_reply=no_reply, rng=rng
     )
-    return EPTRNW(
-        queries=points,
-        values=out.value,
-        released=out.released,
-        release_probability=out.release_probability,
-        noise_scale=out.noise_scale,
-        gamma=gamma,
-        alpha=alpha,
-    )
+    return EPTRNW(queries=points, values=out.value, **EPTROutcome.of(out, alpha=alpha))
 
 
 def nw_map(

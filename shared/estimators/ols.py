@@ -24,21 +24,16 @@ from shared.estimators._checks import (
     project_vector,
 )
 from shared.estimators._linear import linear_label_release
-from shared.estimators.eptr import eptr_release
+from shared.estimators.eptr import EPTROutcome, eptr_release
 from shared.rng import Rng
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class EPTROLS:
+class EPTROLS(EPTROutcome):
     """ePTR-OLS output. ``coef`` and ``released`` are the DP output; ``gamma`` and
     ``release_probability`` depend on the private data (owner's diagnostics only)."""
 
     coef: np.ndarray
-    released: bool
-    release_probability: float
-    noise_scale: float
-    gamma: float
-    alpha: float
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,14 +104,7 @@ def eptr_ols(
     out = eptr_release(
         theta, gamma=gamma, alpha=alpha, epsilon=eps, delta=dlt, no_reply=no_reply, rng=rng
     )
-    return EPTROLS(
-        coef=out.value,
-        released=out.released,
-        release_probability=out.release_probability,
-        noise_scale=out.noise_scale,
-        gamma=gamma,
-        alpha=alpha,
-    )
+    return EPTROLS(coef=out.value, **EPTROutcome.of(out, alpha=alpha))
 
 
 def ols_map(X: np.ndarray) -> np.ndarray:
