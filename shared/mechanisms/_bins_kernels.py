@@ -23,6 +23,10 @@ SQUARED = 0
 ABSOLUTE = 1
 POISSON = 2
 
+# What every bin kernel reads: (x, P0, P1, P2, q, 1 - q, loss code), one tuple so that numba
+# compiles each kernel once for it and the kernels' signatures do not repeat its seven parts.
+Support = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float, int]
+
 
 @njit(cache=True)
 def _cum_weight(m: int, a: int, b: int, prefix: np.ndarray, q: float, omq: float) -> float:
@@ -90,18 +94,9 @@ def _closed_form(
 
 
 @njit(cache=True)
-def bin_cost(
-    a: int,
-    b: int,
-    x: np.ndarray,
-    P0: np.ndarray,
-    P1: np.ndarray,
-    P2: np.ndarray,
-    q: float,
-    omq: float,
-    loss: int,
-) -> tuple:
+def bin_cost(a: int, b: int, support: Support) -> tuple:
     """(cost, output, median index or -1) of one bin, computed directly (no amortisation)."""
+    x, P0, P1, P2, q, omq, loss = support
     if loss != ABSOLUTE:
         cost, c = _closed_form(a, b, P0, P1, P2, q, omq, loss)
         return cost, c, -1
@@ -113,18 +108,7 @@ def bin_cost(
 
 
 @njit(cache=True)
-def row_costs(
-    r: int,
-    x: np.ndarray,
-    P0: np.ndarray,
-    P1: np.ndarray,
-    P2: np.ndarray,
-    q: float,
-    omq: float,
-    loss: int,
-    cost: np.ndarray,
-    center: np.ndarray,
-) -> None:
+def row_costs(r: int, support: Support, cost: np.ndarray, center: np.ndarray) -> None:
     """Costs and outputs of every bin ``[r, i]``, ``i = r .. k-1``, in amortised O(1) each.
 
     Squared and Poisson: closed forms from the prefix sums. Absolute (Appendix B): the weighted
@@ -132,6 +116,7 @@ def row_costs(
     weight reaches half the total; only the weight of ``x_i`` changes between steps, so the walk
     is short and, as the paper shows, O(k) in total for one ``r``.
     """
+    x, P0, P1, P2, q, omq, loss = support
     k = x.size
     if loss != ABSOLUTE:
         for i in range(r, k):
@@ -156,17 +141,15 @@ def row_costs(
 
 
 @njit(cache=True)
-def cost_matrix(
-    x: np.ndarray, P0: np.ndarray, P1: np.ndarray, P2: np.ndarray, q: float, omq: float, loss: int
-) -> tuple:
+def cost_matrix(support: Support) -> tuple:
     """All bin costs and outputs as k x k matrices (row r, column i: bin ``[r, i]``; NaN below)."""
-    k = x.size
+    k = support[0].size
     costs = np.full((k, k), np.nan)
     centers = np.full((k, k), np.nan)
     cost = np.empty(k)
     center = np.empty(k)
     for r in range(k):
-        row_costs(r, x, P0, P1, P2, q, omq, loss, cost, center)
+        row_costs(r, support, cost, center)
         for i in range(r, k):
             costs[r, i] = cost[i]
             centers[r, i] = center[i]
@@ -174,16 +157,7 @@ def cost_matrix(
 
 
 @njit(cache=True)
-def penalised_partition(
-    x: np.ndarray,
-    P0: np.ndarray,
-    P1: np.ndarray,
-    P2: np.ndarray,
-    q: float,
-    omq: float,
-    loss: int,
-    penalty: float,
-) -> tuple:
+def penalised_partition(support: Support, penalty: float) -> tuple:
     """Partition minimising ``sum over bins (cost - penalty)``, with no limit on the bin count.
 
     One Dinkelbach step (see ``rr_on_bins``): the Algorithm 2 recursion without its bin-count
@@ -191,7 +165,7 @@ def penalised_partition(
     computed once, in amortised O(1) per bin: O(k^2) time, O(k) memory. Returns, for every
     prefix length, the start of its last bin, its unpenalised cost and its bin count.
     """
-    k = x.size
+    k = support[0].size
     best = np.full(k + 1, np.inf)
     best[0] = 0.0
     total = np.zeros(k + 1)
@@ -200,7 +174,7 @@ def penalised_partition(
     cost = np.empty(k)
     center = np.empty(k)
     for r in range(k):
-        row_costs(r, x, P0, P1, P2, q, omq, loss, cost, center)
+        row_costs(r, support, cost, center)
         base = best[r] - penalty
         n_bins = count[r] + 1
         for i in range(r, k):
@@ -215,22 +189,13 @@ def penalised_partition(
 
 
 @njit(cache=True)
-def layered_partition(
-    x: np.ndarray,
-    P0: np.ndarray,
-    P1: np.ndarray,
-    P2: np.ndarray,
-    q: float,
-    omq: float,
-    loss: int,
-    max_bins: int,
-) -> tuple:
+def layered_partition(support: Support, max_bins: int) -> tuple:
     """Algorithm 2 as written, for at most ``max_bins`` bins: O(k^2 max_bins) time.
 
     ``total[i, j]`` is the least cost of splitting the first i support values into j bins (the
     paper's ``A[i][j]``, divided by e^eps); ``start[i, j]`` the start of the last of those bins.
     """
-    k = x.size
+    k = support[0].size
     n_layers = max_bins
     total = np.full((k + 1, n_layers + 1), np.inf)
     total[0, 0] = 0.0
@@ -238,7 +203,7 @@ def layered_partition(
     cost = np.empty(k)
     center = np.empty(k)
     for r in range(k):
-        row_costs(r, x, P0, P1, P2, q, omq, loss, cost, center)
+        row_costs(r, support, cost, center)
         top = min(n_layers, r + 1)  # a prefix of r values holds at most r bins
         for i in range(r, k):
             c_i = cost[i]

@@ -353,7 +353,7 @@ class _Support:
         """Inverse of the value transform."""
         return float(np.ldexp(x + self.shift, self.exponent))
 
-    def args(self) -> tuple:
+    def args(self) -> kernels.Support:
         return (self.x, *self.prefix, self.q, self.omq, self.code)
 
 
@@ -397,7 +397,7 @@ def _backtrack(start: np.ndarray) -> np.ndarray:
 def _partition_loss(s: _Support, starts: np.ndarray) -> float:
     ends = np.append(starts[1:], s.k) - 1
     cost = sum(
-        kernels.bin_cost(int(a), int(b), *s.args())[0] for a, b in zip(starts, ends, strict=True)
+        kernels.bin_cost(int(a), int(b), s.args())[0] for a, b in zip(starts, ends, strict=True)
     )
     return cost / (1.0 + (starts.size - 1) * s.q)
 
@@ -407,7 +407,7 @@ def _dinkelbach(s: _Support) -> np.ndarray:
     starts = np.zeros(1, dtype=np.int64)
     best = _partition_loss(s, starts)
     for _ in range(s.k + 1):  # the bin counts strictly decrease, so this bound is never hit
-        start, total, count = kernels.penalised_partition(*s.args(), best * s.q)
+        start, total, count = kernels.penalised_partition(s.args(), best * s.q)
         loss = float(total[-1]) / (1.0 + (int(count[-1]) - 1) * s.q)
         if not loss < best:
             break
@@ -419,7 +419,7 @@ def _dinkelbach(s: _Support) -> np.ndarray:
 def _capped(s: _Support, max_bins: int) -> np.ndarray:
     """Bin starts of the best partition into at most ``max_bins`` bins (Algorithm 2)."""
     n_layers = min(max_bins, s.k)
-    total, start = kernels.layered_partition(*s.args(), n_layers)
+    total, start = kernels.layered_partition(s.args(), n_layers)
     counts = np.arange(1, n_layers + 1)
     losses = total[-1, 1:] / (1.0 + (counts - 1) * s.q)
     d = int(np.argmin(losses)) + 1  # first minimum: fewest bins among ties
@@ -437,7 +437,7 @@ def _outputs(s: _Support, starts: np.ndarray, values: np.ndarray) -> np.ndarray:
     # A weighted mean lies between the extreme support values; rounding must not push it out.
     lowest, highest = values[s.index[0]], values[s.index[-1]]
     for j, (a, b) in enumerate(zip(starts, ends, strict=True)):
-        _, center, median = kernels.bin_cost(int(a), int(b), *s.args())
+        _, center, median = kernels.bin_cost(int(a), int(b), s.args())
         # An absolute-loss output is a prior value: return it exactly, not mapped back.
         mean = min(max(s.to_label(center), lowest), highest)
         outputs[j] = values[s.index[median]] if median >= 0 else mean

@@ -105,7 +105,7 @@ def test_amortised_bin_costs_match_direct_sums(loss: str, epsilon: float) -> Non
         values, probs = random_prior(rng, 14, zero_fraction=0.0)
         s = rr._support(values, probs, epsilon=epsilon, loss=loss)
         x = s.x  # the kernels' (scaled, centred) coordinates
-        costs, centers = kernels.cost_matrix(*s.args())
+        costs, centers = kernels.cost_matrix(s.args())
         e_eps = math.exp(epsilon)  # kernels divide the paper's weights by e^eps
         for a in range(x.size):
             for b in range(a, x.size):
@@ -119,7 +119,7 @@ def test_amortised_bin_costs_match_direct_sums(loss: str, epsilon: float) -> Non
                 else:
                     assert centers[a, b] == pytest.approx(want_center, rel=1e-12, abs=1e-14)
                 # The single-bin (non-amortised) kernel agrees with the amortised row.
-                single = kernels.bin_cost(a, b, *s.args())
+                single = kernels.bin_cost(a, b, s.args())
                 assert single[0] == pytest.approx(costs[a, b], rel=1e-12, abs=1e-14)
                 assert single[1] == centers[a, b] or loss == "absolute"
 
@@ -129,7 +129,7 @@ def test_absolute_walk_handles_a_heavy_bin_far_from_the_global_median() -> None:
     values = np.arange(30.0)
     probs = np.r_[np.full(10, 0.09), np.full(20, 0.1 / 20)]
     s = rr._support(values, probs, epsilon=5.0, loss="absolute")
-    costs, _ = kernels.cost_matrix(*s.args())
+    costs, _ = kernels.cost_matrix(s.args())
     for a, b in [(20, 29), (25, 25), (10, 29), (0, 29), (29, 29)]:
         want, _ = direct_bin_cost(s.x, probs, a, b, 5.0, "absolute")
         assert costs[a, b] * math.exp(5.0) == pytest.approx(want, rel=1e-10)
