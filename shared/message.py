@@ -175,16 +175,16 @@ def header_for(
         params=json_safe(release.params),
         epsilon1=release.epsilon1,
         epsilon2=release.epsilon2,
-        label_min=release.lo,
-        label_max=release.hi,
+        label_min=release.plan.lo,
+        label_max=release.plan.hi,
         default_label=default_label,
         histogram=NoisyHistogram(**json_safe(release.prior.to_dict())),
         n=n,
         body_sha256=body_sha256,
         model_dim=release.model_dim,
         label_mean=release.label_mean,
-        label_mean_epsilon=release.label_mean_epsilon,
-        label_mean_variance=release.label_mean_variance,
+        label_mean_epsilon=release.plan.label_mean_float,
+        label_mean_variance=release.plan.label_mean_variance,
         recommended_transform=release.recommended_transform,  # type: ignore[arg-type]
     )
 

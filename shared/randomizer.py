@@ -50,7 +50,7 @@ from shared.selection import (
 class Release:
     """Noisy labels plus every public parameter a receiver needs to post-process them."""
 
-    plan: ReleasePlan  # what ran: the epsilons and the label bounds are read from it
+    plan: ReleasePlan  # what ran: its epsilons, label bounds and the DP mean's budget
     noisy_labels: np.ndarray
     prior: Prior
     mechanism: str
@@ -76,28 +76,6 @@ class Release:
     def epsilon(self) -> float:
         """Total privacy cost (basic composition of the two steps)."""
         return self.epsilon1 + self.epsilon2
-
-    @property
-    def lo(self) -> float:
-        return self.plan.lo
-
-    @property
-    def hi(self) -> float:
-        return self.plan.hi
-
-    @property
-    def histogram_epsilon(self) -> float:
-        """The part of epsilon1 the histogram got (epsilon1 itself when none went to the mean)."""
-        return self.plan.histogram_float
-
-    @property
-    def label_mean_epsilon(self) -> float | None:
-        return self.plan.label_mean_float
-
-    @property
-    def label_mean_variance(self) -> float | None:
-        """The DP mean's noise variance (public); None when the plan spent nothing on it."""
-        return self.plan.label_mean_variance
 
     @property
     def n(self) -> int:

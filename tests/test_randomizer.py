@@ -218,26 +218,26 @@ def test_epsilon1_buys_the_histogram_and_the_label_mean_exactly(
     on it; a share outside [0, 1) is refused."""
     common = {"lo": 0.0, "hi": 40.0, "epsilon2": 0.5, "mechanism": "auto"}
     release = label_randomizer(labels, epsilon1=epsilon1, rng=np.random.default_rng(2), **common)
-    assert release.label_mean_epsilon is not None and release.histogram_epsilon is not None
+    assert release.plan.label_mean_float is not None and release.plan.histogram_float is not None
     share = default_mean_share(epsilon1 + 0.5)
-    assert release.label_mean_epsilon == pytest.approx(share * epsilon1)
-    assert Fraction(release.histogram_epsilon) + Fraction(release.label_mean_epsilon) <= Fraction(
-        epsilon1
-    )
+    assert release.plan.label_mean_float == pytest.approx(share * epsilon1)
+    assert Fraction(release.plan.histogram_float) + Fraction(
+        release.plan.label_mean_float
+    ) <= Fraction(epsilon1)
     assert release.label_mean is not None and 0.0 <= release.label_mean <= 40.0
-    assert release.label_mean_variance == private_mean_variance(
-        lo=0.0, hi=40.0, epsilon=release.label_mean_epsilon, n=labels.size
+    assert release.plan.label_mean_variance == private_mean_variance(
+        lo=0.0, hi=40.0, epsilon=release.plan.label_mean_float, n=labels.size
     )
     if epsilon1 >= 0.3:  # n = 20,000: the noise sd is at most 40 sqrt(2) / (0.05 n) ~ 0.06
         assert abs(release.label_mean - labels.mean()) < 0.5
     plain = label_randomizer(
         labels, epsilon1=epsilon1, rng=np.random.default_rng(2), mean_share=0.0, **common
     )
-    assert plain.label_mean is None and plain.histogram_epsilon == epsilon1
+    assert plain.label_mean is None and plain.plan.histogram_float == epsilon1
     large = label_randomizer(
         labels, epsilon1=epsilon1, rng=np.random.default_rng(2), **(common | {"epsilon2": 2.0})
     )
-    assert large.label_mean is None and large.histogram_epsilon == epsilon1
+    assert large.label_mean is None and large.plan.histogram_float == epsilon1
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(InvalidParameterError, match="mean_share"):
             label_randomizer(
