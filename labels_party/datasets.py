@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, delete, insert, select, update
 
@@ -29,6 +30,7 @@ from shared.mechanisms.histogram import bin_edges
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 # Looking a dataset up accepts the older, laxer rule (datasets created before it still load).
+T = TypeVar("T")
 LOOKUP_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
 NAME_RULE = "must be 1-64 characters of letters, digits, '_.-', starting with a letter or digit"
 # Histogram cells a release may ask for; the bounds must allow that many distinct float cells.
@@ -50,6 +52,27 @@ def check_name(name: str) -> str:
             [FieldError(field="name", message=NAME_RULE)],
         )
     return name
+
+
+class StaleSnapshot(Exception):
+    """The dataset's labels changed between a release's snapshot and its write lock."""
+
+
+STALE_ATTEMPTS = 4
+
+
+def retry_while_stale(attempt: Callable[[], T], *, dataset: str, what: str) -> T:
+    """Run ``attempt`` (snapshot, compute, then store if nothing changed) until it is not
+    stale; after :data:`STALE_ATTEMPTS` a 409 asks the caller to retry (``what``: the noun)."""
+    for _ in range(STALE_ATTEMPTS):
+        try:
+            return attempt()
+        except StaleSnapshot:
+            continue
+    raise ConflictError(
+        f"dataset {dataset!r} kept changing while the {what} was computed; retry",
+        [FieldError(field="dataset", message=f"labels changed during the {what}")],
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -70,7 +70,6 @@ _COLUMN_RE = re.compile(COLUMN_PATTERN)
 MAX_COLUMNS = 64
 MAX_QUERIES = 4096
 MAX_CLASSES = 64
-_MAX_ATTEMPTS = 4
 _MAX_ERRORS = 10
 ID_COLUMN = "example_id"
 
@@ -443,10 +442,6 @@ def new_model_release_id() -> str:
     return "mrel_" + secrets.token_hex(12)
 
 
-class _Stale(Exception):
-    """The labels changed between the snapshot and the write lock."""
-
-
 class ModelReleaseService:
     """Creates model releases; randomness is injectable for tests (default: the OS CSPRNG)."""
 
@@ -458,14 +453,8 @@ class ModelReleaseService:
     def create(self, *, dataset: str, request: ModelRequest, actor_role: str) -> dict[str, Any]:
         """Fit, then spend and store in one transaction; returns the metadata and the message."""
         request = check_request(request)
-        for _attempt in range(_MAX_ATTEMPTS):
-            try:
-                return self._attempt(dataset, request, actor_role)
-            except _Stale:
-                continue
-        raise ConflictError(
-            f"dataset {dataset!r} kept changing while the model was fitted; retry",
-            [FieldError(field="dataset", message="labels changed during the release")],
+        return ds.retry_while_stale(
+            lambda: self._attempt(dataset, request, actor_role), dataset=dataset, what="model"
         )
 
     def _attempt(self, name: str, request: ModelRequest, actor_role: str) -> dict[str, Any]:
@@ -532,7 +521,7 @@ class ModelReleaseService:
         with self._db.write() as conn:
             current = ds.load(conn, row.name, for_update=True)
             if current.data_version != row.data_version:
-                raise _Stale
+                raise ds.StaleSnapshot
             conn.execute(
                 insert(model_releases).values(
                     id=model_id,

@@ -59,7 +59,6 @@ RngFactory = Callable[[], Rng]
 
 CHUNK_BYTES = 1 << 20  # one stored blob of the binary message (label chunks stay 8-aligned)
 _FETCH_ROWS = 65536
-_MAX_ATTEMPTS = 4
 RELEASE_ID_PATTERN = r"^rel_[0-9a-f]{24}$"
 
 
@@ -73,10 +72,6 @@ class _Snapshot:
     row: ds.DatasetRow
     ids_text: str  # the registered ids in message order, joined by "\n"
     labels: np.ndarray  # label or default_label, aligned with the ids
-
-
-class _StaleSnapshot(Exception):
-    """The labels changed between the snapshot and the write lock."""
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -132,16 +127,11 @@ class ReleaseService:
 
     def create(self, *, dataset: str, request: ReleaseRequest, actor_role: str) -> dict[str, Any]:
         """Randomize, then spend and store in one transaction; returns the release metadata."""
-        for _attempt in range(_MAX_ATTEMPTS):
-            snapshot = self._snapshot(dataset, request)
-            try:
-                return self._randomize_and_store(snapshot, request, actor_role)
-            except _StaleSnapshot:
-                continue
-        raise ConflictError(
-            f"dataset {dataset!r} kept changing while the release was computed; retry",
-            [FieldError(field="dataset", message="labels changed during the release")],
-        )
+
+        def attempt() -> dict[str, Any]:
+            return self._randomize_and_store(self._snapshot(dataset, request), request, actor_role)
+
+        return ds.retry_while_stale(attempt, dataset=dataset, what="release")
 
     def _snapshot(self, name: str, request: ReleaseRequest) -> _Snapshot:
         with self._db.read() as conn:
@@ -219,7 +209,7 @@ class ReleaseService:
         with self._db.write() as conn:
             current = ds.load(conn, row.name, for_update=True)
             if current.data_version != row.data_version:
-                raise _StaleSnapshot
+                raise ds.StaleSnapshot
             store_and_spend(conn, current, record, charges, plan, time=record["created"])
             for chunk in chunks:
                 conn.execute(insert(message_chunks).values(release_id=release_id, **chunk))
