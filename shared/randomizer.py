@@ -107,7 +107,8 @@ def build_mechanism(
     if mechanism != "auto":
         family = registry.get(mechanism)
         options = check_options(mechanism, params)
-        return family.name, family.build(prior, epsilon=eps, n=n, model_dim=dim, **options)
+        sized = {"n": n, "model_dim": dim} if family.reads_n else {}
+        return family.name, family.build(prior, epsilon=eps, **sized, **options)
     options = check_options("auto", params)
     if n is not None:
         best = choose(prior, epsilon=eps, n=int(n), model_dim=dim, **options)

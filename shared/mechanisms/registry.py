@@ -10,9 +10,9 @@ check. Adding a mechanism is one module that defines its class and calls :func:`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -62,8 +62,9 @@ class LabelMechanism(Protocol):
 class MechanismFamily:
     """How to build, choose among and rebuild one kind of label mechanism.
 
-    ``build(prior, *, epsilon, n, model_dim, **options)``: the mechanism an explicit request for
-    this family releases (``n`` None: without the training criterion). ``candidates(prior, *,
+    ``build(prior, *, epsilon, **options)``: the mechanism an explicit request for this family
+    releases; a family with ``reads_n`` also gets ``n`` and ``model_dim`` (``n`` None: without the
+    training criterion). ``candidates(prior, *,
     epsilon, **options)``: what ``mechanism="auto"`` compares (``shared.selection``).
     ``from_params(params)``: rebuild from a message. ``light_prior``: the family needs little of
     the prior, so the plan gives its histogram a smaller split and buys no DP label mean
@@ -78,6 +79,27 @@ class MechanismFamily:
     from_params: Callable[[Mapping[str, Any]], LabelMechanism]
     light_prior: bool = False
     in_auto: bool = True
+    reads_n: bool = False
+
+
+M = TypeVar("M")
+
+
+def realisable(attempts: Iterable[Callable[[], M]], *, key: Callable[[M], Hashable]) -> list[M]:
+    """What ``attempts`` build, the first of each ``key``: a family's ``candidates``. An attempt
+    not realisable exactly at its epsilon (:class:`InvalidParameterError`) is skipped; that
+    depends on the (noisy) prior and public numbers only."""
+    out: list[M] = []
+    seen: set[Hashable] = set()
+    for attempt in attempts:
+        try:
+            mechanism = attempt()
+        except InvalidParameterError:
+            continue
+        if key(mechanism) not in seen:
+            seen.add(key(mechanism))
+            out.append(mechanism)
+    return out
 
 
 _FAMILIES: dict[str, MechanismFamily] = {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -524,20 +525,12 @@ def candidates(
         _check_choice(select, SELECT_RULES, "select")
     zetas = zeta_grid(prior) if zeta is None else [check_zeta(zeta)]
     rules = ("paper", "mse") if select is None else (select,)
-    out: list[RPWithPrior] = []
-    seen: set[tuple[float, float, float]] = set()
-    for z in zetas:
-        for rule in rules:
-            try:
-                m = choose_parameters(
-                    prior, epsilon=epsilon, select=rule, zeta=float(z), outside=outside
-                )
-            except InvalidParameterError:
-                continue
-            if (m.a1, m.a2, m.zeta) not in seen:
-                seen.add((m.a1, m.a2, m.zeta))
-                out.append(m)
-    return out
+    attempts = (
+        partial(choose_parameters, prior, epsilon=epsilon, select=rule, zeta=z, outside=outside)
+        for z in map(float, zetas)
+        for rule in rules
+    )
+    return registry.realisable(attempts, key=lambda m: (m.a1, m.a2, m.zeta))
 
 
 def build(
@@ -583,5 +576,6 @@ registry.register(
         candidates=candidates,
         from_params=RPWithPrior.from_params,
         light_prior=True,
+        reads_n=True,
     )
 )

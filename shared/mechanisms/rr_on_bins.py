@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -572,32 +573,13 @@ def candidates(
     ``RR_CAPS`` (or at most ``max_bins``), without duplicates; a candidate not realisable at this
     epsilon is skipped (that depends on the prior only)."""
     check_loss(loss)
-    out: list[RROnBins] = []
-    seen: set[tuple[bytes, bytes]] = set()
-    for cap in _caps(check_max_bins(max_bins)):
-        try:
-            m = optimal_bins_for_prior(prior, epsilon=epsilon, loss=loss, max_bins=cap)
-        except InvalidParameterError:
-            continue
-        key = (m.thresholds.tobytes(), m.output_values.tobytes())
-        if key not in seen:
-            seen.add(key)
-            out.append(m)
-    return out
-
-
-def build(
-    prior: Prior,
-    *,
-    epsilon: float,
-    n: int | None = None,
-    model_dim: int | None = None,
-    loss: str = "squared",
-    max_bins: int | None = None,
-) -> RROnBins:
-    """The RR-on-Bins an explicit request releases: the least-label-loss optimal bins
-    (Theorem 5; ``n`` and ``model_dim`` do not change it)."""
-    return optimal_bins_for_prior(prior, epsilon=epsilon, loss=loss, max_bins=max_bins)
+    attempts = (
+        partial(optimal_bins_for_prior, prior, epsilon=epsilon, loss=loss, max_bins=cap)
+        for cap in _caps(check_max_bins(max_bins))
+    )
+    return registry.realisable(
+        attempts, key=lambda m: (m.thresholds.tobytes(), m.output_values.tobytes())
+    )
 
 
 registry.register(
@@ -605,7 +587,7 @@ registry.register(
         name=MECHANISM_NAME,
         mechanism_type=RROnBins,
         options=frozenset({"loss", "max_bins"}),
-        build=build,
+        build=optimal_bins_for_prior,  # the least-label-loss optimal bins (Theorem 5)
         candidates=candidates,
         from_params=RROnBins.from_params,
     )

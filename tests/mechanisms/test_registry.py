@@ -193,3 +193,12 @@ def test_a_toy_mechanism_is_released_pulled_and_debiased_through_both_services(
                 json={"rows": [{"features": {"x": 0.1}}, {"features": {"x": 0.9}}]},
             ).json()["predictions"]
             assert high > low + 3  # the signal (slope 10) is learnt from the toy's labels
+
+
+def test_realisable_skips_what_cannot_be_built_and_keeps_the_first_of_each_key() -> None:
+    def refused() -> int:
+        raise InvalidParameterError("not realisable at this epsilon")
+
+    attempts = [lambda: 3, refused, lambda: 13, lambda: 4, refused]
+    assert registry.realisable(attempts, key=lambda m: m % 10) == [3, 4]
+    assert registry.realisable([refused], key=lambda m: m) == []

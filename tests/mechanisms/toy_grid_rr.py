@@ -103,7 +103,7 @@ class GridRR:
         return cls(**{key: params[key] for key in ("lo", "hi", "points", "epsilon")})
 
 
-def build(prior: Prior, *, epsilon: float, **_ignored: Any) -> GridRR:
+def build(prior: Prior, *, epsilon: float) -> GridRR:
     """The grid spans the prior's public domain."""
     return GridRR(lo=prior.lo, hi=prior.hi, points=DEFAULT_POINTS, epsilon=epsilon)
 
