@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
+
+from shared.http.requests import JSONBody
 
 # Every body model a route documents: ``main._openapi`` puts each in the schema's components,
 # so a new route cannot leave a dangling reference.
@@ -21,3 +25,14 @@ def json_body_doc(model: type[BaseModel], *, extra: dict[str, Any] | None = None
     }
     content.update(extra or {})
     return {"requestBody": {"required": True, "content": content}}
+
+
+class BodyDocumentedRoute(APIRoute):
+    """A route whose OpenAPI ``requestBody`` is its ``json_body`` parameter's model, so that a
+    handler names its body model once (routes that stream a body document it themselves)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        bodies = [d.call.model for d in self.dependant.dependencies if isinstance(d.call, JSONBody)]
+        if bodies and "requestBody" not in (self.openapi_extra or {}):
+            self.openapi_extra = {**(self.openapi_extra or {}), **json_body_doc(bodies[0])}

@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 from labels_party import trails
 from labels_party.api import errors
 from labels_party.api.deps import Operator, Services, ServicesDep
+from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.db.models import access_log, release_audit
 from labels_party.errors import FieldError, ServiceError
 from shared import epsilon as amounts
@@ -20,7 +21,7 @@ from shared.errors import BudgetExceededError, InvalidParameterError
 from shared.http.errors import internal_error_body
 from shared.plan import ReleaseRequest
 
-router = APIRouter(prefix="/v1", tags=["audit"])
+router = APIRouter(prefix="/v1", tags=["audit"], route_class=BodyDocumentedRoute)
 
 
 def caller_view(exc: BaseException, *, histogram_share_given: bool) -> tuple[int, dict[str, Any]]:

@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from labels_party import catalog
 from labels_party import datasets as ds
 from labels_party.api.deps import AnyRole, Operator, Services, ServicesDep
-from labels_party.api.routes import json_body_doc
+from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.schemas import (
     BudgetTopUp,
     DatasetArchive,
@@ -21,7 +21,7 @@ from labels_party.schemas import (
 )
 from shared.http.requests import json_body
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=BodyDocumentedRoute)
 NamePath = Path(pattern=ds.LOOKUP_PATTERN, description="dataset name")
 
 
@@ -30,7 +30,6 @@ NamePath = Path(pattern=ds.LOOKUP_PATTERN, description="dataset name")
     status_code=201,
     response_model=DatasetPublic,
     response_model_exclude_unset=True,
-    openapi_extra=json_body_doc(DatasetCreate),
 )
 async def create_dataset(
     role: Operator, services: ServicesDep, body: Annotated[DatasetCreate, json_body(DatasetCreate)]
@@ -64,9 +63,7 @@ async def _view(services: Services, name: str, role: str) -> Any:
     return ds.public_view(row, release_ids, role=role)
 
 
-@router.post(
-    "/{name}/budget", response_model=DatasetPublic, openapi_extra=json_body_doc(BudgetTopUp)
-)
+@router.post("/{name}/budget", response_model=DatasetPublic)
 async def top_up_budget(
     role: Operator, services: ServicesDep, body: TopUpBody, name: str = NamePath
 ) -> Any:
@@ -77,9 +74,7 @@ async def top_up_budget(
     return await _view(services, name, role)
 
 
-@router.post(
-    "/{name}/archive", response_model=DatasetPublic, openapi_extra=json_body_doc(DatasetArchive)
-)
+@router.post("/{name}/archive", response_model=DatasetPublic)
 async def archive_dataset(
     role: Operator, services: ServicesDep, body: ArchiveBody, name: str = NamePath
 ) -> Any:

@@ -11,12 +11,12 @@ from fastapi.concurrency import run_in_threadpool
 from labels_party import ingest
 from labels_party.api.body import read_batch
 from labels_party.api.deps import Publisher, ServicesDep
-from labels_party.api.routes import json_body_doc
+from labels_party.api.routes import BodyDocumentedRoute, json_body_doc
 from labels_party.api.routes.datasets import NamePath
 from labels_party.parsing import ExampleStreamParser, parse_examples_json
 from labels_party.schemas import ExamplesBatch, ExamplesRegistered
 
-router = APIRouter(prefix="/v1/datasets", tags=["examples"])
+router = APIRouter(prefix="/v1/datasets", tags=["examples"], route_class=BodyDocumentedRoute)
 _PLAIN = {"text/plain": {"schema": {"type": "string", "description": "one example id per line"}}}
 
 

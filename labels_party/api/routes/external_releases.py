@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from labels_party import external_releases as ext
 from labels_party.api.deps import Advertiser, ServicesDep
 from labels_party.api.errors import engine_field
-from labels_party.api.routes import json_body_doc
+from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.datasets import NamePath
 from labels_party.api.routes.releases import release_request
 from labels_party.errors import BadInputError, FieldError
@@ -18,7 +18,7 @@ from labels_party.schemas import ExternalReleaseCreate, ReleasePublic
 from shared.errors import InvalidParameterError
 from shared.http.requests import json_body
 
-router = APIRouter(tags=["releases"])
+router = APIRouter(tags=["releases"], route_class=BodyDocumentedRoute)
 
 
 @router.post(
@@ -26,7 +26,6 @@ router = APIRouter(tags=["releases"])
     status_code=201,
     response_model=ReleasePublic,
     responses={200: {"model": ReleasePublic, "description": "already recorded (a replay)"}},
-    openapi_extra=json_body_doc(ExternalReleaseCreate),
 )
 async def create_external_release(
     response: Response,

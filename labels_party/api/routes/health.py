@@ -10,11 +10,12 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from labels_party.api.deps import Operator, ServicesDep
+from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.db.models import datasets
 from labels_party.metrics import CONTENT_TYPE
 from shared.http.errors import database_error
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=BodyDocumentedRoute)
 
 
 @router.get("/healthz", response_model=None)

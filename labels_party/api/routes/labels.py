@@ -13,12 +13,12 @@ from fastapi.concurrency import run_in_threadpool
 from labels_party import ingest
 from labels_party.api.body import read_batch
 from labels_party.api.deps import Advertiser, ServicesDep
-from labels_party.api.routes import json_body_doc
+from labels_party.api.routes import BodyDocumentedRoute, json_body_doc
 from labels_party.api.routes.datasets import NamePath
 from labels_party.parsing import LabelStreamParser, parse_labels_json
 from labels_party.schemas import LabelsBatch, LabelsIngested
 
-router = APIRouter(prefix="/v1/datasets", tags=["labels"])
+router = APIRouter(prefix="/v1/datasets", tags=["labels"], route_class=BodyDocumentedRoute)
 log = logging.getLogger("labels_party")
 _STREAMS = {
     "text/csv": {"schema": {"type": "string", "description": "header example_id,value"}},

@@ -14,13 +14,14 @@ from fastapi.responses import StreamingResponse
 
 from labels_party import ledger
 from labels_party.api.deps import Operator, ServicesDep
+from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.datasets import LOOKUP_PATTERN
 from labels_party.db.engine import Database
 from labels_party.errors import BadInputError, FieldError
 from labels_party.releases import RELEASE_ID_PATTERN
 from labels_party.schemas import LedgerPage, LedgerVerifyReport
 
-router = APIRouter(prefix="/v1", tags=["ledger"])
+router = APIRouter(prefix="/v1", tags=["ledger"], route_class=BodyDocumentedRoute)
 CSV_MEDIA_TYPE = "text/csv"
 _CSV_BATCH = 1000
 

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 
 from labels_party import model_releases as mr
 from labels_party.api.deps import Advertiser, MessageReader, Publisher, ServicesDep
-from labels_party.api.routes import json_body_doc
+from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.datasets import NamePath
 from labels_party.errors import BadInputError, FieldError
 from labels_party.schemas import ModelReleaseCreate
@@ -19,7 +19,7 @@ from shared.http.requests import json_body, require_media
 from shared.message import JSON_MEDIA_TYPE
 from shared.model_message import MODEL_RELEASE_ID_PATTERN
 
-router = APIRouter(tags=["model releases"])
+router = APIRouter(tags=["model releases"], route_class=BodyDocumentedRoute)
 ModelReleasePath = Path(pattern=MODEL_RELEASE_ID_PATTERN, description="model release id")
 _PARAMS = ("r_x", "r_theta", "r_f", "c0", "bandwidth", "n_classes", "queries")
 
@@ -55,7 +55,6 @@ async def upload_public_features(
 @router.post(
     "/v1/datasets/{name}/model-releases",
     status_code=201,
-    openapi_extra=json_body_doc(ModelReleaseCreate),
 )
 async def create_model_release(
     request: Request,

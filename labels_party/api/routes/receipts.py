@@ -9,10 +9,11 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from labels_party.api.deps import AnyRole, ServicesDep
+from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.releases import ReleasePath
 from labels_party.receipts import ReceiptService
 
-router = APIRouter(tags=["receipts"])
+router = APIRouter(tags=["receipts"], route_class=BodyDocumentedRoute)
 
 
 class PublicKey(BaseModel):

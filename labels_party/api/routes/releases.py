@@ -17,7 +17,7 @@ from labels_party import datasets as ds
 from labels_party import releases as rel
 from labels_party.api.deps import Advertiser, AnyRole, MessageReader, ServicesDep
 from labels_party.api.errors import engine_field
-from labels_party.api.routes import json_body_doc
+from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.audit import release_recorder
 from labels_party.api.routes.datasets import NamePath
 from labels_party.errors import BadInputError, FieldError, NotAcceptableError, NotFoundError
@@ -35,7 +35,7 @@ from shared.http.requests import json_body
 from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE, MessageHeader
 from shared.plan import ReleaseRequest
 
-router = APIRouter(tags=["releases"])
+router = APIRouter(tags=["releases"], route_class=BodyDocumentedRoute)
 # Documented (OpenAPI), and checked by known_release: a malformed id is simply not found (404).
 ReleasePath = Path(json_schema_extra={"pattern": rel.RELEASE_ID_PATTERN}, description="release id")
 _RELEASE_ID_RE = re.compile(rel.RELEASE_ID_PATTERN)
@@ -68,7 +68,6 @@ def _release_field() -> Iterator[None]:
     status_code=201,
     response_model=ReleasePublic | ReleasePreview,
     responses={200: {"model": ReleasePreview, "description": "dry_run: the plan, nothing spent"}},
-    openapi_extra=json_body_doc(ReleaseCreate),
 )
 async def create_release(
     response: Response,
