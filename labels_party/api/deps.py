@@ -1,14 +1,13 @@
 """Dependencies: the service state, bearer-token authentication and role checks."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 
 from labels_party.config import Role, Settings
+from labels_party.datasets import LOOKUP_PATTERN
 from labels_party.db.engine import Database
 from labels_party.metrics import Metrics
 from labels_party.receipts import ReceiptService
@@ -66,3 +65,34 @@ Advertiser = Annotated[Role, Depends(require("advertiser"))]
 Publisher = Annotated[Role, Depends(require("publisher"))]
 Operator = Annotated[Role, Depends(require("operator"))]
 MessageReader = Annotated[Role, Depends(require("publisher", "advertiser"))]
+
+NamePath = Path(pattern=LOOKUP_PATTERN, description="dataset name")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetCall:
+    """A call on one dataset: the caller's role, the service state, the dataset's name."""
+
+    role: Role
+    services: Services
+    name: str
+
+
+def on_dataset(*roles: Role) -> Callable[..., DatasetCall]:
+    """A dependency admitting ``roles`` (:func:`require`), then reading the dataset's name from
+    the path; declare a JSON body after it, as after a role. (This module does not postpone
+    annotations: FastAPI must see ``Depends(admit)``, a local, as an object.)"""
+    admit = require(*roles)
+
+    def dependency(
+        request: Request, role: Annotated[Role, Depends(admit)], name: str = NamePath
+    ) -> DatasetCall:
+        return DatasetCall(role=role, services=get_services(request), name=name)
+
+    return dependency
+
+
+AnyRoleOn = Annotated[DatasetCall, Depends(on_dataset("advertiser", "publisher", "operator"))]
+AdvertiserOn = Annotated[DatasetCall, Depends(on_dataset("advertiser"))]
+PublisherOn = Annotated[DatasetCall, Depends(on_dataset("publisher"))]
+OperatorOn = Annotated[DatasetCall, Depends(on_dataset("operator"))]

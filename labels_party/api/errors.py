@@ -84,6 +84,15 @@ def engine_field(message: str) -> str:
     return _ENGINE_FIELDS.get(name, name if name.startswith("params.") else "params")
 
 
+def engine_refusal(exc: InvalidParameterError, *, histogram_share_given: bool) -> BadInputError:
+    """An engine refusal of a release request as the 422 naming the field it is about (without
+    ``epsilon_histogram`` in the request, the default split of ``epsilon`` made that share)."""
+    field = engine_field(str(exc))
+    if field == "epsilon_histogram" and not histogram_share_given:
+        field = "epsilon"
+    return BadInputError(str(exc), [FieldError(field=field, message=str(exc))])
+
+
 def field_errors(exc: RequestValidationError) -> list[FieldError]:
     """FastAPI's errors as FieldErrors, without the offending input."""
     return [

@@ -30,6 +30,8 @@ def caller_view(exc: BaseException, *, histogram_share_given: bool) -> tuple[int
     Mirrors the handlers of ``labels_party.api.errors`` and the release route's mapping of an
     engine ``InvalidParameterError`` to 422 (tested against the real responses).
     """
+    if isinstance(exc, InvalidParameterError):
+        exc = errors.engine_refusal(exc, histogram_share_given=histogram_share_given)
     if isinstance(exc, ServiceError):
         status = next((code for cls, code in errors.STATUS.items() if isinstance(exc, cls)), 400)
         found = exc.errors
@@ -42,11 +44,6 @@ def caller_view(exc: BaseException, *, histogram_share_given: bool) -> tuple[int
     if isinstance(exc, BudgetExceededError):
         left = f"only {amounts.text(exc.left)} of the budget is left"
         return 409, errors.error_body(str(exc), [FieldError(field="epsilon", message=left)])
-    if isinstance(exc, InvalidParameterError):
-        field = errors.engine_field(str(exc))
-        if field == "epsilon_histogram" and not histogram_share_given:
-            field = "epsilon"
-        return 422, errors.error_body(str(exc), [FieldError(field=field, message=str(exc))])
     if isinstance(exc, OperationalError) and "locked" in str(exc.orig):
         busy = FieldError(field="database", message="busy; retry later")
         return 503, errors.error_body("the database is busy; retry later", [busy])

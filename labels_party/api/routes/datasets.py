@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party import catalog
 from labels_party import datasets as ds
-from labels_party.api.deps import AnyRole, Operator, Services, ServicesDep
+from labels_party.api.deps import AnyRole, AnyRoleOn, DatasetCall, Operator, OperatorOn, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.schemas import (
     BudgetTopUp,
@@ -22,7 +23,6 @@ from labels_party.schemas import (
 from shared.http.requests import json_body
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=BodyDocumentedRoute)
-NamePath = Path(pattern=ds.LOOKUP_PATTERN, description="dataset name")
 
 
 @router.post(
@@ -48,40 +48,36 @@ async def create_dataset(
 
 
 @router.get("/{name}", response_model=DatasetPublic, response_model_exclude_unset=True)
-def get_dataset(role: AnyRole, services: ServicesDep, name: str = NamePath) -> Any:
+def get_dataset(call: AnyRoleOn) -> Any:
     """Counts, state and budget of a dataset (``n_labels`` for the advertiser only)."""
-    row, release_ids = ds.get_dataset(services.db, name)
-    return ds.public_view(row, release_ids, role=role)
+    row, release_ids = ds.get_dataset(call.services.db, call.name)
+    return ds.public_view(row, release_ids, role=call.role)
 
 
 TopUpBody = Annotated[BudgetTopUp, json_body(BudgetTopUp)]
 ArchiveBody = Annotated[DatasetArchive, json_body(DatasetArchive)]
 
 
-async def _view(services: Services, name: str, role: str) -> Any:
-    row, release_ids = await run_in_threadpool(ds.get_dataset, services.db, name)
-    return ds.public_view(row, release_ids, role=role)
+async def _view(call: DatasetCall) -> Any:
+    row, release_ids = await run_in_threadpool(ds.get_dataset, call.services.db, call.name)
+    return ds.public_view(row, release_ids, role=call.role)
 
 
 @router.post("/{name}/budget", response_model=DatasetPublic)
-async def top_up_budget(
-    role: Operator, services: ServicesDep, body: TopUpBody, name: str = NamePath
-) -> Any:
+async def top_up_budget(call: OperatorOn, body: TopUpBody) -> Any:
     """Raise a dataset's privacy budget (operator): ledgered with who and why, never silent."""
-    await run_in_threadpool(
-        ds.top_up, services.db, name, add=body.add, reason=body.reason, actor_role=role
-    )
-    return await _view(services, name, role)
+    top_up = partial(ds.top_up, add=body.add, reason=body.reason, actor_role=call.role)
+    await run_in_threadpool(top_up, call.services.db, call.name)
+    return await _view(call)
 
 
 @router.post("/{name}/archive", response_model=DatasetPublic)
-async def archive_dataset(
-    role: Operator, services: ServicesDep, body: ArchiveBody, name: str = NamePath
-) -> Any:
+async def archive_dataset(call: OperatorOn, body: ArchiveBody) -> Any:
     """Archive a dataset (operator): its labels and example ids are deleted for good; its
     releases and its ledger are kept."""
-    await run_in_threadpool(ds.archive, services.db, name, reason=body.reason, actor_role=role)
-    return await _view(services, name, role)
+    archive = partial(ds.archive, reason=body.reason, actor_role=call.role)
+    await run_in_threadpool(archive, call.services.db, call.name)
+    return await _view(call)
 
 
 @router.get("", response_model=DatasetList, response_model_exclude_unset=True)
@@ -91,6 +87,6 @@ def list_datasets(role: AnyRole, services: ServicesDep) -> Any:
 
 
 @router.get("/{name}/releases", response_model=ReleaseList)
-def list_releases(role: AnyRole, services: ServicesDep, name: str = NamePath) -> Any:
+def list_releases(call: AnyRoleOn) -> Any:
     """A dataset's releases, newest first: what each spent, when, and by whom."""
-    return {"dataset": name, "releases": catalog.list_releases(services.db, name)}
+    return {"dataset": call.name, "releases": catalog.list_releases(call.services.db, call.name)}

@@ -10,9 +10,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from labels_party import ingest
 from labels_party.api.body import read_batch
-from labels_party.api.deps import Publisher, ServicesDep
+from labels_party.api.deps import PublisherOn
 from labels_party.api.routes import BodyDocumentedRoute, json_body_doc
-from labels_party.api.routes.datasets import NamePath
 from labels_party.parsing import ExampleStreamParser, parse_examples_json
 from labels_party.schemas import ExamplesBatch, ExamplesRegistered
 
@@ -25,10 +24,9 @@ _PLAIN = {"text/plain": {"schema": {"type": "string", "description": "one exampl
     response_model=ExamplesRegistered,
     openapi_extra=json_body_doc(ExamplesBatch, extra=_PLAIN),
 )
-async def register_examples(
-    request: Request, role: Publisher, services: ServicesDep, name: str = NamePath
-) -> Any:
+async def register_examples(request: Request, call: PublisherOn) -> Any:
     """Register example ids (idempotent); refused once the dataset has been released."""
+    services, name = call.services, call.name
     await run_in_threadpool(ingest.open_dataset, services.db, name)
     ids = await read_batch(
         request, parse_json=parse_examples_json, streams={"text/plain": ExampleStreamParser}

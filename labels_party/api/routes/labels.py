@@ -12,9 +12,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from labels_party import ingest
 from labels_party.api.body import read_batch
-from labels_party.api.deps import Advertiser, ServicesDep
+from labels_party.api.deps import AdvertiserOn
 from labels_party.api.routes import BodyDocumentedRoute, json_body_doc
-from labels_party.api.routes.datasets import NamePath
 from labels_party.parsing import LabelStreamParser, parse_labels_json
 from labels_party.schemas import LabelsBatch, LabelsIngested
 
@@ -39,12 +38,11 @@ _PARSERS = {
 )
 async def ingest_labels(
     request: Request,
-    role: Advertiser,
-    services: ServicesDep,
-    name: str = NamePath,
+    call: AdvertiserOn,
     overwrite: bool = Query(default=False, description="replace labels that differ"),
 ) -> Any:
     """Store a batch of labels (all or nothing); values are clipped into the bounds."""
+    services, name = call.services, call.name
     await run_in_threadpool(ingest.open_dataset, services.db, name)
     rows = await read_batch(request, parse_json=parse_labels_json, streams=_PARSERS)
     result = await run_in_threadpool(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
@@ -9,9 +10,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from labels_party import model_releases as mr
-from labels_party.api.deps import Advertiser, MessageReader, Publisher, ServicesDep
+from labels_party.api.deps import AdvertiserOn, MessageReader, PublisherOn, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
-from labels_party.api.routes.datasets import NamePath
 from labels_party.errors import BadInputError, FieldError
 from labels_party.schemas import ModelReleaseCreate
 from shared.errors import InvalidParameterError
@@ -37,9 +37,7 @@ _PARAMS = ("r_x", "r_theta", "r_f", "c0", "bandwidth", "n_classes", "queries")
         }
     },
 )
-async def upload_public_features(
-    request: Request, role: Publisher, services: ServicesDep, name: str = NamePath
-) -> Any:
+async def upload_public_features(request: Request, call: PublisherOn) -> Any:
     """Upload the numeric feature columns the publisher chooses for model releases.
 
     CSV (``example_id,col,...``) or JSON (``{"rows": [{"example_id": ..., "col": 1.5}]}``); every
@@ -49,19 +47,15 @@ async def upload_public_features(
         request.headers.get("content-type"), {"text/csv": 1, "application/json": 1, "": 1}
     )
     table = mr.parse_features(await request.body(), media or "application/json")
-    return await run_in_threadpool(mr.store_features, services.db, name, table, actor_role=role)
+    store = partial(mr.store_features, actor_role=call.role)
+    return await run_in_threadpool(store, call.services.db, call.name, table)
 
 
-@router.post(
-    "/v1/datasets/{name}/model-releases",
-    status_code=201,
-)
+@router.post("/v1/datasets/{name}/model-releases", status_code=201)
 async def create_model_release(
     request: Request,
-    role: Advertiser,
-    services: ServicesDep,
+    call: AdvertiserOn,
     body: Annotated[ModelReleaseCreate, json_body(ModelReleaseCreate)],
-    name: str = NamePath,
 ) -> Any:
     """Fit ``estimator`` on the labels joined with the public features; spend (epsilon, delta)."""
     model_request = mr.ModelRequest(
@@ -75,7 +69,7 @@ async def create_model_release(
     service: mr.ModelReleaseService = request.app.state.model_releases
     try:
         return await run_in_threadpool(
-            service.create, dataset=name, request=model_request, actor_role=role
+            service.create, dataset=call.name, request=model_request, actor_role=call.role
         )
     except InvalidParameterError as exc:  # an estimator refused a parameter: name it
         message = str(exc)

@@ -15,11 +15,10 @@ from fastapi.responses import StreamingResponse
 from labels_party import catalog
 from labels_party import datasets as ds
 from labels_party import releases as rel
-from labels_party.api.deps import Advertiser, AnyRole, MessageReader, ServicesDep
-from labels_party.api.errors import engine_field
+from labels_party.api.deps import AdvertiserOn, AnyRole, MessageReader, ServicesDep
+from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.audit import release_recorder
-from labels_party.api.routes.datasets import NamePath
 from labels_party.errors import BadInputError, FieldError, NotAcceptableError, NotFoundError
 from labels_party.schemas import (
     ZETA_MAX_RATIO,
@@ -70,16 +69,13 @@ def _release_field() -> Iterator[None]:
     responses={200: {"model": ReleasePreview, "description": "dry_run: the plan, nothing spent"}},
 )
 async def create_release(
-    response: Response,
-    role: Advertiser,
-    services: ServicesDep,
-    body: Annotated[ReleaseCreate, json_body(ReleaseCreate)],
-    name: str = NamePath,
+    response: Response, call: AdvertiserOn, body: Annotated[ReleaseCreate, json_body(ReleaseCreate)]
 ) -> Any:
     """Randomize every registered example's label and store the one message, spending epsilon.
 
     With ``dry_run`` the plan is returned (200) and nothing is read or spent.
     """
+    role, services, name = call.role, call.services, call.name
     if body.params.zeta is not None:
         row, _ = await run_in_threadpool(ds.get_dataset, services.db, name)
         _check_zeta(body.params.zeta, width=row.label_max - row.label_min)
@@ -94,10 +90,8 @@ async def create_release(
         recorder = release_recorder(services, role=role, dataset=name, request=request_)
         meta = await run_in_threadpool(audited, create, recorder)  # refusals leave a trace
     except InvalidParameterError as exc:  # the engine refused a parameter: name the field
-        field = engine_field(str(exc))
-        if field == "epsilon_histogram" and body.epsilon_histogram is None:
-            field = "epsilon"  # the default split of epsilon made the histogram's share
-        raise BadInputError(str(exc), [FieldError(field=field, message=str(exc))]) from None
+        given = body.epsilon_histogram is not None
+        raise engine_refusal(exc, histogram_share_given=given) from None
     services.metrics.release(meta["mechanism"])
     if services.receipts is not None:  # sign now from the stored rows (else on first request)
         await run_in_threadpool(services.receipts.sign_after_release, meta["id"])
