@@ -522,30 +522,17 @@ def report(
             "min mu_k > 2 c0). 'released share' is how often ePTR released rather than "
             "answering 'no reply' (uniform priors, zero means).",
             "",
-            f"### Against epsilon (n = {config.bayes_n}, priors (0.75, 0.15, 0.10))",
-            "",
-            *pivot(
-                [r for r in bayes if r["sweep"] == "epsilon"],
-                row_key="epsilon",
-                key="error",
-                label=lambda e: f"{e:g}",
-            ),
-            "",
-            f"### Against n (epsilon = {BAYES_EPSILON:g})",
-            "",
-            *pivot([r for r in bayes if r["sweep"] == "n"], row_key="n", key="error"),
-            "",
-            f"### Against the smallest class share (n = {config.bayes_n}, epsilon = "
-            f"{BAYES_EPSILON:g}, priors (0.7 - pi_min, 0.3, pi_min))",
-            "",
-            *pivot(
-                [r for r in bayes if r["sweep"] == "pi_min"],
-                row_key="pi_min",
-                key="error",
-                label=lambda e: f"{e:g}",
-            ),
-            "",
         ]
+        sweeps = {
+            "epsilon": f"Against epsilon (n = {config.bayes_n}, priors (0.75, 0.15, 0.10))",
+            "n": f"Against n (epsilon = {BAYES_EPSILON:g})",
+            "pi_min": f"Against the smallest class share (n = {config.bayes_n}, epsilon = "
+            f"{BAYES_EPSILON:g}, priors (0.7 - pi_min, 0.3, pi_min))",
+        }
+        for sweep, title in sweeps.items():
+            swept = [r for r in bayes if r["sweep"] == sweep]
+            label = str if sweep == "n" else (lambda e: f"{e:g}")
+            out += [f"### {title}", "", *pivot(swept, row_key=sweep, key="error", label=label), ""]
     out += ["## California Housing kernel regression (Section 5.2)", ""]
     if housing is None:
         out += ["Skipped: `cal_housing.data` is not in the datasets folder.", ""]
