@@ -226,8 +226,7 @@ class JobRunner:
             transform,
             mechanism=header.mechanism,
             params=header.params,
-            prior_edges=header.histogram.edges,
-            prior_probs=header.histogram.probs,
+            prior=header.histogram.prior(),
             n=header.n,
             model_dim=criterion_model_dim(header.model_dim, X.shape[1]),
         )

@@ -45,6 +45,7 @@ from threadpoolctl import threadpool_limits
 
 from features_party.mean_anchor import LabelMean, mean_anchor
 from shared.errors import InvalidParameterError
+from shared.mechanisms.histogram import Prior
 
 Kind = Literal["numeric", "categorical"]
 ModelName = Literal["auto", "gbm", "ridge", "mlp"]
@@ -438,8 +439,7 @@ def resolve_label_transform(
     *,
     mechanism: str,
     params: Mapping[str, Any],
-    prior_edges: Sequence[float] | np.ndarray,
-    prior_probs: Sequence[float] | np.ndarray,
+    prior: Prior,
     n: int,
     model_dim: int,
 ) -> str:
@@ -454,12 +454,8 @@ def resolve_label_transform(
     """
     if label_transform != "auto":
         return label_transform
-    if mechanism == "none":
-        return "raw"
     from shared.debias import recommended_transform_for
-    from shared.mechanisms.histogram import Prior
 
-    prior = Prior(edges=np.asarray(prior_edges), probs=np.asarray(prior_probs))
     return recommended_transform_for(mechanism, params, prior, n=n, model_dim=model_dim)
 
 

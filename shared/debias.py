@@ -93,11 +93,7 @@ def recommended_transform(header: MessageHeader, *, model_dim: int) -> str:
     on n targets averages their variance away but keeps their bias, so debiased targets win for
     large n and raw ones when n is small or epsilon tiny (bench/results/accuracy_*.md).
     """
-    if header.mechanism == "none":
-        return "raw"
-    prior = Prior(
-        edges=np.asarray(header.histogram.edges), probs=np.asarray(header.histogram.probs)
-    )
+    prior = header.histogram.prior()
     return recommended_transform_for(
         header.mechanism, header.params, prior, n=header.n, model_dim=model_dim
     )

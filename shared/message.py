@@ -30,6 +30,7 @@ from shared.errors import IntegrityError
 from shared.mechanisms import registry
 
 if TYPE_CHECKING:
+    from shared.mechanisms.histogram import Prior
     from shared.randomizer import Release
 
 # Version 2 adds the optional header field ``model_dim``, version 3 the optional DP label mean
@@ -80,6 +81,12 @@ class NoisyHistogram(BaseModel):
         if any(p < 0 or not math.isfinite(p) for p in self.probs):
             raise ValueError("histogram probs must be finite and >= 0")
         return self
+
+    def prior(self) -> Prior:
+        """The histogram as the engine's :class:`~shared.mechanisms.histogram.Prior`."""
+        from shared.mechanisms.histogram import Prior
+
+        return Prior(edges=np.asarray(self.edges), probs=np.asarray(self.probs))
 
 
 class MessageHeader(BaseModel):

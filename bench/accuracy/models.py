@@ -154,8 +154,7 @@ def fit_features_party(
             transform,
             mechanism=message.mechanism,
             params=message.params,
-            prior_edges=message.prior.edges,
-            prior_probs=message.prior.probs,
+            prior=message.prior,
             n=message.n,
             # As the service's job (one encoded column per numeric feature).
             model_dim=training.criterion_model_dim(message.model_dim, d),

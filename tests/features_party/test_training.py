@@ -195,7 +195,7 @@ def test_resolve_label_transform_is_the_headers_criterion():
             n=n,
             body_sha256="0" * 64,
         )
-        fields = {"params": params, "prior_edges": edges, "prior_probs": probs, "n": n}
+        fields = {"params": params, "prior": header.histogram.prior(), "n": n}
         got = resolve_label_transform("auto", mechanism="rpwithprior", model_dim=10, **fields)
         assert got == recommended_transform(header, model_dim=10)
         answers.add(got)
@@ -205,8 +205,9 @@ def test_resolve_label_transform_is_the_headers_criterion():
                 == explicit
             )
     assert answers == {"raw", "debiased"}  # the test can tell the two apart
+    prior = NoisyHistogram(edges=edges, probs=probs).prior()
     none = resolve_label_transform(
-        "auto", mechanism="none", params={}, prior_edges=edges, prior_probs=probs, n=5, model_dim=3
+        "auto", mechanism="none", params={}, prior=prior, n=5, model_dim=3
     )
     assert none == "raw"
 
