@@ -18,6 +18,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -308,18 +309,12 @@ def eptr_nw_per_point(
     estimate = np.clip(sums / np.maximum(degree, 1e-300), -HOUSING_LABEL_HI, HOUSING_LABEL_HI)
     gamma = np.maximum(degree - c0 * n - 2.0 * k_max, 0.0) / (2.0 * k_max)
     alpha = 4.0 * HOUSING_LABEL_HI * k_max / (c0 * n)
-    no_reply = HOUSING_LABEL_HI / 2
+    release = partial(
+        eptr_release, alpha=alpha, epsilon=epsilon, delta=DELTA, no_reply=HOUSING_LABEL_HI / 2
+    )
     return np.array(
         [
-            eptr_release(
-                np.array([e]),
-                gamma=float(g),
-                alpha=alpha,
-                epsilon=epsilon,
-                delta=DELTA,
-                no_reply=no_reply,
-                rng=rng,
-            ).value[0]
+            release(np.array([e]), gamma=float(g), rng=rng).value[0]
             for e, g in zip(estimate, gamma, strict=True)
         ]
     )
