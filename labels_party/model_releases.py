@@ -442,6 +442,14 @@ def new_model_release_id() -> str:
     return "mrel_" + secrets.token_hex(12)
 
 
+# The header fields a model's ledger entry repeats, so that the ledger alone tells what was
+# released from which features (the message itself is in ``model_releases``).
+LEDGERED_HEADER_FIELDS = frozenset(
+    {"estimator", "privacy", "features_id", "features_sha256", "columns", "n", "params"}
+    | {"noise", "noise_scale", "sensitivity"}
+)
+
+
 class ModelReleaseService:
     """Creates model releases; randomness is injectable for tests (default: the OS CSPRNG)."""
 
@@ -506,16 +514,7 @@ class ModelReleaseService:
             delta=request.delta,
             parameters={
                 "model_release_id": model_id,
-                "estimator": request.estimator,
-                "privacy": request.privacy,
-                "features_id": features.id,
-                "features_sha256": features.sha256,
-                "columns": columns,
-                "n": len(ids),
-                "params": public_params,
-                "noise": fitted.noise,
-                "noise_scale": fitted.noise_scale,
-                "sensitivity": fitted.sensitivity,
+                **header.model_dump(mode="json", include=LEDGERED_HEADER_FIELDS),
             },
         )
         with self._db.write() as conn:

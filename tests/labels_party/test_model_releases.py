@@ -147,6 +147,20 @@ def test_label_dp_ols_release_charges_epsilon_only_and_verifies(client: Any) -> 
         entry = ledger.public_entry(ledger.entries(conn)[-1])
     assert (entry["kind"], entry["epsilon"], entry.get("delta")) == ("model", "2", None)
     assert entry["parameters"]["model_release_id"] == out["id"]
+    header = message.header
+    assert entry["parameters"] == {
+        "model_release_id": out["id"],
+        "estimator": "ols",
+        "privacy": "label",
+        "features_id": header.features_id,
+        "features_sha256": header.features_sha256,
+        "columns": ["x1", "x2"],
+        "n": header.n,
+        "params": header.params,
+        "noise": "discrete_laplace",
+        "noise_scale": header.noise_scale,
+        "sensitivity": header.sensitivity,
+    }
     assert entry["message_sha256"] == message.header.body_sha256
     report = verify(client)
     assert report.ok, report.problems
