@@ -22,7 +22,7 @@ from features_party.jobs import JobRunner
 from features_party.metrics import make_registry
 from features_party.schemas import FeatureUploadIn
 from shared.http import openapi
-from shared.http.middleware import RequestMetricsMiddleware
+from shared.http.app import add_outer_layers, service_app
 
 
 def _request_counter(requests: Counter[tuple[str, str, int]]) -> Callable[..., None]:
@@ -48,10 +48,9 @@ def create_app(settings: Settings) -> FastAPI:
             app.state.runner.shutdown()
             engine.dispose()
 
-    app = FastAPI(
+    app = service_app(
         title="labeldp features party",
-        version="1",
-        description="Publisher's service: features, the one label-DP message, training.",
+        summary="Publisher's service: features, the one label-DP message, training.",
         lifespan=lifespan,
     )
     app.state.settings = settings
@@ -67,8 +66,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(datasets.router, dependencies=auth)
     app.include_router(models.router, dependencies=auth)
     app.add_middleware(errors.BodyGuardMiddleware)
-    app.add_middleware(RequestMetricsMiddleware, record=_request_counter(app.state.requests))
-    app.add_middleware(errors.CatchAllMiddleware)  # outermost: nothing escapes the app
+    record = _request_counter(app.state.requests)
+    add_outer_layers(app, record=record, catch_all=errors.CatchAllMiddleware)
     openapi.install(
         app,
         models=[FeatureUploadIn],

@@ -39,7 +39,7 @@ from labels_party.model_releases import ModelReleaseService
 from labels_party.receipts import KeyStore, ReceiptService
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
 from shared.http import openapi
-from shared.http.middleware import RequestMetricsMiddleware
+from shared.http.app import add_outer_layers, service_app
 from shared.message import LabelMessage
 
 log = logging.getLogger("labels_party")
@@ -102,9 +102,8 @@ def create_app(
         yield
         db.dispose()
 
-    app = FastAPI(
+    app = service_app(
         title="labeldp labels party",
-        version="1",
         summary="Label ingest, privacy-budget ledger and the one privatized message.",
         lifespan=lifespan,
     )
@@ -127,7 +126,6 @@ def create_app(
         app.add_middleware(
             limits.RateLimitMiddleware, rate=settings.rate_limit, burst=settings.rate_burst
         )
-    app.add_middleware(RequestMetricsMiddleware, record=metrics.request)
-    app.add_middleware(errors.CatchAllMiddleware)  # outermost: nothing escapes the app
+    add_outer_layers(app, record=metrics.request, catch_all=errors.CatchAllMiddleware)
     openapi.install(app, models=[*BODY_MODELS, LabelMessage])
     return app

@@ -186,3 +186,35 @@ def test_the_same_415_in_both_services(both: dict[str, TestClient]) -> None:
         assert answer.status_code == 415, answer.text
         bodies.append(answer.json())
     assert bodies[0] == bodies[1]
+
+
+def test_a_service_app_counts_every_request_and_lets_nothing_escape() -> None:
+    from contextlib import asynccontextmanager
+
+    from shared.http.app import add_outer_layers, service_app
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> Iterator[None]:  # type: ignore[misc]
+        yield
+
+    class CatchAll(http_errors.CatchAllMiddleware):
+        logger = logging.getLogger("test-kit")
+
+    app = service_app(title="t", summary="a test service", lifespan=lifespan)
+    seen: list[tuple[str, str, int]] = []
+
+    @app.get("/boom")
+    def boom() -> None:
+        raise RuntimeError("label 41.5 leaked")
+
+    add_outer_layers(
+        app, record=lambda *, method, route, status: seen.append((method, route, status)),
+        catch_all=CatchAll,
+    )  # fmt: skip
+    info = app.openapi()["info"]
+    assert (info["title"], info["summary"], info["version"]) == ("t", "a test service", "1")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        answer = client.get("/boom")
+    assert answer.status_code == 500 and "41.5" not in answer.text
+    assert set(answer.json()) == {"detail", "errors"}
+    assert seen == [("GET", "/boom", 500)]
