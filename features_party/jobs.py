@@ -222,14 +222,8 @@ class JobRunner:
         # A message of format >= 4 carries the labels party's recommendation: read, not redone.
         if transform == "auto" and header.recommended_transform is not None:
             transform = header.recommended_transform
-        transform = resolve_label_transform(
-            transform,
-            mechanism=header.mechanism,
-            params=header.params,
-            prior=header.histogram.prior(),
-            n=header.n,
-            model_dim=criterion_model_dim(header.model_dim, X.shape[1]),
-        )
+        model_dim = criterion_model_dim(header.model_dim, X.shape[1])
+        transform = resolve_label_transform(transform, header, model_dim=model_dim)
 
         fitted = fit_model(
             X,

@@ -44,8 +44,8 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 from threadpoolctl import threadpool_limits
 
 from features_party.mean_anchor import LabelMean, mean_anchor
+from shared.debias import PublicRandomizer, recommended_transform
 from shared.errors import InvalidParameterError
-from shared.mechanisms.histogram import Prior
 
 Kind = Literal["numeric", "categorical"]
 ModelName = Literal["auto", "gbm", "ridge", "mlp"]
@@ -435,13 +435,7 @@ def criterion_model_dim(header_model_dim: int | None, n_columns: int) -> int:
 
 
 def resolve_label_transform(
-    label_transform: str,
-    *,
-    mechanism: str,
-    params: Mapping[str, Any],
-    prior: Prior,
-    n: int,
-    model_dim: int,
+    label_transform: str, message: PublicRandomizer, *, model_dim: int
 ) -> str:
     """``label_transform``, with "auto" replaced by the message's recommended transform.
 
@@ -449,14 +443,12 @@ def resolve_label_transform(
     debiased targets are very noisy (tiny epsilon), so "auto" is resolved BEFORE fitting by the
     exact training criterion C = bias^2 + (model_dim / n) Var (``shared.selection``) under the
     message's public parameters: its mechanism and params, its epsilon1-DP histogram and its n
-    (``shared.debias.recommended_transform_for``). Used by the service's training jobs and by the
+    (``shared.debias.recommended_transform``). Used by the service's training jobs and by the
     accuracy benchmark, so both resolve it identically. Public inputs only: no privacy cost.
     """
     if label_transform != "auto":
         return label_transform
-    from shared.debias import recommended_transform_for
-
-    return recommended_transform_for(mechanism, params, prior, n=n, model_dim=model_dim)
+    return recommended_transform(message, model_dim=model_dim)
 
 
 def fit_model(

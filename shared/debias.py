@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -63,37 +63,31 @@ def affine_debias(header: MessageHeader, noisy: np.ndarray) -> np.ndarray:
     return (values - b) / a
 
 
-def recommended_transform_for(
-    mechanism: str,
-    params: Mapping[str, Any],
-    prior: Prior,
-    *,
-    n: int,
-    model_dim: int,
-) -> str:
-    """ "raw" or "debiased" for the randomizer ``mechanism`` with public ``params`` and prior.
+class PublicRandomizer(Protocol):
+    """What a receiver knows of a release's randomizer: a message header (or the accuracy
+    benchmark's copy of its fields)."""
 
-    The criterion C = bias^2 + (model_dim / n) Var of ``shared.selection`` under the noisy
-    prior (the epsilon1-DP histogram the randomizer was built from): public inputs only.
-    """
-    from shared.selection import recommended_transform as choose
-
-    if mechanism == "none":
-        return "raw"
-    return choose(
-        mechanism_from_params(mechanism, params), prior, n=max(n, 1), model_dim=max(model_dim, 1)
-    )
+    @property
+    def mechanism(self) -> str: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+    @property
+    def prior(self) -> Prior: ...  # the epsilon1-DP histogram the randomizer was built from
+    @property
+    def n(self) -> int: ...
 
 
-def recommended_transform(header: MessageHeader, *, model_dim: int) -> str:
+def recommended_transform(message: PublicRandomizer, *, model_dim: int) -> str:
     """ "raw" or "debiased": the target with the lower training criterion for this message.
 
-    Uses only the header (mechanism parameters, the noisy histogram and n): the criterion
+    Uses only public values (mechanism parameters, the noisy histogram and n): the criterion
     C = bias^2 + (model_dim / n) Var of ``shared.selection`` under the noisy prior. A model fitted
     on n targets averages their variance away but keeps their bias, so debiased targets win for
     large n and raw ones when n is small or epsilon tiny (bench/results/accuracy_*.md).
     """
-    prior = header.histogram.prior()
-    return recommended_transform_for(
-        header.mechanism, header.params, prior, n=header.n, model_dim=model_dim
-    )
+    from shared.selection import recommended_transform as choose
+
+    if message.mechanism == "none":
+        return "raw"
+    mechanism = mechanism_from_params(message.mechanism, message.params)
+    return choose(mechanism, message.prior, n=max(message.n, 1), model_dim=max(model_dim, 1))

@@ -92,6 +92,11 @@ class NoisyHistogram(BaseModel):
 class MessageHeader(BaseModel):
     """Everything public about one release; the features party trusts nothing else."""
 
+    @property
+    def prior(self) -> Prior:
+        """The epsilon1-DP histogram as the engine's prior."""
+        return self.histogram.prior()
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     format_version: int = FORMAT_VERSION

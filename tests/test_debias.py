@@ -129,10 +129,18 @@ def test_recommended_transform_of_an_unrandomized_message_is_raw() -> None:
 
 @pytest.mark.parametrize("n", [20, 1_000, 1_000_000])
 @pytest.mark.parametrize("model_dim", [1, 10, 99])
-def test_recommended_transform_for_is_the_header_wrapper(n: int, model_dim: int) -> None:
-    """The function of (mechanism, params, prior, n, model_dim) gives the header's answer."""
-    from shared.debias import recommended_transform_for
+def test_recommended_transform_reads_only_the_public_randomizer(n: int, model_dim: int) -> None:
+    """Any object with a header's mechanism, params, prior and n gets the header's answer."""
+    from dataclasses import dataclass
+
     from shared.mechanisms.histogram import Prior
+
+    @dataclass(frozen=True)
+    class Public:
+        mechanism: str
+        params: dict
+        prior: Prior
+        n: int
 
     prior = Prior(edges=np.array([0.0, 50.0, 100.0]), probs=np.array([0.5, 0.5]))
     cases = {
@@ -143,8 +151,8 @@ def test_recommended_transform_for_is_the_header_wrapper(n: int, model_dim: int)
     }
     for name, params in cases.items():
         header = header_for(name, params).model_copy(update={"n": n})
-        got = recommended_transform_for(name, params, prior, n=n, model_dim=model_dim)
+        got = recommended_transform(Public(name, params, prior, n), model_dim=model_dim)
         assert got == recommended_transform(header, model_dim=model_dim)
-    assert recommended_transform_for("none", {}, prior, n=n, model_dim=model_dim) == "raw"
+    assert recommended_transform(Public("none", {}, prior, n), model_dim=model_dim) == "raw"
     with pytest.raises(InvalidParameterError, match="laplace"):
-        recommended_transform_for("laplace", {}, prior, n=n, model_dim=model_dim)
+        recommended_transform(Public("laplace", {}, prior, n), model_dim=model_dim)

@@ -150,15 +150,9 @@ def fit_features_party(
     encoder = training.Encoder(columns=tuple((f"x{j}", "numeric") for j in range(d)), vocab={})
     requested = transform
     if message is not None:
-        transform = training.resolve_label_transform(
-            transform,
-            mechanism=message.mechanism,
-            params=message.params,
-            prior=message.prior,
-            n=message.n,
-            # As the service's job (one encoded column per numeric feature).
-            model_dim=training.criterion_model_dim(message.model_dim, d),
-        )
+        # As the service's job (one encoded column per numeric feature).
+        model_dim = training.criterion_model_dim(message.model_dim, d)
+        transform = training.resolve_label_transform(transform, message, model_dim=model_dim)
     fitted = training.fit_model(
         split.x_train,
         noisy,

@@ -195,21 +195,14 @@ def test_resolve_label_transform_is_the_headers_criterion():
             n=n,
             body_sha256="0" * 64,
         )
-        fields = {"params": params, "prior": header.histogram.prior(), "n": n}
-        got = resolve_label_transform("auto", mechanism="rpwithprior", model_dim=10, **fields)
+        got = resolve_label_transform("auto", header, model_dim=10)
         assert got == recommended_transform(header, model_dim=10)
         answers.add(got)
         for explicit in ("raw", "debiased"):
-            assert (
-                resolve_label_transform(explicit, mechanism="rpwithprior", model_dim=10, **fields)
-                == explicit
-            )
+            assert resolve_label_transform(explicit, header, model_dim=10) == explicit
     assert answers == {"raw", "debiased"}  # the test can tell the two apart
-    prior = NoisyHistogram(edges=edges, probs=probs).prior()
-    none = resolve_label_transform(
-        "auto", mechanism="none", params={}, prior=prior, n=5, model_dim=3
-    )
-    assert none == "raw"
+    unrandomized = header.model_copy(update={"mechanism": "none", "params": {}, "n": 5})
+    assert resolve_label_transform("auto", unrandomized, model_dim=3) == "raw"
 
 
 @pytest.mark.parametrize(
