@@ -155,15 +155,7 @@ class Candidate:
 
     name: str  # a registered mechanism name
     mechanism: Any  # a registry.LabelMechanism
-    score: Score
-
-    @property
-    def transform(self) -> str:
-        return self.score.transform
-
-    @property
-    def criterion(self) -> float:
-        return self.score.criterion
+    score: Score  # its transform and criterion C
 
 
 def candidate_mechanisms(
@@ -214,4 +206,4 @@ def choose(
     found = candidates(prior, epsilon=epsilon, n=n, model_dim=model_dim, **options)
     if not found:
         raise InvalidParameterError("no candidate randomizer can be built at this epsilon")
-    return min(found, key=lambda c: c.criterion)
+    return min(found, key=lambda c: c.score.criterion)

@@ -336,7 +336,7 @@ def test_pipeline_auto_minimises_c_with_the_public_n(
     assert seen[0]["n"] == labels.size and seen[0]["model_dim"] == 3
     best = selection.choose(release.prior, epsilon=1.0, n=labels.size, model_dim=3)
     assert release.mechanism == best.name
-    assert release.recommended_transform == best.transform
+    assert release.recommended_transform == best.score.transform
     assert release.params == best.mechanism.public_params()
 
 
@@ -379,7 +379,7 @@ def test_pipeline_rpwithprior_minimises_c_over_rpwithprior_only(labels: np.ndarr
     )
     assert release.mechanism == "rpwithprior"
     assert release.params == best.mechanism.public_params()
-    assert release.recommended_transform == best.transform
+    assert release.recommended_transform == best.score.transform
     # ... which differs here from the least-label-MSE interval, and is better on C.
     mse_rule = rp_with_prior.choose_parameters(release.prior, epsilon=1.0, select="mse")
     assert mse_rule.public_params() != release.params
@@ -387,7 +387,7 @@ def test_pipeline_rpwithprior_minimises_c_over_rpwithprior_only(labels: np.ndarr
         s.criterion
         for s in selection.score(mse_rule, release.prior, n=labels.size, model_dim=4).values()
     )
-    assert best.criterion < mse_c
+    assert best.score.criterion < mse_c
 
 
 def test_release_recommends_a_transform_for_every_mechanism(labels: np.ndarray) -> None:

@@ -150,9 +150,9 @@ def test_large_n_prefers_unbiased_targets_small_n_trades_bias_for_variance() -> 
     )
     small = selection.choose(prior, epsilon=1.0, n=50, model_dim=8)
     large = selection.choose(prior, epsilon=1.0, n=10**7, model_dim=8)
-    assert large.transform == "debiased" and large.score.bias2 < 1e-3
+    assert large.score.transform == "debiased" and large.score.bias2 < 1e-3
     assert small.score.bias2 > 0.1
-    assert small.criterion < large.score.bias2 + 8 / 50 * large.score.variance
+    assert small.score.criterion < large.score.bias2 + 8 / 50 * large.score.variance
 
 
 def test_options_restrict_the_candidates(prior: Prior) -> None:

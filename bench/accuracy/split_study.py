@@ -67,7 +67,8 @@ def criterion_of_split(
         chosen = choose(
             prior, epsilon=epsilon - epsilon1, n=n, model_dim=MODEL_DIM, families=("rpwithprior",)
         )
-        values.append(score(chosen.mechanism, exact, n=n, model_dim=MODEL_DIM)[chosen.transform])
+        exact_scores = score(chosen.mechanism, exact, n=n, model_dim=MODEL_DIM)
+        values.append(exact_scores[chosen.score.transform])
     return float(np.mean([v.criterion for v in values]))
 
 
