@@ -624,14 +624,8 @@ class FeaturesPartyClient(_ServiceClient):
         seed: int | None = None,
     ) -> ModelInfo:
         """``POST /v1/models``: start a background training job (returns at once)."""
-        body: dict[str, Any] = {
-            "dataset": dataset,
-            "release_id": release_id,
-            "model": model,
-            "label_transform": label_transform,
-        }
-        if seed is not None:
-            body["seed"] = seed
+        body: dict[str, Any] = {"dataset": dataset, "release_id": release_id, "model": model}
+        body |= {"label_transform": label_transform, "seed": seed}  # seed null: the server's
         return ModelInfo.model_validate(
             self._json("POST", "/v1/models", idempotent=False, json_body=body)
         )
