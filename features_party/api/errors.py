@@ -17,13 +17,14 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from features_party.features import FeatureConflictError, FeatureInputError
 from shared import strict_input
 from shared.client import ServiceError
 from shared.errors import IntegrityError, InvalidParameterError
 from shared.http import errors as http_errors
+from shared.http.middleware import HTTPMiddleware
 
 log = logging.getLogger("features_party")
 
@@ -178,21 +179,17 @@ def install(app: FastAPI) -> None:
         )
 
 
-class BodyGuardMiddleware:
+class BodyGuardMiddleware(HTTPMiddleware):
     """Refuse a compressed body (any ``Content-Encoding`` but identity) with 415 (RFC 7694).
 
     Read as plain text it would be a confusing error or, worse, be misread.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            refused = http_errors.encoding_error(dict(scope.get("headers") or []))
-            if refused is not None:
-                await http_errors.send_json(send, 415, refused)
-                return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refused = http_errors.encoding_error(dict(scope.get("headers") or []))
+        if refused is not None:
+            await http_errors.send_json(send, 415, refused)
+            return
         await self.app(scope, receive, send)
 
 

@@ -13,6 +13,7 @@ from labels_party.errors import (
     PayloadTooLargeError,
 )
 from shared.http import errors as http_errors
+from shared.http.middleware import HTTPMiddleware
 from shared.http.requests import media_type, require_media
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -20,7 +21,7 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 
-class BodyLimitMiddleware:
+class BodyLimitMiddleware(HTTPMiddleware):
     """Refuse bodies over the limit: up front by Content-Length, else while streaming.
 
     JSON bodies are parsed whole, so they get the smaller ``max_json_bytes``. A body with a
@@ -37,15 +38,12 @@ class BodyLimitMiddleware:
         endpoint_limit: Callable[[str, str], int | None] | None = None,
     ) -> None:
         """``endpoint_limit(method, path)``: an endpoint's own, smaller limit (or None)."""
-        self.app = app
+        super().__init__(app)
         self.max_body_bytes = max_body_bytes
         self.max_json_bytes = max_json_bytes
         self.endpoint_limit = endpoint_limit
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope.get("headers") or [])
         refused = http_errors.encoding_error(headers)
         if refused is not None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shared.http import errors as http_errors
+from shared.http.middleware import HTTPMiddleware
 
 MAX_BUCKETS = 10_000
 EXEMPT_PATHS = frozenset({"/healthz"})
@@ -78,11 +79,11 @@ class TokenBuckets:
             return (1 - bucket.tokens) / self.rate
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(HTTPMiddleware):
     """429 + ``Retry-After`` when a token's bucket is empty (see the module docstring)."""
 
     def __init__(self, app: ASGIApp, *, rate: float, burst: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.buckets = TokenBuckets(rate=rate, burst=burst)
         self._salt = secrets.token_bytes(16)
 
@@ -94,11 +95,8 @@ class RateLimitMiddleware:
             credential = b"address:" + str(client[0]).encode()
         return hashlib.blake2b(credential, key=self._salt, digest_size=16).digest()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") in EXEMPT_PATHS:
-            await self.app(scope, receive, send)
-            return
-        wait = self.buckets.take(self.key(scope))
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        wait = 0.0 if scope.get("path") in EXEMPT_PATHS else self.buckets.take(self.key(scope))
         if wait <= 0:
             await self.app(scope, receive, send)
             return

@@ -17,7 +17,9 @@ from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+
+from shared.http.middleware import HTTPMiddleware
 
 
 def error_shape(detail: str, errors: Iterable[tuple[str, str]], **extra: Any) -> dict[str, Any]:
@@ -158,7 +160,7 @@ async def send_json(
     await send({"type": "http.response.body", "body": body})
 
 
-class CatchAllMiddleware:
+class CatchAllMiddleware(HTTPMiddleware):
     """Turn any unhandled exception into the JSON 500 and keep it inside the app (outermost).
 
     Starlette's own catch-all re-raises after answering, and the server (uvicorn) then logs the
@@ -168,13 +170,7 @@ class CatchAllMiddleware:
 
     logger: ClassVar[logging.Logger]
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def send_wrapper(message: Message) -> None:

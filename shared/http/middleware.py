@@ -9,18 +9,32 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 RecordRequest = Callable[..., None]  # record(method=..., route=..., status=...)
 
 
-class RequestMetricsMiddleware:
-    """Count each request by method, route template (bounded cardinality: ``unmatched`` for a
-    path no route serves) and status, through ``record``; a request that raises counts as 500."""
+class HTTPMiddleware:
+    """A pure ASGI middleware that acts on HTTP requests in :meth:`handle`; everything else
+    (lifespan, websockets) passes through to ``app`` untouched."""
 
-    def __init__(self, app: ASGIApp, *, record: RecordRequest) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.record = record
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.handle(scope, receive, send)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class RequestMetricsMiddleware(HTTPMiddleware):
+    """Count each request by method, route template (bounded cardinality: ``unmatched`` for a
+    path no route serves) and status, through ``record``; a request that raises counts as 500."""
+
+    def __init__(self, app: ASGIApp, *, record: RecordRequest) -> None:
+        super().__init__(app)
+        self.record = record
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         status = 500
 
         async def send_wrapper(message: Message) -> None:

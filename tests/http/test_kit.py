@@ -218,3 +218,26 @@ def test_a_service_app_counts_every_request_and_lets_nothing_escape() -> None:
     assert answer.status_code == 500 and "41.5" not in answer.text
     assert set(answer.json()) == {"detail", "errors"}
     assert seen == [("GET", "/boom", 500)]
+
+
+def test_http_middleware_passes_anything_but_http_through_untouched() -> None:
+    import asyncio
+
+    from shared.http.middleware import HTTPMiddleware
+
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(f"app:{scope['type']}")
+
+    class Tagging(HTTPMiddleware):
+        async def handle(self, scope: Any, receive: Any, send: Any) -> None:
+            seen.append("handled")
+            await self.app(scope, receive, send)
+
+    async def run() -> None:
+        for kind in ("lifespan", "websocket", "http"):
+            await Tagging(app)({"type": kind}, None, None)
+
+    asyncio.run(run())
+    assert seen == ["app:lifespan", "app:websocket", "handled", "app:http"]
