@@ -89,24 +89,30 @@ class SyncOut(BaseModel):
     detail: str = Field(default="synced", description='"synced", or why there was nothing to do')
 
 
+def _optional_id(pattern: str, description: str) -> Any:
+    """An optional id: ``pattern`` checked when given, and shown at the top of the field's JSON
+    schema (pydantic puts it inside the ``anyOf`` of ``str | None``); checked by the validators
+    even when left out (``validate_default``)."""
+    return Field(
+        default=None,
+        pattern=pattern,
+        json_schema_extra={"pattern": pattern},
+        validate_default=True,
+        description=description,
+    )
+
+
 class ModelCreate(_Strict):
     dataset: str = Field(pattern=DATASET_LOOKUP_PATTERN)
     model: Literal["auto", "gbm", "ridge", "mlp", "released"] = "gbm"
-    release_id: str | None = Field(
-        default=None,
-        pattern=RELEASE_ID_PATTERN,
-        json_schema_extra={"pattern": RELEASE_ID_PATTERN},
-        validate_default=True,
-        description='rel_... of the labels party (every model but "released")',
+    release_id: str | None = _optional_id(
+        RELEASE_ID_PATTERN, 'rel_... of the labels party (every model but "released")'
     )
     label_transform: Literal["auto", "raw", "debiased"] = "auto"
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
-    model_release_id: str | None = Field(
-        default=None,
-        pattern=MODEL_RELEASE_ID_PATTERN,
-        json_schema_extra={"pattern": MODEL_RELEASE_ID_PATTERN},
-        validate_default=True,
-        description='model "released" only: mrel_... of the labels party (a released model)',
+    model_release_id: str | None = _optional_id(
+        MODEL_RELEASE_ID_PATTERN,
+        'model "released" only: mrel_... of the labels party (a released model)',
     )
 
     @field_validator("seed", mode="before")
