@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from typing import TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -22,6 +23,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+M = TypeVar("M", Counter, Gauge)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # No ``*_created`` series: the time a route first answered a status is no one's business, and
 # counters' values are all an operator needs (process-wide setting of the client library).
@@ -33,36 +35,27 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self._requests = Counter(
-            "labeldp_http_requests",
-            "HTTP requests by method, route and status.",
-            ["method", "route", "status"],
-            registry=self.registry,
+        self._requests = self._add(
+            Counter, "labeldp_http_requests", "HTTP requests by method, route and status.",
+            "method", "route", "status",
+        )  # fmt: skip
+        self._examples = self._add(
+            Counter, "labeldp_examples_registered", "New example ids registered."
         )
-        self._examples = Counter(
-            "labeldp_examples_registered",
-            "New example ids registered.",
-            registry=self.registry,
+        self._releases = self._add(
+            Counter, "labeldp_releases", "Releases committed, by mechanism.", "mechanism"
         )
-        self._releases = Counter(
-            "labeldp_releases",
-            "Releases committed, by mechanism.",
-            ["mechanism"],
-            registry=self.registry,
+        self._spent = self._add(
+            Gauge, "labeldp_epsilon_spent", "Privacy budget spent, per dataset.", "dataset"
         )
-        self._spent = Gauge(
-            "labeldp_epsilon_spent",
-            "Privacy budget spent, per dataset.",
-            ["dataset"],
-            registry=self.registry,
-        )
-        self._budget = Gauge(
-            "labeldp_epsilon_budget",
-            "Privacy budget allowed, per dataset.",
-            ["dataset"],
-            registry=self.registry,
+        self._budget = self._add(
+            Gauge, "labeldp_epsilon_budget", "Privacy budget allowed, per dataset.", "dataset"
         )
         self._scrape = threading.Lock()
+
+    def _add(self, kind: type[M], name: str, documentation: str, *labels: str) -> M:
+        """A ``kind`` metric (Counter, Gauge) with ``labels``, in this registry."""
+        return kind(name, documentation, labels, registry=self.registry)
 
     def request(self, *, method: str, route: str, status: int) -> None:
         self._requests.labels(method=method, route=route, status=str(status)).inc()
