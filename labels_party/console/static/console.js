@@ -51,6 +51,16 @@
     return accept === 'application/json' ? response.json() : response.text();
   }
 
+  /** ``api(path, options)``, or null once ``fail`` has shown why (the caller then stops). */
+  async function apiOrFail(path, options) {
+    try {
+      return await api(path, options);
+    } catch (error) {
+      fail(error);
+      return null;
+    }
+  }
+
   // ---- small DOM helpers -------------------------------------------------------------------
 
   function el(tag, text, attrs = {}) {
@@ -186,13 +196,9 @@
   // ---- datasets ----------------------------------------------------------------------------
 
   async function loadDatasets() {
-    try {
-      const body = await api('v1/datasets');
-      state.datasets = body.datasets;
-    } catch (error) {
-      fail(error);
-      return;
-    }
+    const body = await apiOrFail('v1/datasets');
+    if (body === null) return;
+    state.datasets = body.datasets;
     const tbody = $('datasets-body');
     tbody.replaceChildren();
     for (const item of state.datasets) {
@@ -262,13 +268,8 @@
     list.replaceChildren();
     $('timeline-empty').hidden = true;
     if (!name) return;
-    let body;
-    try {
-      body = await api(`v1/datasets/${encodeURIComponent(name)}/releases`);
-    } catch (error) {
-      fail(error);
-      return;
-    }
+    const body = await apiOrFail(`v1/datasets/${encodeURIComponent(name)}/releases`);
+    if (body === null) return;
     for (const item of body.releases) {
       const button = el('button', undefined, { type: 'button' });
       button.append(
@@ -416,13 +417,8 @@
     const cursor = state.ledgerCursors[state.ledgerCursors.length - 1];
     params.set('limit', $('f-limit').value);
     if (cursor) params.set('after', String(cursor));
-    let page;
-    try {
-      page = await api(`v1/ledger?${params}`);
-    } catch (error) {
-      fail(error);
-      return;
-    }
+    const page = await apiOrFail(`v1/ledger?${params}`);
+    if (page === null) return;
     const tbody = $('ledger-body');
     tbody.replaceChildren();
     for (const entry of page.entries) {
@@ -457,13 +453,8 @@
   async function exportCsv() {
     const params = ledgerQuery();
     params.set('format', 'csv');
-    let text;
-    try {
-      text = await api(`v1/ledger?${params}`, { accept: 'text/csv' });
-    } catch (error) {
-      fail(error);
-      return;
-    }
+    const text = await apiOrFail(`v1/ledger?${params}`, { accept: 'text/csv' });
+    if (text === null) return;
     const link = $('ledger-csv');
     if (link.href.startsWith('blob:')) URL.revokeObjectURL(link.href);
     link.href = URL.createObjectURL(new Blob([text], { type: 'text/csv' }));
