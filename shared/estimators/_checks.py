@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from shared.domain import check_epsilon
 from shared.errors import InvalidParameterError
 
 
@@ -17,6 +18,16 @@ def positive(value: object, *, name: str) -> float:
     if not (math.isfinite(result) and result > 0.0):
         raise InvalidParameterError(f"{name} ({value!r}) must be finite and > 0")
     return result
+
+
+def positives(**values: object) -> tuple[float, ...]:
+    """Each named value as :func:`positive`, in the order given (the first bad one is named)."""
+    return tuple(positive(value, name=name) for name, value in values.items())
+
+
+def epsilon_delta(epsilon: object, delta: object) -> tuple[float, float]:
+    """The (epsilon, delta) of an approximate-DP release: epsilon finite > 0, delta in (0, 1)."""
+    return check_epsilon(epsilon), delta_in_unit_interval(delta)  # type: ignore[arg-type]
 
 
 def delta_in_unit_interval(delta: object) -> float:

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shared.domain import check_epsilon
 from shared.errors import InvalidParameterError
-from shared.estimators._checks import delta_in_unit_interval, features, positive, project_rows
+from shared.estimators._checks import epsilon_delta, features, positives, project_rows
 from shared.estimators.eptr import EPTROutcome, eptr_release
 from shared.rng import Rng
 
@@ -97,10 +96,8 @@ def eptr_bayes(
     labels = labels.astype(np.int64)
     if labels.min() < 0 or labels.max() >= k:
         raise InvalidParameterError(f"y must hold class labels in 0..{k - 1}")
-    eps = check_epsilon(epsilon)
-    dlt = delta_in_unit_interval(delta)
-    rx = positive(r_x, name="r_x")
-    c = positive(c0, name="c0")
+    eps, dlt = epsilon_delta(epsilon, delta)
+    rx, c = positives(r_x=r_x, c0=c0)
     if c * k >= 1.0:
         raise InvalidParameterError(f"c0 ({c0!r}) must be < 1 / n_classes ({1.0 / k:.4g})")
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit, ndtri
 
-from shared.domain import check_epsilon
 from shared.errors import InvalidParameterError
-from shared.estimators._checks import delta_in_unit_interval, positive
+from shared.estimators._checks import epsilon_delta, positive
 from shared.rng import Rng, uniforms
 
 
@@ -117,8 +116,7 @@ def eptr_release(
     if not (math.isfinite(g) and g >= 0.0):
         raise InvalidParameterError(f"gamma ({gamma!r}) must be finite and >= 0 (a SaLBo)")
     a = positive(alpha, name="alpha")
-    eps = check_epsilon(epsilon)
-    dlt = delta_in_unit_interval(delta)
+    eps, dlt = epsilon_delta(epsilon, delta)
     fallback = np.asarray(no_reply, dtype=np.float64)
     try:
         fallback = np.broadcast_to(fallback, values.shape).copy()

@@ -19,10 +19,11 @@ from scipy.spatial import cKDTree
 from shared.domain import LabelDomain, check_epsilon
 from shared.errors import InvalidParameterError
 from shared.estimators._checks import (
-    delta_in_unit_interval,
+    epsilon_delta,
     features,
     labels_for,
     positive,
+    positives,
     queries_for,
 )
 from shared.estimators._linear import linear_label_release
@@ -130,11 +131,8 @@ def eptr_nw(
     x = features(X)
     target = labels_for(y, x.shape[0])
     points = queries_for(queries, x.shape[1])
-    eps = check_epsilon(epsilon)
-    dlt = delta_in_unit_interval(delta)
-    sigma = positive(bandwidth, name="bandwidth")
-    rf = positive(r_f, name="r_f")
-    c = positive(c0, name="c0")
+    eps, dlt = epsilon_delta(epsilon, delta)
+    sigma, rf, c = positives(bandwidth=bandwidth, r_f=r_f, c0=c0)
     n, dim = x.shape
     k_max = kernel_bound(dim, sigma)
     sums, degree = nw_estimate(points, x, np.clip(target, -rf, rf), bandwidth=sigma)

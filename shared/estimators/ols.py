@@ -15,11 +15,11 @@ import numpy as np
 from shared.domain import LabelDomain, check_epsilon
 from shared.errors import InvalidParameterError
 from shared.estimators._checks import (
-    delta_in_unit_interval,
+    epsilon_delta,
     features,
     full_column_rank,
     labels_for,
-    positive,
+    positives,
     project_rows,
     project_vector,
 )
@@ -87,11 +87,8 @@ def eptr_ols(
     """
     x = features(X)
     target = labels_for(y, x.shape[0])
-    eps = check_epsilon(epsilon)
-    dlt = delta_in_unit_interval(delta)
-    rx = positive(r_x, name="r_x")
-    rt = positive(r_theta, name="r_theta")
-    c = positive(c0, name="c0")
+    eps, dlt = epsilon_delta(epsilon, delta)
+    rx, rt, c = positives(r_x=r_x, r_theta=r_theta, c0=c0)
     n, p = x.shape
     if n < p:
         raise InvalidParameterError(f"X has fewer rows ({n}) than columns ({p})")
