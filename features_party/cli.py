@@ -9,6 +9,7 @@ from pathlib import Path
 
 from features_party.config import FEATURES_TOKEN_ENV, PUBLISHER_TOKEN_ENV, Settings
 from shared import database_url
+from shared.cli_args import matching_options
 from shared.errors import InvalidParameterError
 from shared.http.serve import serve as serve_app
 
@@ -38,17 +39,19 @@ def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignor
     )
     parser.add_argument(
         "--labels-public-key",
+        type=Path,
         default=None,
         help="pin the labels party's receipt key (PEM/base64 file; default: "
         "$LABELDP_LABELS_PUBLIC_KEY): train only on messages whose signed receipt verifies",
     )
     parser.add_argument(
         "--labels-ca-file",
+        type=Path,
         default=None,
         help="CA certificate to trust for an https labels party ($LABELDP_LABELS_CA_FILE)",
     )
-    parser.add_argument("--tls-cert", default=None, help="serve https: certificate chain (PEM)")
-    parser.add_argument("--tls-key", default=None, help="serve https: private key (PEM)")
+    parser.add_argument("--tls-cert", type=Path, help="serve https: certificate chain (PEM)")
+    parser.add_argument("--tls-key", type=Path, help="serve https: private key (PEM)")
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=serve)
 
@@ -59,18 +62,9 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         url = database_url.resolve(db=args.db, database_url=args.database_url)
-        settings = Settings.from_env(
-            database_url=url,
-            labels_url=args.labels_url,
-            labels_token=args.token,
-            host=args.host,
-            port=args.port,
-            max_body_bytes=args.max_body_mb * 1024 * 1024,
-            labels_public_key=Path(args.labels_public_key) if args.labels_public_key else None,
-            labels_ca_file=Path(args.labels_ca_file) if args.labels_ca_file else None,
-            tls_cert=Path(args.tls_cert) if args.tls_cert else None,
-            tls_key=Path(args.tls_key) if args.tls_key else None,
-        )
+        given = matching_options(Settings, args)  # labels_url, host, port and the four paths
+        given |= {"database_url": url, "max_body_bytes": args.max_body_mb * 1024 * 1024}
+        settings = Settings.from_env(labels_token=args.token, **given)
     except InvalidParameterError as exc:
         print(f"labeldp serve features: {exc}", file=sys.stderr)
         return 2

@@ -9,9 +9,13 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def matching_options(cls: type[Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed options named like an init field of the dataclass ``cls``."""
+    given = vars(args)
+    return {f.name: given[f.name] for f in dataclasses.fields(cls) if f.init and f.name in given}
+
+
 def from_args(cls: type[T], args: argparse.Namespace, **values: Any) -> T:
     """An instance of the dataclass ``cls`` from the parsed options of the same names; ``values``
     adds or overrides fields (options named differently, or not options at all)."""
-    given = vars(args)
-    names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
-    return cls(**{**{name: given[name] for name in names if name in given}, **values})
+    return cls(**{**matching_options(cls, args), **values})

@@ -32,3 +32,10 @@ def test_values_add_and_override_fields() -> None:
 def test_a_missing_required_field_fails_loudly() -> None:
     with pytest.raises(TypeError):
         from_args(Options, argparse.Namespace(mechanism="auto"))
+
+
+def test_matching_options_are_the_options_named_like_a_field() -> None:
+    from shared.cli_args import matching_options
+
+    args = argparse.Namespace(epsilon=0.5, keep=False, command="serve", log_level="info")
+    assert matching_options(Options, args) == {"epsilon": 0.5, "keep": False}
