@@ -525,15 +525,13 @@ class ModelReleaseService:
                 insert(model_releases).values(
                     id=model_id,
                     dataset_id=row.id,
-                    features_id=features.id,
-                    estimator=request.estimator,
-                    privacy=request.privacy,
-                    epsilon_exact=header.epsilon,
-                    delta_exact=header.delta,
                     message=text,
-                    message_sha256=header.body_sha256,
                     created=created_text,
                     actor_role=actor_role,
+                    **header.model_dump(include={"features_id", "estimator", "privacy"}),
+                    epsilon_exact=header.epsilon,
+                    delta_exact=header.delta,
+                    message_sha256=header.body_sha256,
                 )
             )
             budget = accountant.spend(
