@@ -149,6 +149,19 @@ class DatasetSpec:
         if errors:
             raise BadInputError("invalid dataset", errors)
 
+    def ledger_parameters(self) -> dict[str, Any]:
+        """What the dataset's creation entry records: bounds, default label, exact budgets (the
+        delta budget only when there is one); ``ledger verify`` starts the totals from it."""
+        recorded: dict[str, Any] = {
+            "label_min": self.label_min,
+            "label_max": self.label_max,
+            "default_label": self.default_label,
+            "epsilon_budget": amounts.text(self.epsilon_budget),
+        }
+        if self.delta_budget > 0:
+            recorded["delta_budget"] = amounts.text(self.delta_budget)
+        return recorded
+
 
 def _grid_representable(lo: float, hi: float) -> bool:
     """Whether every release's histogram grid (up to MAX_BINS cells) exists in float64."""
@@ -190,17 +203,7 @@ def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> Datas
             dataset=spec.name,
             kind=ledger.KIND_DATASET,
             actor_role=actor_role,
-            parameters={
-                "label_min": spec.label_min,
-                "label_max": spec.label_max,
-                "default_label": spec.default_label,
-                "epsilon_budget": amounts.text(spec.epsilon_budget),
-                **(
-                    {"delta_budget": amounts.text(spec.delta_budget)}
-                    if spec.delta_budget > 0
-                    else {}
-                ),
-            },
+            parameters=spec.ledger_parameters(),
         )
         return load(conn, spec.name)
 

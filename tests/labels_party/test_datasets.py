@@ -33,3 +33,26 @@ def test_labels_that_keep_changing_are_a_409_naming_the_dataset() -> None:
     assert len(calls) == ds.STALE_ATTEMPTS
     assert "'clicks' kept changing while the model was computed" in str(caught.value)
     assert [e.field for e in caught.value.errors] == ["dataset"]
+
+
+def test_the_creation_entry_records_the_spec_with_exact_budgets() -> None:
+    from decimal import Decimal
+
+    spec = ds.DatasetSpec(
+        name="d", label_min=0.0, label_max=10.0, default_label=0.0, epsilon_budget=Decimal("0.1")
+    )
+    assert spec.ledger_parameters() == {
+        "label_min": 0.0,
+        "label_max": 10.0,
+        "default_label": 0.0,
+        "epsilon_budget": "0.1",
+    }
+    with_delta = ds.DatasetSpec(
+        name="d",
+        label_min=0.0,
+        label_max=10.0,
+        default_label=5.0,
+        epsilon_budget=Decimal(4),
+        delta_budget=Decimal("1e-6"),
+    )
+    assert with_delta.ledger_parameters()["delta_budget"] == "0.000001"
