@@ -90,6 +90,7 @@ def create_app(
             concurrency=settings.release_concurrency,
             commit_delay=settings.debug_commit_delay,
         ),
+        model_releases=ModelReleaseService(db, rng_factory=rng_factory),
         metrics=metrics,
         token_table=tuple((role, token.encode("utf-8")) for role, token in settings.tokens.items()),
         receipts=ReceiptService(db, keys),
@@ -108,7 +109,6 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.services = services
-    app.state.model_releases = ModelReleaseService(db, rng_factory=rng_factory)
     errors.install(app)
     routers = (datasets, examples, labels, releases, ledger, health, receipt_routes, audit_routes)
     for module in routers:

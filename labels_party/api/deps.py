@@ -10,6 +10,7 @@ from labels_party.config import Role, Settings
 from labels_party.datasets import LOOKUP_PATTERN
 from labels_party.db.engine import Database
 from labels_party.metrics import Metrics
+from labels_party.model_releases import ModelReleaseService
 from labels_party.receipts import ReceiptService
 from labels_party.releases import ReleaseService
 from shared.http.auth import match_token, unauthorized
@@ -24,6 +25,7 @@ class Services:
     settings: Settings
     db: Database
     releases: ReleaseService
+    model_releases: ModelReleaseService
     metrics: Metrics
     token_table: tuple[tuple[Role, bytes], ...]
     receipts: ReceiptService | None = None

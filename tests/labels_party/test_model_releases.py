@@ -362,7 +362,7 @@ def test_openapi_documents_model_releases(client: Any) -> None:
 
 def test_production_model_randomness_is_the_os_csprng(make_client: Any) -> None:
     client = make_client(seed=None)
-    assert isinstance(client.app.state.model_releases._rng_factory(), SystemRandom)
+    assert isinstance(client.app.state.services.model_releases._rng_factory(), SystemRandom)
 
 
 def test_labels_changing_during_the_fit_are_refitted_and_charged_once(

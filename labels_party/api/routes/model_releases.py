@@ -53,24 +53,15 @@ async def upload_public_features(request: Request, call: PublisherOn) -> Any:
 
 @router.post("/v1/datasets/{name}/model-releases", status_code=201)
 async def create_model_release(
-    request: Request,
-    call: AdvertiserOn,
-    body: Annotated[ModelReleaseCreate, json_body(ModelReleaseCreate)],
+    call: AdvertiserOn, body: Annotated[ModelReleaseCreate, json_body(ModelReleaseCreate)]
 ) -> Any:
     """Fit ``estimator`` on the labels joined with the public features; spend (epsilon, delta)."""
     model_request = mr.ModelRequest(
-        estimator=body.estimator,
-        privacy=body.privacy,
-        epsilon=body.epsilon,
-        delta=body.delta,
-        params=body.params.model_dump(exclude_none=True),
-        public_features=body.public_features,
+        **body.model_dump(exclude={"params"}), params=body.params.model_dump(exclude_none=True)
     )
-    service: mr.ModelReleaseService = request.app.state.model_releases
+    create = partial(call.services.model_releases.create, request=model_request)
     try:
-        return await run_in_threadpool(
-            service.create, dataset=call.name, request=model_request, actor_role=call.role
-        )
+        return await run_in_threadpool(create, dataset=call.name, actor_role=call.role)
     except InvalidParameterError as exc:  # an estimator refused a parameter: name it
         message = str(exc)
         field = next((f"params.{p}" for p in _PARAMS if message.startswith(f"{p} (")), "params")
