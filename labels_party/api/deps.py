@@ -1,4 +1,5 @@
-"""Dependencies: the service state, bearer-token authentication and role checks."""
+"""Dependencies: the service state, bearer-token authentication, role checks, and the dataset
+a call is on (``DatasetCall``)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
