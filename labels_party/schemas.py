@@ -80,14 +80,6 @@ class ReleaseOptions(BaseModel):
         description="the receiver's model dimension (features) for auto; default 10",
     )
 
-    def mechanism_options(self) -> dict[str, object]:
-        """The mechanism options the caller gave (``bins`` and ``model_dim`` apart)."""
-        return {
-            key: value
-            for key, value in self.model_dump(exclude={"bins", "model_dim"}).items()
-            if value is not None
-        }
-
 
 class ReleaseRequestBody(BaseModel):
     """What a release asks for: the fields every way of making one shares."""

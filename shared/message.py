@@ -92,11 +92,6 @@ class NoisyHistogram(BaseModel):
 class MessageHeader(BaseModel):
     """Everything public about one release; the features party trusts nothing else."""
 
-    @property
-    def prior(self) -> Prior:
-        """The epsilon1-DP histogram as the engine's prior."""
-        return self.histogram.prior()
-
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     format_version: int = FORMAT_VERSION
@@ -154,6 +149,11 @@ class MessageHeader(BaseModel):
     def epsilon(self) -> float:
         """Total privacy cost of the message (basic composition)."""
         return self.epsilon1 + self.epsilon2
+
+    @property
+    def prior(self) -> Prior:
+        """The epsilon1-DP histogram as the engine's prior."""
+        return self.histogram.prior()
 
 
 def json_safe(value: Any) -> Any:

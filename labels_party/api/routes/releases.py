@@ -100,13 +100,11 @@ async def create_release(
 
 def release_request(body: ReleaseRequestBody) -> ReleaseRequest:
     """The service's request from a release body (``/releases`` and ``/external-releases``)."""
-    return ReleaseRequest(
-        mechanism=body.mechanism,
+    return ReleaseRequest.from_params(
+        body.params.model_dump(exclude_none=True),  # the options the caller gave
         epsilon=body.epsilon,
+        mechanism=body.mechanism,
         epsilon_histogram=body.epsilon_histogram,
-        bins=body.params.bins,
-        model_dim=body.params.model_dim,
-        options=body.params.mechanism_options(),
     )
 
 
