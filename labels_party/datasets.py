@@ -30,7 +30,6 @@ from shared.mechanisms.histogram import bin_edges
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 # Looking a dataset up accepts the older, laxer rule (datasets created before it still load).
-T = TypeVar("T")
 LOOKUP_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
 NAME_RULE = "must be 1-64 characters of letters, digits, '_.-', starting with a letter or digit"
 # Histogram cells a release may ask for; the bounds must allow that many distinct float cells.
@@ -59,6 +58,7 @@ class StaleSnapshot(Exception):
 
 
 STALE_ATTEMPTS = 4
+T = TypeVar("T")
 
 
 def retry_while_stale(attempt: Callable[[], T], *, dataset: str, what: str) -> T:
