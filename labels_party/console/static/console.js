@@ -61,6 +61,14 @@
     }
   }
 
+  const loads = {};
+  // Begin loading a pane; the check returned turns false once a later load of that pane begins,
+  // so a superseded response never renders (fast clicks must not end on an older page).
+  function beginLoad(pane) {
+    const load = (loads[pane] = (loads[pane] || 0) + 1);
+    return () => loads[pane] === load;
+  }
+
   // ---- small DOM helpers -------------------------------------------------------------------
 
   function el(tag, text, attrs = {}) {
@@ -196,8 +204,9 @@
   // ---- datasets ----------------------------------------------------------------------------
 
   async function loadDatasets() {
+    const current = beginLoad('datasets');
     const body = await apiOrFail('v1/datasets');
-    if (body === null) return;
+    if (body === null || !current()) return;
     state.datasets = body.datasets;
     const tbody = $('datasets-body');
     tbody.replaceChildren();
@@ -263,13 +272,14 @@
   }
 
   async function loadReleases() {
+    const current = beginLoad('releases');
     const name = $('releases-dataset').value;
     const list = $('timeline');
     list.replaceChildren();
     $('timeline-empty').hidden = true;
     if (!name) return;
     const body = await apiOrFail(`v1/datasets/${encodeURIComponent(name)}/releases`);
-    if (body === null) return;
+    if (body === null || !current()) return;
     for (const item of body.releases) {
       const button = el('button', undefined, { type: 'button' });
       button.append(
@@ -291,6 +301,7 @@
   }
 
   async function showRelease(id) {
+    const current = beginLoad('release-detail');
     const detail = $('release-detail');
     let meta;
     let header;
@@ -306,6 +317,7 @@
     const listed = await api(`v1/datasets/${encodeURIComponent(meta.dataset)}/releases`)
       .then((b) => b.releases.find((r) => r.id === id))
       .catch(() => undefined);
+    if (!current()) return;
     const pairs = [
       ['Release', el('code', meta.id)],
       ['Dataset', meta.dataset],
@@ -413,12 +425,13 @@
   }
 
   async function loadLedger() {
+    const current = beginLoad('ledger');
     const params = ledgerQuery();
     const cursor = state.ledgerCursors[state.ledgerCursors.length - 1];
     params.set('limit', $('f-limit').value);
     if (cursor) params.set('after', String(cursor));
     const page = await apiOrFail(`v1/ledger?${params}`);
-    if (page === null) return;
+    if (page === null || !current()) return;
     const tbody = $('ledger-body');
     tbody.replaceChildren();
     for (const entry of page.entries) {
@@ -580,7 +593,9 @@
     });
     $('ledger-filters').addEventListener('reset', () => {
       state.ledgerCursors = [0];
-      setTimeout(loadLedgerIfShown, 0); // after the form has cleared its fields
+      // The Reset button reloads after the form has cleared its fields; showBrokenEntry's
+      // reset (the ledger still hidden) leaves the one load to openView.
+      if (!$('view-ledger').hidden) setTimeout(loadLedger, 0);
     });
     $('ledger-next').addEventListener('click', () => {
       if (state.ledgerNext !== null) state.ledgerCursors.push(state.ledgerNext);
@@ -602,8 +617,4 @@
         if (!(error instanceof ApiError && error.status === 401)) fail(error);
       });
   });
-
-  function loadLedgerIfShown() {
-    if (!$('view-ledger').hidden) loadLedger();
-  }
 })();

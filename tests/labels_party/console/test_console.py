@@ -185,6 +185,28 @@ def test_release_timeline_and_detail_with_the_histogram(
     no_csp_violations(chromium)
 
 
+def test_switching_datasets_fast_shows_only_the_last_ones_releases(
+    chromium: Any, console_server: Server, client: httpx.Client
+) -> None:
+    seed(client, datasets={"clicks": 4.0, "visits": 4.0})
+    clicks = make_release(client, "clicks", 1.0)
+    visits = make_release(client, "visits", 1.0)
+    logged_in(chromium, console_server, TOKENS.operator)
+    view(chromium, "releases")
+    chromium.execute_script(  # two choices before either answer arrives: the first is superseded
+        """const select = document.getElementById('releases-dataset');
+        for (const name of ['clicks', 'visits']) {
+          select.value = name;
+          select.dispatchEvent(new Event('change'));
+        }"""
+    )
+    wait_for(lambda: by_css(chromium, "#timeline li"), what="the timeline")
+    time.sleep(0.5)  # both answers are in
+    items = [li.get_attribute("data-testid") for li in by_css(chromium, "#timeline li")]
+    assert items == [f"release-{visits['id']}"], (items, clicks["id"])
+    no_csp_violations(chromium)
+
+
 def test_ledger_filters_paging_and_csv_export(
     chromium: Any, console_server: Server, client: httpx.Client
 ) -> None:
@@ -282,10 +304,24 @@ def test_verify_chain_turns_red_and_names_the_entry(
     problems = [li.text for li in by_css(chromium, "#verify-problems li")]
     assert any(f"entry seq {tampered}:" in p for p in problems)
 
+    loads_before = ledger_fetches(chromium)
     one(chromium, "#verify-show").click()  # the breaking entry, highlighted in the ledger
-    broken = wait_for(lambda: by_css(chromium, "#ledger-body tr.broken"), what="the row")
-    assert broken[0].get_attribute("data-seq") == str(tampered)
+    seqs = wait_for(
+        lambda: [tr.get_attribute("data-seq") for tr in by_css(chromium, "#ledger-body tr.broken")],
+        what="the row",
+    )
+    assert seqs == [str(tampered)]
+    time.sleep(0.5)  # a second load (the form's reset used to schedule one) would have begun
+    assert ledger_fetches(chromium) == loads_before + 1
     no_csp_violations(chromium)
+
+
+def ledger_fetches(driver: Any) -> int:
+    """How many ledger pages the page has fetched so far (the browser's resource timing)."""
+    return driver.execute_script(
+        "return performance.getEntriesByType('resource')"
+        ".filter((e) => e.name.includes('/v1/ledger?')).length"
+    )
 
 
 # ---- other roles -----------------------------------------------------------------------------
