@@ -480,6 +480,7 @@
   // ---- verify ------------------------------------------------------------------------------
 
   async function verifyChain() {
+    const current = beginLoad('verify');
     const result = $('verify-result');
     const problems = $('verify-problems');
     result.className = 'verdict';
@@ -490,10 +491,12 @@
     try {
       report = await api('v1/ledger/verify');
     } catch (error) {
+      if (!current()) return;
       result.textContent = '';
       fail(error);
       return;
     }
+    if (!current()) return;
     state.brokenSeq = report.first_break ? report.first_break.seq : null;
     if (report.ok) {
       result.className = 'verdict ok';
@@ -521,6 +524,7 @@
 
   async function preview(event) {
     event.preventDefault();
+    const current = beginLoad('preview');
     const out = $('preview-result');
     out.replaceChildren();
     const form = $('preview-form');
@@ -536,9 +540,11 @@
     try {
       plan = await api(`v1/datasets/${encodeURIComponent(name)}/releases`, { method: 'POST', body });
     } catch (error) {
+      if (!current()) return;
       out.append(el('p', `The service refused the preview: ${error instanceof ApiError ? error.describe() : error.message}`, { class: 'error', role: 'alert' }));
       return;
     }
+    if (!current()) return;
     if (!plan || plan.dry_run !== true) {
       out.append(el('p', 'Unexpected answer: the service did not treat this as a dry run.', { class: 'error', role: 'alert' }));
       return;
