@@ -604,7 +604,9 @@
       if (!$('view-ledger').hidden) setTimeout(loadLedger, 0);
     });
     $('ledger-next').addEventListener('click', () => {
-      if (state.ledgerNext !== null) state.ledgerCursors.push(state.ledgerNext);
+      if (state.ledgerNext === null) return;
+      state.ledgerCursors.push(state.ledgerNext);
+      state.ledgerNext = null; // until the page answers: a second click must not push it again
       loadLedger();
     });
     $('ledger-prev').addEventListener('click', () => {

@@ -252,8 +252,11 @@ def test_ledger_filters_paging_and_csv_export(
     apply(limit="10")  # paging
     wait_for(lambda: ledger_seqs(chromium) == list(range(1, 11)), what="page 1")
     assert one(chromium, "#ledger-prev").get_attribute("disabled")
-    one(chromium, "#ledger-next").click()
+    chromium.execute_script(  # clicked twice before the page answers: still page 2
+        "const next = document.getElementById('ledger-next'); next.click(); next.click();"
+    )
     wait_for(lambda: ledger_seqs(chromium) == [11, 12], what="page 2")
+    assert one(chromium, "#ledger-page").text.startswith("Page 2:")
     assert one(chromium, "#ledger-next").get_attribute("disabled")
     one(chromium, "#ledger-prev").click()
     wait_for(lambda: ledger_seqs(chromium) == list(range(1, 11)), what="page 1 again")
