@@ -33,7 +33,7 @@ def register_commands(commands: argparse._SubParsersAction) -> None:  # type: ig
         "--epsilon-histogram",
         default="default",
         help="epsilon1 for the histogram and the DP label mean: a number, or 'default' (the "
-        "labels party's split: see shared.plan.default_split)",
+        "labels party's split: see shared.plan.default_epsilon1)",
     )
     parser.add_argument("--budget", type=float, help="dataset budget (default max(10, epsilon))")
     parser.add_argument("--model", default="auto", choices=["auto", "gbm", "ridge", "mlp"])

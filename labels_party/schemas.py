@@ -109,7 +109,7 @@ class ReleaseRequestBody(BaseModel):
         gt=0,
         description=(
             "epsilon1 (the histogram and, below a total of 2, the DP label mean); "
-            "default: shared.plan.default_split"
+            "default: shared.plan.default_epsilon1"
         ),
     )
     params: ReleaseOptions = Field(default_factory=ReleaseOptions)

@@ -113,6 +113,27 @@ def float_at_most(amount: Decimal) -> float:
     return nearest
 
 
+# A charge the plan chooses (not one the user gave) has at most this many significant digits.
+SHORT_DIGITS = 6
+
+
+def short_part(value: float, *, whole: Decimal, digits: int = SHORT_DIGITS) -> Decimal:
+    """A readable part of ``whole`` near ``value``: a multiple of whole's ``digits``-th digit.
+
+    The quantum is q = 10^(e - digits + 1), e the exponent of ``whole``'s leading digit; the
+    part is value rounded to a multiple of q, kept within [q, whole - q]. So a part has at most
+    ``digits`` significant digits, and when ``whole`` itself has at most ``digits`` (a user's
+    "1" or "0.1"), so has ``whole - part``: 1 splits into 0.146059 + 0.853941, never into
+    binary expansions. ``whole`` must be a finite amount > 0.
+    """
+    if whole.is_infinite() or whole <= 0:
+        raise InvalidParameterError(f"whole ({whole}) must be a finite amount > 0")
+    quantum = Decimal((0, (1,), whole.adjusted() - digits + 1))
+    steps = max(round(Fraction(value) / Fraction(quantum)), 1)
+    top = max(int(_EXACT.divide_int(_EXACT.subtract(whole, quantum), quantum)), 1)
+    return _EXACT.multiply(Decimal(min(steps, top)), quantum).normalize(_EXACT)
+
+
 def exact_fraction(amount: Decimal) -> Fraction:
     """The amount as a Fraction (exact; for comparisons with floats)."""
     return Fraction(amount)

@@ -105,19 +105,19 @@ def check_n(n: int) -> int:
     return int(n)
 
 
-def default_split(epsilon: float, *, n: int, mechanism: str = "auto") -> tuple[float, float]:
-    """Split a total epsilon into (epsilon1, epsilon2) floats from public quantities only.
+def default_epsilon1(epsilon: Decimal, *, n: int, mechanism: str = AUTO) -> Decimal:
+    """The default histogram-and-mean charge epsilon1 of a total ``epsilon``: public inputs only.
 
     Ghazi et al. 2022, Sec. 3.2's epsilon1 = sqrt(k / n), tuned per mechanism (see the constants
-    above). The histogram's part h: ``"rr_on_bins"`` / ``"auto"``: max(min(sqrt(64 / n),
-    0.25 eps), min(0.05, 0.9 eps)); ``"rpwithprior"``: max(min(max(1, 2 eps) / sqrt(n),
-    0.4 eps), f(eps) min(0.05, 0.9 eps)) with f = 1 up to epsilon 0.1, 0 from 0.3, linear
-    between. epsilon1 is rounded up to a multiple of ulp(epsilon), so that
-    epsilon1 + epsilon2 == epsilon exactly.
+    above). ``"rr_on_bins"`` / ``"auto"``: max(min(sqrt(64 / n), 0.25 eps), min(0.05, 0.9 eps));
+    ``"rpwithprior"``: max(min(max(1, 2 eps) / sqrt(n), 0.4 eps), f(eps) min(0.05, 0.9 eps))
+    with f = 1 up to epsilon 0.1, 0 from 0.3, linear between. Rounded to a short decimal
+    (``shared.epsilon.short_part``: 6 significant digits of the total), so that the ledger shows
+    1 = 0.146059 + 0.853941, not two binary expansions.
     """
-    total = check_epsilon(epsilon)
     count = check_n(n)
     check_mechanism(mechanism)
+    total = float(epsilon)
     floor = min(MIN_HISTOGRAM_EPSILON, MAX_SMALL_BUDGET_SHARE * total)
     if _light_prior(mechanism):
         scale = max(RP_SCALE_FLOOR, RP_SCALE_PER_EPSILON * total)
@@ -126,9 +126,23 @@ def default_split(epsilon: float, *, n: int, mechanism: str = "auto") -> tuple[f
         floor *= min(1.0, max(0.0, (end - total) / (end - start)))
     else:
         sqrt_rule = min(math.sqrt(DEFAULT_BINS / count), MAX_HISTOGRAM_SHARE * total)
-    # A multiple of ulp(total) makes total - epsilon1 exact: the parts add up to the total.
+    first = amounts.short_part(max(sqrt_rule, floor), whole=epsilon)
+    if amounts.float_at_most(first) > 0.0 and amounts.float_at_most(epsilon - first) > 0.0:
+        return first
+    # A total within a few digits of the smallest float: its short parts are not floats.
     step = math.ulp(total)
-    return split_epsilon(total, math.ceil(max(sqrt_rule, floor) / step) * step)
+    return amounts.exact(math.ceil(max(sqrt_rule, floor) / step) * step, name="epsilon1")
+
+
+def default_split(epsilon: float, *, n: int, mechanism: str = AUTO) -> tuple[float, float]:
+    """(epsilon1, epsilon2): the floats a release of total ``epsilon`` runs at by default.
+
+    :func:`default_epsilon1` of the float's exact value, and the rest; each the largest float
+    not above its charge, so epsilon1 + epsilon2 <= epsilon exactly.
+    """
+    total = amounts.exact(check_epsilon(epsilon))
+    first = default_epsilon1(total, n=n, mechanism=mechanism)
+    return amounts.float_at_most(first), amounts.float_at_most(amounts.subtract(total, first))
 
 
 def split_epsilon(epsilon: float, epsilon1: float) -> tuple[float, float]:
@@ -189,20 +203,35 @@ def release_mean_share(
     return share
 
 
-def split_prior_epsilon(epsilon1: float, mean_share: float) -> tuple[float, float | None]:
-    """(epsilon_histogram, epsilon_mean) floats with their sum <= epsilon1 EXACTLY.
+def split_prior_amounts(epsilon1: Decimal, mean_share: float) -> tuple[Decimal, Decimal | None]:
+    """(histogram, mean) charges adding up to ``epsilon1`` exactly; share 0: mean None.
 
-    ``mean_share`` of epsilon1 goes to the DP label mean, the rest to the histogram; share 0
-    spends nothing on the mean (epsilon_mean None). With epsilon1 = inf both are inf.
+    The mean gets ``mean_share`` of epsilon1 as a short decimal (``shared.epsilon.short_part``),
+    the histogram the exact rest. An infinite epsilon1 gives both infinite.
     """
     share = check_mean_share(mean_share)
-    eps1 = check_epsilon(epsilon1, name="epsilon1", allow_inf=True)
     if share == 0.0:
-        return eps1, None
-    if math.isinf(eps1):
-        return eps1, eps1
-    eps_mean, eps_hist = split_epsilon(eps1, eps1 * share)
-    return eps_hist, eps_mean
+        return epsilon1, None
+    if epsilon1.is_infinite():
+        return epsilon1, epsilon1
+    mean = amounts.short_part(share * float(epsilon1), whole=epsilon1)
+    if not (amounts.float_at_most(mean) > 0.0 and amounts.float_at_most(epsilon1 - mean) > 0.0):
+        # epsilon1 within a few digits of the smallest float: the old float split.
+        mean = amounts.exact(split_epsilon(float(epsilon1), float(epsilon1) * share)[0])
+    return amounts.subtract(epsilon1, mean), mean
+
+
+def split_prior_epsilon(epsilon1: float, mean_share: float) -> tuple[float, float | None]:
+    """(epsilon_histogram, epsilon_mean) floats of :func:`split_prior_amounts` of a float.
+
+    Each the largest float not above its charge, so their sum is <= epsilon1 exactly. With
+    epsilon1 = inf both are inf.
+    """
+    eps1 = amounts.exact(
+        check_epsilon(epsilon1, name="epsilon1", allow_inf=True), name="epsilon1", allow_inf=True
+    )
+    hist, mean = split_prior_amounts(eps1, mean_share)
+    return amounts.float_at_most(hist), None if mean is None else amounts.float_at_most(mean)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,7 +252,7 @@ class ReleasePlan:
     epsilon2: Decimal
     histogram_epsilon: Decimal
     label_mean_epsilon: Decimal | None
-    epsilon1_float: float  # the largest float <= epsilon1; histogram + mean floats <= it
+    epsilon1_float: float  # the largest float <= epsilon1 (each part runs at its own float)
     histogram_float: float
     label_mean_float: float | None
     randomizer_float: float  # the largest float <= epsilon2
@@ -331,8 +360,7 @@ def plan_release(
         if epsilon1 is None:
             if total.is_infinite():
                 raise InvalidParameterError("an infinite epsilon needs epsilon1 and epsilon2")
-            rule_total = float(total)
-            first = amounts.exact(default_split(rule_total, n=count, mechanism=mechanism)[0])
+            first = default_epsilon1(total, n=count, mechanism=mechanism)
             split = "default"
             lines.append(
                 f"epsilon1 {_short(first)} of {_short(total)} by the default split for "
@@ -372,14 +400,10 @@ def plan_release(
         if mean_share is None
         else check_mean_share(mean_share)
     )
-    hist_float, mean_float = split_prior_epsilon(f1, share)
-    if mean_float is None:
-        hist_amount, mean_amount = first, None
-    elif first.is_infinite():
-        hist_amount, mean_amount = first, first
-    else:
-        mean_amount = amounts.exact(mean_float, name="label_mean_epsilon")
-        hist_amount = amounts.subtract(first, mean_amount)
+    hist_amount, mean_amount = split_prior_amounts(first, share)
+    hist_float = amounts.float_at_most(hist_amount)
+    mean_float = None if mean_amount is None else amounts.float_at_most(mean_amount)
+    if mean_amount is not None and not first.is_infinite():
         lines.append(
             f"{share:.0%} of epsilon1 buys the DP label mean the features party anchors on"
         )

@@ -19,6 +19,7 @@ from shared.plan import (
     mechanisms,
     plan_release,
     release_mean_share,
+    split_prior_amounts,
     split_prior_epsilon,
 )
 from shared.randomizer import execute, label_randomizer
@@ -65,9 +66,59 @@ def test_a_float_total_runs_at_the_default_split_floats_exactly(total, n, mechan
     share = release_mean_share(
         plan.epsilon1_float, plan.randomizer_float, n=n, lo=0.0, hi=1.0, mechanism=mechanism
     )
-    assert (plan.histogram_float, plan.label_mean_float) == split_prior_epsilon(
-        plan.epsilon1_float, share
-    )
+    hist, mean = split_prior_amounts(plan.epsilon1, share)
+    assert (plan.histogram_epsilon, plan.label_mean_epsilon) == (hist, mean)
+    assert plan.histogram_float == amounts.float_at_most(hist)
+    # The engine's float path splits the float epsilon1 the same way, up to the short decimal's
+    # last digit (the float just below 0.1 rounds at the 7th decimal, 0.1 at the 6th).
+    hist_float, mean_float = split_prior_epsilon(plan.epsilon1_float, share)
+    assert abs(hist_float - plan.histogram_float) <= 1e-5 * plan.epsilon1_float
+    assert (mean_float is None) == (plan.label_mean_float is None)
+
+
+def significant_digits(amount: Decimal) -> int:
+    return len(amount.normalize().as_tuple().digits)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    total=st.decimals(min_value=Decimal("1e-6"), max_value=Decimal(50), places=6).filter(
+        lambda d: d > 0 and significant_digits(d) <= 6
+    ),
+    n=st.integers(min_value=1, max_value=10**9),
+    mechanism=st.sampled_from(mechanisms()),
+)
+def test_the_plan_charges_short_decimals_that_add_up(total, n, mechanism) -> None:
+    """Issue 25.7: a total a person typed splits into parts a person can read (<= 6 digits)."""
+    plan = plan_release(n=n, lo=0.0, hi=10.0, epsilon=total, mechanism=mechanism)
+    parts = [plan.epsilon1, plan.epsilon2, plan.histogram_epsilon]
+    parts += [plan.label_mean_epsilon] if plan.label_mean_epsilon is not None else []
+    assert all(significant_digits(part) <= 6 for part in parts), parts
+    assert amounts.add(plan.epsilon1, plan.epsilon2) == total
+    assert all(len(text) <= 12 for text in plan.public().values() if isinstance(text, str))
+
+
+def test_one_and_a_tenth_split_as_a_person_would_write_them() -> None:
+    """The issue's two examples: 1 and 0.1 at n = 22,524 (RR-on-Bins split with a DP mean)."""
+    one = plan_release(n=22_524, lo=0.0, hi=4000.0, epsilon="1")
+    assert (one.epsilon1, one.epsilon2) == (Decimal("0.0533"), Decimal("0.9467"))
+    assert one.public()["histogram_epsilon"] == "0.03731"
+    assert one.public()["label_mean_epsilon"] == "0.01599"
+    tenth = plan_release(n=22_524, lo=0.0, hi=4000.0, epsilon="0.1")
+    assert tenth.public()["label_mean_epsilon"] == "0.045"
+    assert amounts.add(tenth.histogram_epsilon, tenth.label_mean_epsilon) == tenth.epsilon1
+
+
+@given(
+    value=st.floats(min_value=0.0, max_value=100.0),
+    whole=st.decimals(min_value=Decimal("1e-300"), max_value=Decimal(1000), places=None).filter(
+        lambda d: d.is_finite() and d > 0
+    ),
+)
+def test_a_short_part_lies_strictly_inside_its_whole(value, whole) -> None:
+    part = amounts.short_part(value, whole=whole)
+    assert 0 < part < whole or whole.adjusted() - whole.normalize().as_tuple().exponent == 0
+    assert significant_digits(part) <= 6
 
 
 def test_a_decimal_total_is_that_decimal() -> None:

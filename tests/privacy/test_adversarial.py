@@ -333,7 +333,8 @@ def test_default_split_never_sums_above_the_requested_epsilon(n: int) -> None:
         for mechanism in ("auto", "rr_on_bins", "rpwithprior"):
             eps1, eps2 = default_split(float(epsilon), n=n, mechanism=mechanism)
             assert eps1 > 0 and eps2 > 0
-            assert Fraction(eps1) + Fraction(eps2) == Fraction(float(epsilon))
+            # Each part runs at the float just below its short decimal charge: never above.
+            assert Fraction(eps1) + Fraction(eps2) <= Fraction(float(epsilon))
 
 
 def test_an_explicit_split_never_sums_above_the_total() -> None:
