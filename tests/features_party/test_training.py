@@ -10,10 +10,13 @@ from features_party.jobs import join_on_example_id
 from features_party.training import (
     OTHER_CODE,
     RidgePath,
+    MAX_CV_EXAMPLES,
     candidates_for,
     fit_encoder,
     fit_model,
+    fold_indices,
     select_one_se,
+    split_indices,
 )
 from shared.errors import InvalidParameterError
 from shared.mechanisms.rr_on_bins import RROnBins
@@ -68,6 +71,58 @@ def test_one_se_rule_prefers_the_simplest_candidate_within_noise():
     assert chosen == "simple" and ses["complex"] == 0.0
     losses["simple"] = base + 0.5
     assert select_one_se(losses, complexity)[0] == "complex"
+
+
+@pytest.mark.parametrize("n", [20, 1595, 10_001])
+def test_folds_validate_every_example_once_on_data_held_out_of_their_fit(n):
+    folds = fold_indices(n, seed=7)
+    assert len(folds) == 5
+    held = np.concatenate([val for _, val in folds])
+    np.testing.assert_array_equal(np.sort(held), np.arange(n))  # each example exactly once
+    for train, val in folds:
+        assert np.intersect1d(train, val).size == 0 and train.size + val.size == n
+    assert fold_indices(n, seed=7)[2][1].tolist() == folds[2][1].tolist()  # seeded
+
+
+def test_above_the_cross_validation_size_one_split_validates():
+    (train, val), *rest = fold_indices(MAX_CV_EXAMPLES + 1, seed=3)
+    assert not rest
+    expected = split_indices(MAX_CV_EXAMPLES + 1, seed=3)
+    np.testing.assert_array_equal(train, expected[0])
+    np.testing.assert_array_equal(val, expected[1])
+
+
+def test_selection_scores_every_example_out_of_fold(rng):
+    """A job on 400 noisy labels reports 5 folds and 400 validated examples (one split: 80)."""
+    columns, y = make_data(400, rng)
+    encoder = fit_encoder(KINDS, columns)
+    noisy = y + rng.normal(0, 30, y.size)
+    fitted = fit_model(encoder.encode_columns(columns), noisy, encoder=encoder, model="auto")
+    assert fitted.metrics["folds"] == 5
+    assert fitted.metrics["n_validation"] == 400 and fitted.metrics["n_train"] == 320
+
+
+def test_cross_validation_picks_better_models_than_one_split(rng, monkeypatch):
+    """Heavy label noise (sd 80 on labels of sd ~20), 600 examples, 20 noisy draws: the models
+    five folds choose predict the true labels clearly better than those one 80/20 split
+    chooses on the same draws (measured: 0.40 vs 0.70 of the label variance)."""
+    columns, y = make_data(600, rng)
+    test_columns, y_test = make_data(4000, rng)
+    encoder = fit_encoder(KINDS, columns)
+    X = encoder.encode_columns(columns)
+
+    def mean_test_mse() -> float:
+        mses = []
+        for draw in range(20):
+            noisy = y + np.random.default_rng(draw).normal(0, 80, y.size)
+            fitted = fit_model(X, noisy, encoder=encoder, model="auto", seed=draw)
+            mses.append(np.mean((fitted.predict_columns(test_columns) - y_test) ** 2))
+        return float(np.mean(mses))
+
+    folds = mean_test_mse()
+    monkeypatch.setattr("features_party.training.MAX_CV_EXAMPLES", 0)  # one split
+    one_split = mean_test_mse()
+    assert folds < 0.8 * one_split and folds < 0.6 * np.var(y_test)
 
 
 def test_exact_labels_learn_the_signal(rng):
