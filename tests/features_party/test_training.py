@@ -8,9 +8,9 @@ from sklearn.linear_model import Ridge
 
 from features_party.jobs import join_on_example_id
 from features_party.training import (
+    MAX_CV_EXAMPLES,
     OTHER_CODE,
     RidgePath,
-    MAX_CV_EXAMPLES,
     candidates_for,
     fit_encoder,
     fit_model,
