@@ -110,17 +110,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-run", type=int, default=0)
     parser.add_argument("--variant", default="auto", choices=sorted(mech.VARIANTS))
     parser.add_argument("--out", type=Path, default=None, help="write the table here too")
+    parser.add_argument(
+        "--ads-n", type=int, default=None, help="rows of the synthetic ad set (default 20,000)"
+    )
     args = parser.parse_args(argv)
     epsilons = [float(e) for e in args.epsilons.split(",")]
     results = {}
     for name in args.datasets.split(","):
         tic = time.perf_counter()
         try:
-            data = datasets.load(name)
+            data = (
+                datasets.make_ads(args.ads_n)
+                if name == "ads" and args.ads_n
+                else datasets.load(name)
+            )
         except datasets.DatasetUnavailable as exc:
             print(f"{name}: skipped ({exc})")
             continue
-        results[name] = ratios(
+        key = f"ads (n = {args.ads_n:,})" if name == "ads" and args.ads_n else name
+        results[key] = ratios(
             data, epsilons=epsilons, runs=args.runs, first_run=args.first_run, variant=args.variant
         )
         print(f"{name}: {time.perf_counter() - tic:.0f} s", flush=True)
