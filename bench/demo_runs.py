@@ -22,6 +22,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench import emit
+
 
 def one_run(epsilon: float, extra: Sequence[str]) -> dict[str, object]:
     """One `labeldp demo --json` run; its summary plus the wall time."""
@@ -67,10 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for i in range(args.runs):
         runs.append(one_run(args.epsilon, args.extra))
         print(f"run {i + 1}: {runs[-1]['model_chosen']}", file=sys.stderr, flush=True)
-    text = table(runs)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    emit(table(runs), args.out)
     return 0
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.linear_model import Ridge
 
+from bench import emit
 from bench.accuracy.data import DATASETS_DIR
 from shared.estimators.bayes import bayes_statistics, eptr_bayes
 from shared.estimators.eptr import eptr_release
@@ -588,9 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(
         config, ols, bayes, housing, command=command.strip(), seconds=time.perf_counter() - started
     )
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(text, args.out)
     return 0
 
 

@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from bench import emit
 from bench.accuracy import data as datasets
 from bench.accuracy import mechanisms as mech
 from bench.accuracy import runner
@@ -141,10 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             data, epsilons=epsilons, runs=args.runs, first_run=args.first_run, variant=args.variant
         )
         print(f"{name}: {time.perf_counter() - tic:.0f} s", flush=True)
-    text = table(results)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    emit(table(results), args.out)
     return 0
 
 
