@@ -46,6 +46,7 @@ class Row(NamedTuple):
     twin: float  # a second DP constant (fresh noise) / the first
     chosen: str  # the features party's model
     product_mse: float = math.nan
+    nonprivate: float = math.nan  # the same model on the exact labels / the DP constant
 
 
 def twin_constant_ratio(data: datasets.Dataset, *, trial: int, epsilon: float) -> float:
@@ -68,25 +69,33 @@ def ratios(
     runs: int,
     first_run: int = 0,
     variant: str = "auto",
+    nonprivate: bool = False,
 ) -> dict[float, list[Row]]:
-    """Per epsilon, one :data:`Row` per run."""
+    """Per epsilon, one :data:`Row` per run (``nonprivate``: also fit on the exact labels)."""
     out: dict[float, list[Row]] = {eps: [] for eps in epsilons}
     by_cell: dict[tuple[int, float], dict[str, runner.Record]] = {}
+    exact: dict[int, float] = {}
     for record in runner.run(
         data,
-        epsilons=epsilons,
+        epsilons=[*epsilons, *([math.inf] if nonprivate else [])],
         trials=range(first_run, first_run + runs),
         model_names=["auto"],
         variants=[variant],
         progress=lambda _line: None,
     ):
+        if record.variant == mech.NONPRIVATE:
+            exact[record.trial] = record.test_mse
+            continue
         by_cell.setdefault((record.trial, record.epsilon), {})[record.variant] = record
     for (trial, eps), cell in sorted(by_cell.items()):
         constant = cell[mech.CONSTANT].test_mse
         product = cell[variant]
         chosen = str(product.extra.get("chosen", "?"))
         twin = twin_constant_ratio(data, trial=trial, epsilon=eps)
-        out[eps].append(Row(product.test_mse / constant, twin, chosen, product.test_mse))
+        ratio = product.test_mse / constant
+        out[eps].append(
+            Row(ratio, twin, chosen, product.test_mse, exact.get(trial, math.nan) / constant)
+        )
     return out
 
 
@@ -94,8 +103,9 @@ def table(results: dict[str, dict[float, list[Row]]]) -> str:
     """The Markdown table: one row per (data set, epsilon)."""
     lines = [
         "| data set | eps | runs | median ratio | worst ratio | runs > 1.05 | constant chosen "
-        "| second DP constant: median / worst | product test MSE, mean |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| second DP constant: median / worst | product test MSE, mean | non-private / DP "
+        "constant, median |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, by_eps in results.items():
         for eps, rows in by_eps.items():
@@ -103,11 +113,13 @@ def table(results: dict[str, dict[float, list[Row]]]) -> str:
             twins = [row.twin for row in rows]
             constant = sum(1 for row in rows if row.chosen.startswith("constant"))
             mean_mse = statistics.fmean(row.product_mse for row in rows)
+            exact = statistics.median(row.nonprivate for row in rows)
             over = sum(1 for r in values if r > TARGET)
             lines.append(
                 f"| {name} | {eps:g} | {len(values)} | {statistics.median(values):.3f} | "
                 f"{max(values):.3f} | {over} | {constant} | "
-                f"{statistics.median(twins):.3f} / {max(twins):.3f} | {mean_mse:.4g} |"
+                f"{statistics.median(twins):.3f} / {max(twins):.3f} | {mean_mse:.4g} | "
+                f"{'-' if math.isnan(exact) else f'{exact:.3f}'} |"
             )
     return "\n".join(lines)
 
@@ -122,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the table here too")
     parser.add_argument(
         "--ads-n", type=int, default=None, help="rows of the synthetic ad set (default 20,000)"
+    )
+    parser.add_argument(
+        "--nonprivate", action="store_true", help="also fit on the exact labels (a column)"
     )
     args = parser.parse_args(argv)
     epsilons = [float(e) for e in args.epsilons.split(",")]
@@ -139,7 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         key = f"ads (n = {args.ads_n:,})" if name == "ads" and args.ads_n else name
         results[key] = ratios(
-            data, epsilons=epsilons, runs=args.runs, first_run=args.first_run, variant=args.variant
+            data,
+            epsilons=epsilons,
+            runs=args.runs,
+            first_run=args.first_run,
+            variant=args.variant,
+            nonprivate=args.nonprivate,
         )
         print(f"{name}: {time.perf_counter() - tic:.0f} s", flush=True)
     emit(table(results), args.out)

@@ -10,10 +10,11 @@ from bench.accuracy import data, worst_case
 def test_the_product_beats_the_constant_on_linear_data_at_epsilon_two() -> None:
     """Two fresh runs on 1,000 simulated linear labels: every run's product is well below the
     same run's DP constant, and the second DP constant (the noise floor) is about the first."""
-    rows = worst_case.ratios(data.make_linear(n=1000), epsilons=[2.0], runs=2)
+    rows = worst_case.ratios(data.make_linear(n=1000), epsilons=[2.0], runs=2, nonprivate=True)
     assert list(rows) == [2.0] and len(rows[2.0]) == 2
-    for ratio, twin, chosen, _mse in rows[2.0]:
+    for ratio, twin, chosen, _mse, exact in rows[2.0]:
         assert 0.0 < ratio < 0.5, (ratio, chosen)
+        assert 0.0 <= exact < ratio  # the exact labels train a better model
         assert math.isfinite(twin) and 0.9 < twin < 1.1
         assert not chosen.startswith("constant")
 
@@ -24,4 +25,4 @@ def test_the_table_reports_median_worst_and_the_noise_floor() -> None:
                   Row(1.0, 1.02, "constant()/raw", 2.0)]}  # fmt: skip
     text = worst_case.table({"toy": rows})
     line = text.splitlines()[-1]
-    assert line == "| toy | 0.1 | 3 | 1.000 | 1.200 | 1 | 2 | 1.010 / 1.020 | 2 |"
+    assert line == "| toy | 0.1 | 3 | 1.000 | 1.200 | 1 | 2 | 1.010 / 1.020 | 2 | - |"
