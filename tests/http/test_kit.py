@@ -176,6 +176,18 @@ def test_the_same_query_check_in_both_services(both: dict[str, TestClient]) -> N
     assert bodies[0] == bodies[1]
 
 
+def test_a_trailing_slash_is_an_unknown_route_in_both_services(
+    both: dict[str, TestClient],
+) -> None:
+    """Issue 24.7: ``GET /v1/datasets/x/`` was a 307 to ``/v1/datasets/x``; the docs say 404."""
+    for name, path in (("labels", "/v1/datasets/x/"), ("features", "/v1/models/")):
+        answer = both[name].get(
+            path, headers={"Authorization": AUTHED[name]}, follow_redirects=False
+        )
+        assert answer.status_code == 404, (name, answer.status_code)
+        assert set(answer.json()) == {"detail", "errors"}
+
+
 def test_the_same_415_in_both_services(both: dict[str, TestClient]) -> None:
     calls = {"labels": "/v1/datasets", "features": "/v1/models"}
     bodies = []
