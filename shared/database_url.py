@@ -67,6 +67,25 @@ def sqlite_path(url: str) -> Path | None:
     return Path(url.removeprefix(SQLITE_PREFIX)) if url.startswith(SQLITE_PREFIX) else None
 
 
+def create_private_sqlite(url: str) -> None:
+    """Create a SQLite database file readable by its owner only, before SQLite opens it.
+
+    The labels party's file holds raw labels and the ledger; SQLite creates a missing file with
+    the process umask (0644 by default: readable by every local user) and gives its -wal and
+    -shm files the database file's mode. A missing file is therefore created here, empty,
+    with mode 0600, and a missing folder with 0700; an existing file keeps the mode its
+    owner gave it. No-op for any other database.
+    """
+    path = sqlite_path(url)
+    if path is None or path.exists():
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:  # created meanwhile by another process: theirs to keep
+        pass
+
+
 def describe(url: str) -> str:
     """The URL without its password, for messages."""
     from sqlalchemy.engine import make_url

@@ -9,7 +9,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared import migrations
-from shared.database_url import normalise
+from shared.database_url import create_private_sqlite, normalise
 
 # Alembic revisions (shared.migrations): the database is upgraded to head when it is opened.
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -25,6 +25,7 @@ def make_engine(url: str) -> Engine:
     if not url.startswith("sqlite"):
         engine = create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=24)
     else:
+        create_private_sqlite(url)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")

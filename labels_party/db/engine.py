@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from labels_party.db.models import metadata
 from labels_party.errors import ServiceUnavailableError
 from shared import migrations
-from shared.database_url import normalise
+from shared.database_url import create_private_sqlite, normalise
 
 _WRITE = "labeldp_write"
 
@@ -35,6 +35,7 @@ def make_engine(database_url: str, *, lock_timeout: float = 120.0) -> Engine:
         return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=56)
     if url.database in (None, "", ":memory:"):
         raise ValueError("use a SQLite file: an in-memory database is not durable nor shared")
+    create_private_sqlite(str(url))
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": lock_timeout},

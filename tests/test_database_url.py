@@ -1,0 +1,43 @@
+"""shared.database_url: where a database is, and a SQLite file only its owner can read."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from features_party.db.engine import make_engine as features_engine
+from labels_party.db.engine import make_engine as labels_engine
+from shared.database_url import create_private_sqlite, sqlite_url
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("make_engine", [labels_engine, features_engine])
+def test_a_new_database_and_its_wal_are_readable_by_their_owner_only(tmp_path, make_engine):
+    """Issue 24.7: the labels party's SQLite file (raw labels, the ledger) was 0644."""
+    path = tmp_path / "new" / "service.db"
+    engine = make_engine(sqlite_url(path))
+    with engine.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+        wal = path.with_name(path.name + "-wal")
+        assert wal.exists() and mode(wal) == 0o600
+    engine.dispose()
+    assert mode(path) == 0o600 and mode(path.parent) == 0o700
+
+
+def test_an_existing_file_keeps_the_mode_its_owner_gave_it(tmp_path):
+    path = tmp_path / "shared.db"
+    path.touch(mode=0o640)
+    path.chmod(0o640)
+    create_private_sqlite(sqlite_url(path))
+    assert mode(path) == 0o640
+
+
+def test_other_databases_are_left_alone(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    create_private_sqlite("postgresql+psycopg://u@localhost/db")
+    assert list(tmp_path.iterdir()) == []
