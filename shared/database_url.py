@@ -72,14 +72,14 @@ def create_private_sqlite(url: str) -> None:
 
     The labels party's file holds raw labels and the ledger; SQLite creates a missing file with
     the process umask (0644 by default: readable by every local user) and gives its -wal and
-    -shm files the database file's mode. A missing file is therefore created here, empty,
-    with mode 0600, and a missing folder with 0700; an existing file keeps the mode its
-    owner gave it. No-op for any other database.
+    -shm files the database file's mode. A missing file in an existing folder is therefore
+    created here, empty, with mode 0600; an existing file keeps the mode its owner gave it, and
+    a missing folder is left missing (SQLite then refuses the path, as for a typo). No-op for
+    any other database.
     """
     path = sqlite_path(url)
-    if path is None or path.exists():
+    if path is None or path.exists() or not path.parent.is_dir():
         return
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:  # created meanwhile by another process: theirs to keep

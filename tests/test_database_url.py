@@ -19,14 +19,14 @@ def mode(path: Path) -> int:
 @pytest.mark.parametrize("make_engine", [labels_engine, features_engine])
 def test_a_new_database_and_its_wal_are_readable_by_their_owner_only(tmp_path, make_engine):
     """Issue 24.7: the labels party's SQLite file (raw labels, the ledger) was 0644."""
-    path = tmp_path / "new" / "service.db"
+    path = tmp_path / "service.db"
     engine = make_engine(sqlite_url(path))
     with engine.connect() as conn:
         conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
         wal = path.with_name(path.name + "-wal")
         assert wal.exists() and mode(wal) == 0o600
     engine.dispose()
-    assert mode(path) == 0o600 and mode(path.parent) == 0o700
+    assert mode(path) == 0o600
 
 
 def test_an_existing_file_keeps_the_mode_its_owner_gave_it(tmp_path):
@@ -35,6 +35,12 @@ def test_an_existing_file_keeps_the_mode_its_owner_gave_it(tmp_path):
     path.chmod(0o640)
     create_private_sqlite(sqlite_url(path))
     assert mode(path) == 0o640
+
+
+def test_a_missing_folder_is_not_created(tmp_path):
+    """A typo in --db stays a one-line error from the service (tests/labels_party/test_defects)."""
+    create_private_sqlite(sqlite_url(tmp_path / "no" / "such" / "x.db"))
+    assert not (tmp_path / "no").exists()
 
 
 def test_other_databases_are_left_alone(tmp_path, monkeypatch):

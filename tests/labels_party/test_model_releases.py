@@ -143,6 +143,11 @@ def test_label_dp_ols_release_charges_epsilon_only_and_verifies(client: Any) -> 
     assert ModelMessage.model_validate_json(pulled[0].content) == message
     assert client.get(f"/v1/model-releases/{out['id']}", headers=OPS).status_code == 403
     assert client.get(f"/v1/model-releases/mrel_{'0' * 24}", headers=PUB).status_code == 404
+    # Issue 24.7: a malformed id is unknown (404, naming the field), as for label releases.
+    for malformed in ("mrel_000", "x" * 300, "mrel_" + "Z" * 24):
+        answer = client.get(f"/v1/model-releases/{malformed}", headers=PUB)
+        assert answer.status_code == 404, (malformed, answer.status_code)
+        assert answer.json()["errors"][0]["field"] == "model_release_id"
     with client.app.state.services.db.read() as conn:
         entry = ledger.public_entry(ledger.entries(conn)[-1])
     assert (entry["kind"], entry["epsilon"], entry.get("delta")) == ("model", "2", None)

@@ -20,7 +20,11 @@ from shared.message import JSON_MEDIA_TYPE
 from shared.model_message import MODEL_RELEASE_ID_PATTERN
 
 router = APIRouter(tags=["model releases"], route_class=BodyDocumentedRoute)
-ModelReleasePath = Path(pattern=MODEL_RELEASE_ID_PATTERN, description="model release id")
+# Documented (OpenAPI) and checked by mr.stored_model: a malformed id is simply not found (404),
+# as for label releases.
+ModelReleasePath = Path(
+    json_schema_extra={"pattern": MODEL_RELEASE_ID_PATTERN}, description="model release id"
+)
 _PARAMS = ("r_x", "r_theta", "r_f", "c0", "bandwidth", "n_classes", "queries")
 
 
