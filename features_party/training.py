@@ -48,8 +48,6 @@ from shared.debias import PublicRandomizer, recommended_transform
 from shared.errors import InvalidParameterError
 
 Kind = Literal["numeric", "categorical"]
-ModelName = Literal["auto", "gbm", "ridge", "mlp"]
-TransformName = Literal["auto", "raw", "debiased"]
 Progress = Callable[[str, float], None]
 
 MODELS: tuple[str, ...] = ("auto", "gbm", "ridge", "mlp")

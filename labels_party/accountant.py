@@ -11,7 +11,6 @@ the same way; a spend without one has delta 0.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from decimal import Decimal
@@ -191,14 +190,6 @@ def spend(
         values["delta_spent_exact"] = amounts.text(after.delta_spent)
     conn.execute(update(datasets).where(datasets.c.id == row.id).values(**values))
     return after
-
-
-def legacy_total_matches(recorded: float, exact_sum: Decimal) -> bool:
-    """An older database's float total: the exact sum rounded UP to a float (its old rule)."""
-    up = float(exact_sum)
-    if Decimal(up) < exact_sum:
-        up = math.nextafter(up, math.inf)
-    return recorded == up
 
 
 def top_up(

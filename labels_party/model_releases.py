@@ -64,12 +64,9 @@ from shared.model_message import (
 from shared.rng import Rng, SystemRandom
 
 RngFactory = Callable[[], Rng]
-FEATURES_ID_PATTERN = r"^pf_[0-9a-f]{24}$"
 COLUMN_PATTERN = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
 _COLUMN_RE = re.compile(COLUMN_PATTERN)
 MAX_COLUMNS = 64
-MAX_QUERIES = 4096
-MAX_CLASSES = 64
 _MAX_ERRORS = 10
 ID_COLUMN = "example_id"
 

@@ -253,26 +253,6 @@ class _ServiceClient:
         """``GET /metrics`` in Prometheus text format."""
         return self.request("GET", "/metrics", idempotent=True).text
 
-    def wait_ready(self, *, timeout: float = 30.0, interval: float = 0.1) -> None:
-        """Poll ``/healthz`` until it answers 200 or ``timeout`` seconds have passed."""
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            try:
-                response = self._http.get("/healthz", timeout=2.0)
-                if response.status_code == 200:
-                    return
-                last = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            time.sleep(interval)
-        raise ServiceUnavailableError(
-            status=None,
-            method="GET",
-            url=f"{self.base_url}/healthz",
-            detail=f"not ready after {timeout:g} s ({last})",
-        )
-
 
 # --------------------------------------------------------------------------------------------
 # Labels party
@@ -590,21 +570,6 @@ class FeaturesPartyClient(_ServiceClient):
             answer = self._post_csv(f"/v1/datasets/{_segment(name)}/features", csv, params)
             answers.append(FeatureUploadResult.model_validate(answer))
         return answers
-
-    def upload_feature_rows(
-        self, name: str, rows: Sequence[Mapping[str, Any]], *, overwrite: bool = False
-    ) -> FeatureUploadResult:
-        """The JSON form: ``{"rows": [{"example_id": .., "features": {..}}]}`` (one batch)."""
-        params = {"overwrite": "true"} if overwrite else {}
-        return FeatureUploadResult.model_validate(
-            self._json(
-                "POST",
-                f"/v1/datasets/{_segment(name)}/features",
-                idempotent=True,
-                json_body={"rows": list(rows)},
-                params=params,
-            )
-        )
 
     def dataset(self, name: str) -> dict[str, Any]:
         """``GET /v1/datasets/{name}``: row count and column kinds."""

@@ -66,11 +66,6 @@ class LabelDomain:
         """Labels clipped into the bounds (a fixed public map, so it costs no privacy)."""
         return np.clip(check_labels(labels, allow_empty=True), self.lo, self.hi)
 
-    def count_outside(self, labels: np.ndarray) -> int:
-        """How many labels clipping would move (reported to the labels' owner only)."""
-        array = check_labels(labels, allow_empty=True)
-        return int(np.count_nonzero((array < self.lo) | (array > self.hi)))
-
 
 def check_probabilities(probs: np.ndarray, *, name: str = "probs") -> np.ndarray:
     """``probs`` (float64, finite, >= 0, summing to 1 within 1e-9) renormalised to sum to 1."""

@@ -82,14 +82,6 @@ def exact(value: AmountLike, *, name: str = "epsilon", allow_inf: bool = False) 
     return amount
 
 
-def from_json_number(value: float) -> Decimal:
-    """The decimal a JSON number denotes, from the float a JSON parser made of it.
-
-    The shortest text that reads back as the same float (``repr``): ``0.1`` -> 0.1.
-    """
-    return Decimal(repr(float(value)))
-
-
 def add(*amounts: Decimal) -> Decimal:
     """The exact sum (raises if it could not be exact: never, for float-sized amounts)."""
     total = ZERO
@@ -132,11 +124,6 @@ def short_part(value: float, *, whole: Decimal, digits: int = SHORT_DIGITS) -> D
     steps = max(round(Fraction(value) / Fraction(quantum)), 1)
     top = max(int(_EXACT.divide_int(_EXACT.subtract(whole, quantum), quantum)), 1)
     return _EXACT.multiply(Decimal(min(steps, top)), quantum).normalize(_EXACT)
-
-
-def exact_fraction(amount: Decimal) -> Fraction:
-    """The amount as a Fraction (exact; for comparisons with floats)."""
-    return Fraction(amount)
 
 
 def text(amount: Decimal) -> str:

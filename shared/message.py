@@ -409,11 +409,6 @@ def from_json_message(
     return parsed.header, list(parsed.body.example_ids), labels
 
 
-def iter_ids(ids: Iterable[str]) -> list[str]:
-    """Validated list of example ids."""
-    return [check_example_id(example_id) for example_id in ids]
-
-
 def decode_header(data: bytes | memoryview) -> MessageHeader:
     """Parse only the header of a binary message (its first bytes; the body is not checked).
 

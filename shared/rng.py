@@ -64,11 +64,6 @@ class SystemRandom:
 Rng: TypeAlias = np.random.Generator | SystemRandom
 
 
-def system_rng() -> SystemRandom:
-    """The production randomness source."""
-    return SystemRandom()
-
-
 def resolve_rng(rng: Rng | int | None) -> Rng:
     """``None`` -> OS CSPRNG; an int -> seeded Generator (tests and benchmarks only)."""
     if rng is None:

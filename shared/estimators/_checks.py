@@ -40,7 +40,7 @@ def delta_in_unit_interval(delta: object) -> float:
     return value
 
 
-def features(x: object, *, name: str = "X", square_ok: bool = True) -> np.ndarray:
+def features(x: object, *, name: str = "X") -> np.ndarray:
     """A 2-D finite float64 matrix with at least one row and one column."""
     try:
         array = np.asarray(x, dtype=np.float64)

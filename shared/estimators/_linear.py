@@ -27,7 +27,6 @@ from fractions import Fraction
 import numpy as np
 
 from shared.domain import LabelDomain, check_epsilon
-from shared.errors import InvalidParameterError
 from shared.mechanisms.discrete_laplace import sample_discrete_laplace
 from shared.rng import Rng
 
@@ -86,12 +85,6 @@ class LinearLabelRelease:
     noise_scale: float
 
 
-def l1_sensitivity(weights: np.ndarray, *, lo: float, hi: float) -> float:
-    """max_i ||Q[:, i]||_1 2^-shift (hi - lo): the exact L1 sensitivity of the released map."""
-    q = QuantisedMap.from_weights(weights)
-    return q.scale(float(q.column_l1().max())) * (hi - lo)
-
-
 def linear_label_release(
     weights: np.ndarray,
     labels: np.ndarray,
@@ -126,9 +119,3 @@ def linear_label_release(
     value = offset + step * np.array([q.scale(float(t)) for t in exact])
     sensitivity = q.scale(float(column_l1.max())) * domain.width
     return LinearLabelRelease(value=value, sensitivity=sensitivity, noise_scale=sensitivity / eps)
-
-
-def check_public_map(weights: np.ndarray, *, name: str) -> None:
-    """Refuse a map that is not finite (it would poison every released value)."""
-    if not np.all(np.isfinite(weights)):
-        raise InvalidParameterError(f"{name}: the public linear map has non-finite entries")
