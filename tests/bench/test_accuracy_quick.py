@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,13 +29,10 @@ TWO_STEP = (
 
 
 def _run_quick(dataset: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:
-    started = time.perf_counter()
     code = cli.main(
         ["--dataset", dataset, "--quick", "--model", "mlp,ridge", "--json", "--out", str(tmp_path)]
     )
-    elapsed = time.perf_counter() - started
     assert code == 0
-    assert elapsed < 60, f"--quick took {elapsed:.0f}s"
     out = capsys.readouterr().out
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +12,7 @@ from bench import estimators
 
 def test_quick_run_writes_every_section(tmp_path: Path) -> None:
     out = tmp_path / "estimators.md"
-    started = time.perf_counter()
     assert estimators.main(["--quick", "--out", str(out)]) == 0
-    assert time.perf_counter() - started < 20
     text = out.read_text()
     for heading in ("Linear regression (Section 4.3)", "Bayes classifier (Section 3.3)"):
         assert heading in text

@@ -122,6 +122,7 @@ def test_choice_is_scale_and_shift_equivariant() -> None:
     )
 
 
+@pytest.mark.perf
 def test_choose_parameters_speed_200_bins_32_zetas() -> None:
     prior = random_prior(np.random.default_rng(6), 200)
     choose_parameters(prior, epsilon=1.0)  # compile / load the cached kernels

@@ -154,6 +154,7 @@ def test_affine_expectation_matches_the_output_distribution() -> None:
     assert np.allclose(mean, a * mechanism.output_values[mechanism.phi(labels)] + b, rtol=1e-12)
 
 
+@pytest.mark.perf
 def test_randomize_of_a_million_labels_is_fast() -> None:
     import time
 

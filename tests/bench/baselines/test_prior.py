@@ -268,6 +268,7 @@ def test_unbiased_refuses_bad_matrices() -> None:
         Unbiased(epsilon=1.0, input_grid=g, output_grid=z, probabilities=good[:, :3])
 
 
+@pytest.mark.perf
 def test_unbiased_solves_64_inputs_quickly() -> None:
     """The brief's budget: the LP for a 64-cell prior in under 2 s (4 s allowed on shared CI)."""
     prior = skewed_prior(bins=64)

@@ -93,6 +93,7 @@ def test_works_with_system_rng(name: str) -> None:
     assert np.all((out >= lower) & (out <= upper))
 
 
+@pytest.mark.perf
 def test_large_batch_is_vectorised() -> None:
     """10^6 labels in well under a few seconds for the one-pass samplers."""
     import time
