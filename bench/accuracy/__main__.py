@@ -5,7 +5,7 @@ and the features party's models) is one command per data set::
 
     python -m bench.accuracy --dataset crime --epsilons all --trials 10 --model mlp,ridge,gbm,auto
 
-Records are appended to ``bench/accuracy/records/<dataset>.jsonl`` (a rerun of the same cell
+Records are appended to ``bench/accuracy/records/<dataset>.jsonl.gz`` (a rerun of the same cell
 replaces it) and ``bench/results/accuracy_<dataset>.md`` + PNGs are regenerated from all of
 them. ``--quick`` (1 trial, 3 epsilons, a small subsample, short MLP) writes nothing unless
 ``--out`` is given; it is what the test suite runs.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import gzip
 import json
 import shlex
 import sys
@@ -92,15 +93,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def _records_path(dataset: str) -> Path:
+    """Where a data set's records are kept: JSON lines, gzip-compressed (about 10x smaller)."""
+    return RECORDS_DIR / f"{dataset}.jsonl.gz"
+
+
 def _load_records(dataset: str) -> list[runner.Record]:
-    path = RECORDS_DIR / f"{dataset}.jsonl"
+    path = _records_path(dataset)
     if not path.is_file():
         return []
-    return [
-        runner.Record.from_json(json.loads(line))
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ]
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        return [runner.Record.from_json(json.loads(line)) for line in lines if line.strip()]
 
 
 def _key(r: runner.Record) -> tuple:
@@ -117,11 +120,9 @@ def _save_records(
         merged = {_key(r): r for r in _load_records(dataset)}
         merged.update({_key(r): r for r in new})
         records = list(merged.values())
-        path = RECORDS_DIR / f"{dataset}.jsonl"
-        path.write_text(
-            "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records),
-            encoding="utf-8",
-        )
+        text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
+        # mtime 0: the same records compress to the same bytes (no diff without a change).
+        _records_path(dataset).write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
         commands = [*_commands(dataset), command]
         (RECORDS_DIR / f"{dataset}.commands.txt").write_text(
             "\n".join(commands) + "\n", encoding="utf-8"
