@@ -41,6 +41,7 @@ from features_party.training import (
 from shared.client import ServiceError
 from shared.debias import affine_coefficients, mechanism_from_header
 from shared.errors import IntegrityError, LabelDPError
+from shared.message import NO_MECHANISM
 
 log = logging.getLogger("features_party.jobs")
 # What a trained model's result says about the release it learned from (with id and epsilon).
@@ -237,7 +238,7 @@ class JobRunner:
             label_mean=message_label_mean(header, n_joined=join_stats["n_joined"]),
         )
         metrics = dict(fitted.metrics)
-        if header.mechanism != "none":
+        if header.mechanism != NO_MECHANISM:
             variance = noise_variance(
                 mechanism_from_header(header),
                 np.asarray(header.histogram.edges),

@@ -35,8 +35,8 @@ from labels_party.releases import (
     store_and_spend,
 )
 from shared.mechanisms.histogram import bin_edges
-from shared.message import FORMAT_VERSION, MessageHeader, json_safe
-from shared.plan import ReleasePlan, ReleaseRequest
+from shared.message import FORMAT_VERSION, NO_MECHANISM, MessageHeader, json_safe
+from shared.plan import AUTO, ReleasePlan, ReleaseRequest
 
 EXTERNAL = "external"
 
@@ -96,7 +96,7 @@ def check_against_plan(
         raise _refuse("header.histogram.edges", f"must be the plan's {plan.bins} cells")
     if not math.isclose(sum(header.histogram.probs), 1.0, abs_tol=1e-9):
         raise _refuse("header.histogram.probs", "must sum to 1")
-    if header.mechanism == "none" or requested not in ("auto", header.mechanism):
+    if header.mechanism == NO_MECHANISM or requested not in (AUTO, header.mechanism):
         raise _refuse("header.mechanism", f"is not what {requested!r} may choose")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.cli_args import from_args
-from shared.plan import mechanisms
+from shared.plan import AUTO, mechanisms
 
 TOKEN_ENV = "LABELDP_ADVERTISER_TOKEN"
 
@@ -51,7 +51,7 @@ def register_commands(commands: Any) -> None:
     parser.add_argument("--id-column", default="example_id")
     parser.add_argument("--value-column", default="value")
     parser.add_argument("--epsilon", type=_amount, required=True)
-    parser.add_argument("--mechanism", choices=mechanisms(), default="auto")
+    parser.add_argument("--mechanism", choices=mechanisms(), default=AUTO)
     parser.add_argument("--epsilon-histogram", type=_amount, default=None)
     parser.add_argument(
         "--params", type=_params, default={}, help='JSON, e.g. {"bins": 64, "model_dim": 5}'

@@ -15,7 +15,7 @@ from labels_party.datasets import MAX_BINS, NAME_PATTERN
 from shared.errors import InvalidParameterError
 from shared.mechanisms import registry
 from shared.message import EXAMPLE_ID_PATTERN
-from shared.plan import check_mechanism
+from shared.plan import AUTO, check_mechanism
 from shared.selection import MAX_MODEL_DIM
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
@@ -95,7 +95,7 @@ class ReleaseRequestBody(BaseModel):
             raise ValueError(str(exc)) from None
 
     mechanism: str = Field(
-        default="auto",
+        default=AUTO,
         description="auto (the default: the registered mechanism the noisy prior predicts "
         "trains best), or a registered mechanism: " + ", ".join(registry.names()),
     )

@@ -60,7 +60,7 @@ from shared.client import LabelsPartyClient, ServiceError, _segment
 from shared.domain import LabelDomain
 from shared.errors import LabelDPError
 from shared.message import EXAMPLE_ID_PATTERN, MessageHeader, header_for, json_safe
-from shared.plan import ReleasePlan, ReleaseRequest
+from shared.plan import AUTO, ReleasePlan, ReleaseRequest
 from shared.randomizer import (
     LabelCounts,
     LabelMechanism,
@@ -95,7 +95,7 @@ class JobConfig:
     labels: str
     epsilon: Decimal
     out: Path
-    mechanism: str = "auto"
+    mechanism: str = AUTO
     epsilon_histogram: Decimal | None = None
     params: dict[str, Any] = field(default_factory=dict)  # bins, model_dim, mechanism options
     master: str = "local[*]"

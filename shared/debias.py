@@ -24,7 +24,7 @@ import numpy as np
 from shared.errors import InvalidParameterError
 from shared.mechanisms import registry
 from shared.mechanisms.histogram import Prior
-from shared.message import MessageHeader
+from shared.message import NO_MECHANISM, MessageHeader
 
 
 def mechanism_from_params(mechanism: str, params: Mapping[str, Any]) -> Any:
@@ -39,7 +39,7 @@ def mechanism_from_header(header: MessageHeader) -> Any:
 
 def affine_coefficients(header: MessageHeader) -> tuple[float, float]:
     """(a, b) with E[noisy | y] = a*y + b (a = 1, b = 0 for an un-randomized message)."""
-    if header.mechanism == "none":
+    if header.mechanism == NO_MECHANISM:
         return 1.0, 0.0
     a, b = mechanism_from_header(header).affine_expectation()
     a, b = float(a), float(b)
@@ -87,7 +87,7 @@ def recommended_transform(message: PublicRandomizer, *, model_dim: int) -> str:
     """
     from shared.selection import recommended_transform as choose
 
-    if message.mechanism == "none":
+    if message.mechanism == NO_MECHANISM:
         return "raw"
     mechanism = mechanism_from_params(message.mechanism, message.params)
     return choose(mechanism, message.prior, n=max(message.n, 1), model_dim=max(model_dim, 1))

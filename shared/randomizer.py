@@ -29,7 +29,9 @@ from shared.mechanisms import registry
 from shared.mechanisms.histogram import Prior, bin_counts, noisy_histogram
 from shared.mechanisms.private_mean import level_sum, noisy_mean
 from shared.mechanisms.registry import LabelMechanism
+from shared.message import NO_MECHANISM
 from shared.plan import (
+    AUTO,
     DEFAULT_BINS,
     ReleasePlan,
     check_mechanism,
@@ -104,12 +106,12 @@ def build_mechanism(
     dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
     if n is not None:
         check_n(n)
-    if mechanism != "auto":
+    if mechanism != AUTO:
         family = registry.get(mechanism)
         options = check_options(mechanism, params)
         sized = {"n": n, "model_dim": dim} if family.reads_n else {}
         return family.name, family.build(prior, epsilon=eps, **sized, **options)
-    options = check_options("auto", params)
+    options = check_options(AUTO, params)
     if n is not None:
         best = choose(prior, epsilon=eps, n=int(n), model_dim=dim, **options)
         return best.name, best.mechanism
@@ -252,7 +254,7 @@ def execute(
     clipped = LabelDomain(lo=plan.lo, hi=plan.hi).clip(check_labels(labels))
     measured = measure(plan, clipped, rng, histogram=histogram)
     if math.isinf(plan.randomizer_float):
-        return describe(plan, measured, "none", None, clipped)
+        return describe(plan, measured, NO_MECHANISM, None, clipped)
     name, randomizer = choose_randomizer(plan, measured)
     return describe(plan, measured, name, randomizer, randomizer.randomize(clipped, rng))
 
