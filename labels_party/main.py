@@ -40,6 +40,7 @@ from labels_party.receipts import KeyStore, ReceiptService
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
 from shared.http import openapi
 from shared.http.app import add_outer_layers, service_app
+from shared.http.auth import match_token
 from shared.message import LabelMessage
 
 log = logging.getLogger("labels_party")
@@ -123,8 +124,12 @@ def create_app(
         endpoint_limit=limits.endpoint_limit,
     )
     if settings.rate_limit > 0:
+        table = services.token_table
         app.add_middleware(
-            limits.RateLimitMiddleware, rate=settings.rate_limit, burst=settings.rate_burst
+            limits.RateLimitMiddleware,
+            rate=settings.rate_limit,
+            burst=settings.rate_burst,
+            is_valid=lambda header: match_token(header, table) is not None,
         )
     add_outer_layers(app, record=metrics.request, catch_all=errors.CatchAllMiddleware)
     openapi.install(app, models=[*BODY_MODELS, LabelMessage])

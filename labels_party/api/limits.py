@@ -1,11 +1,13 @@
 """Per-token request rate limits (a token bucket per bearer token) and per-endpoint body limits.
 
-Rate: each distinct ``Authorization`` value (or, without one, each client address) has a bucket
-of ``burst`` requests refilled at ``rate`` per second; a request finding it empty gets 429 with
-``Retry-After`` (whole seconds until one request fits) and the JSON error shape, before any
-handler runs. Buckets are keyed by a keyed hash of the header (no token kept as a key) and at
-most ``MAX_BUCKETS`` are kept (the least recently used go first), so random tokens cannot grow
-memory without bound. ``/healthz`` is exempt (health checks).
+Rate: each valid token has a bucket of ``burst`` requests refilled at ``rate`` per second; every
+other request (no ``Authorization``, or one that is not a valid token) shares the bucket of its
+client address. A request finding its bucket empty gets 429 with ``Retry-After`` (whole seconds
+until one request fits) and the JSON error shape, before any handler runs. So failed
+authentication is limited per address: 1,000 different bad tokens from one address are one
+bucket, not 1,000 fresh ones, and cannot push the legitimate tokens' buckets out of the table.
+Buckets are keyed by a keyed hash (no token kept as a key) and at most ``MAX_BUCKETS`` are kept
+(the least recently used go first), so memory stays bounded. ``/healthz`` is exempt.
 
 Bodies: ``ENDPOINT_BODY_LIMITS`` gives small JSON endpoints a limit far below the bulk ingest
 limit (``labels_party.api.body.BodyLimitMiddleware`` applies the smaller of the two).
@@ -82,17 +84,29 @@ class TokenBuckets:
 class RateLimitMiddleware(HTTPMiddleware):
     """429 + ``Retry-After`` when a token's bucket is empty (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, *, rate: float, burst: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        rate: float,
+        burst: int,
+        is_valid: Callable[[str | None], bool] = lambda _header: True,
+    ) -> None:
         super().__init__(app)
         self.buckets = TokenBuckets(rate=rate, burst=burst)
         self._salt = secrets.token_bytes(16)
+        self._is_valid = is_valid
 
     def key(self, scope: Scope) -> bytes:
+        """The bucket: the valid token's, else the client address's (module docstring)."""
         headers = dict(scope.get("headers") or [])
         credential = headers.get(b"authorization")
-        if credential is None:
+        header = None if credential is None else credential.decode("latin-1")
+        if credential is None or not self._is_valid(header):
             client = scope.get("client") or ("?", 0)
             credential = b"address:" + str(client[0]).encode()
+        else:
+            credential = b"token:" + credential
         return hashlib.blake2b(credential, key=self._salt, digest_size=16).digest()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -69,6 +69,26 @@ def test_rate_limit_answers_429_with_retry_after(make_client: Callable[..., Any]
     assert codes == [401, 401, 401, 429]
 
 
+def test_a_thousand_bad_tokens_share_one_bucket_and_evict_nothing(
+    make_client: Callable[..., Any],
+) -> None:
+    """Issue 24.5: buckets keyed on the raw header gave each of 200 bad tokens a fresh bucket
+    (200 x 401, no 429) and let a flood of them evict the legitimate buckets. Failed
+    authentication is now limited per client address."""
+    client = make_client(rate_limit=0.001, rate_burst=5)
+    assert client.get("/v1/ledger", headers=OPS).status_code == 200  # the operator's bucket: 4
+    codes = [
+        client.get("/v1/ledger", headers={"Authorization": f"Bearer bad-{i:04d}"}).status_code
+        for i in range(1000)
+    ]
+    assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}
+    # The legitimate token's bucket was neither spent nor evicted by the flood.
+    assert [client.get("/v1/ledger", headers=OPS).status_code for _ in range(4)] == [200] * 4
+    assert client.get("/v1/ledger", headers=OPS).status_code == 429
+    # No token at all is the same address bucket as the bad ones.
+    assert client.get("/v1/ledger").status_code == 429
+
+
 def test_rate_limit_settings() -> None:
     env = {"LABELDP_TOKENS": TOKENS_ENV}
     served = Settings.from_env(db_path="x.db", environ=env)
