@@ -20,6 +20,7 @@ from sqlalchemy import Connection, update
 
 from labels_party import ledger
 from labels_party.db.models import datasets
+from labels_party.errors import BadInputError, FieldError
 from shared import epsilon as amounts
 from shared.errors import BudgetExceededError, InvalidParameterError, LabelDPError
 
@@ -203,6 +204,12 @@ def top_up(
     """
     before = Budget.of(row)
     after = Budget(budget=amounts.add(before.budget, add), spent=before.spent)
+    if after.budget > amounts.MAX_AMOUNT:
+        message = (
+            f"the budget after this top-up ({amounts.text(after.budget)}) would exceed "
+            f"{amounts.MAX_AMOUNT}, the largest amount a budget may hold"
+        )
+        raise BadInputError(message, [FieldError(field="add", message=message)])
     ledger.record_event(
         conn,
         time=time,

@@ -9,9 +9,10 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from labels_party.datasets import MAX_BINS, NAME_PATTERN
+from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.mechanisms import registry
 from shared.message import EXAMPLE_ID_PATTERN
@@ -26,6 +27,17 @@ MAX_LABEL_MAGNITUDE = 1e15
 # noise radius on both sides, and inside what float64 computes (denormal zetas divide by 0).
 ZETA_MIN_RATIO, ZETA_MAX_RATIO = 1e-9, 1e9
 _Bound = Annotated[float, Field(ge=-MAX_LABEL_MAGNITUDE, le=MAX_LABEL_MAGNITUDE)]
+
+
+def _amount_in_range(value: Decimal) -> Decimal:
+    try:
+        return amounts.check_range(value, name="amount")
+    except InvalidParameterError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# An epsilon, delta or budget: an exact decimal within shared.epsilon's documented range.
+_Amount = Annotated[Decimal, AfterValidator(_amount_in_range)]
 ExampleId = Annotated[str, Field(pattern=EXAMPLE_ID_PATTERN, min_length=1, max_length=128)]
 
 
@@ -38,12 +50,12 @@ class DatasetCreate(BaseModel):
     label_min: _Bound
     label_max: _Bound
     default_label: _Bound = Field(description="label of registered examples never labelled")
-    epsilon_budget: Decimal = Field(
+    epsilon_budget: _Amount = Field(
         gt=0,
         description="total epsilon all releases may spend (a JSON number or a decimal string, "
         "kept as an exact decimal)",
     )
-    delta_budget: Decimal = Field(
+    delta_budget: _Amount = Field(
         default=Decimal(0),
         ge=0,
         lt=1,
@@ -99,12 +111,12 @@ class ReleaseRequestBody(BaseModel):
         description="auto (the default: the registered mechanism the noisy prior predicts "
         "trains best), or a registered mechanism: " + ", ".join(registry.names()),
     )
-    epsilon: Decimal = Field(
+    epsilon: _Amount = Field(
         gt=0,
         description="total epsilon of the release (epsilon1 + epsilon2), an exact decimal: a "
         "JSON number (0.1 is the decimal 0.1) or a decimal string",
     )
-    epsilon_histogram: Decimal | None = Field(
+    epsilon_histogram: _Amount | None = Field(
         default=None,
         gt=0,
         description=(
@@ -188,7 +200,7 @@ class BudgetTopUp(BaseModel):
 
     model_config = _STRICT
 
-    add: Decimal = Field(gt=0, description="epsilon added to the budget (exact decimal)")
+    add: _Amount = Field(gt=0, description="epsilon added to the budget (exact decimal)")
     reason: str = Field(min_length=1, max_length=500, description="recorded in the ledger")
 
 
@@ -326,8 +338,8 @@ class ModelReleaseCreate(BaseModel):
 
     estimator: Literal["ols", "nw", "bayes"]
     privacy: Literal["label", "eptr"]
-    epsilon: Decimal = Field(gt=0, description="exact decimal charged")
-    delta: Decimal | None = Field(
+    epsilon: _Amount = Field(gt=0, description="exact decimal charged")
+    delta: _Amount | None = Field(
         default=None, gt=0, lt=1, description="eptr only: exact decimal in (0, 1) charged"
     )
     params: ModelParams = Field(default_factory=ModelParams)

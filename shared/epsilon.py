@@ -82,6 +82,23 @@ def exact(value: AmountLike, *, name: str = "epsilon", allow_inf: bool = False) 
     return amount
 
 
+# The amounts a service accepts: every epsilon, delta and budget is 0 or lies in
+# [MIN_AMOUNT, MAX_AMOUNT]. Within it every amount is a finite float (or underflows to 0 below
+# the smallest one, where the plan refuses it by name) and every sum or difference of a few of
+# them is exact in this module's context; outside it "1e10001" overflowed to a stored infinity.
+MIN_AMOUNT = Decimal("1e-400")
+MAX_AMOUNT = Decimal("1e300")
+
+
+def check_range(amount: Decimal, *, name: str = "epsilon") -> Decimal:
+    """``amount`` if it is 0 or within [MIN_AMOUNT, MAX_AMOUNT]; else a refusal naming ``name``."""
+    if amount.is_finite() and (amount == 0 or MIN_AMOUNT <= abs(amount) <= MAX_AMOUNT):
+        return amount
+    raise InvalidParameterError(
+        f"{name} must lie between {MIN_AMOUNT} and {MAX_AMOUNT} (got {amount})"
+    )
+
+
 def add(*amounts: Decimal) -> Decimal:
     """The exact sum (raises if it could not be exact: never, for float-sized amounts)."""
     total = ZERO

@@ -458,3 +458,52 @@ def test_concurrent_batches_giving_one_id_different_values_store_exactly_the_ack
         LABELS, content=f"example_id,value\nc7,{winners[0]}\n", headers={**ADV, **CSV}
     )
     assert again.status_code == 200 and again.json()["unchanged"] == 1  # the acked value is kept
+
+
+# ---- amounts outside the documented range (issue 24.4) ----------------------------------------
+
+OUT_OF_RANGE = ("1e10001", "1e-10001", "1e301", "1e-401")
+
+
+@pytest.mark.parametrize("value", OUT_OF_RANGE)
+def test_a_dataset_budget_out_of_range_is_refused_and_not_stored(client, value):
+    """``"epsilon_budget": "1e10001"`` answered 500 'not applied' but stored the dataset, and
+    every listing answered 500 from then on."""
+    for field, extra in (("epsilon_budget", {}), ("delta_budget", {"epsilon_budget": "1"})):
+        body = {"name": "n", "label_min": 0, "label_max": 1, "default_label": 0}
+        body |= {"epsilon_budget": value} | extra | ({field: value} if extra else {})
+        answer = client.post("/v1/datasets", headers=OPS, json=body)
+        assert answer.status_code == 422, (field, value, answer.text)
+        assert _fields(answer) == [field]
+    assert client.get("/v1/datasets", headers=OPS).json()["datasets"] == []
+
+
+@pytest.mark.parametrize("value", OUT_OF_RANGE)
+def test_release_and_top_up_amounts_out_of_range_are_422_naming_the_field(prepared, db_path, value):
+    before = _state(prepared, db_path)
+    for field, body in (
+        ("epsilon", {"epsilon": value}),
+        ("epsilon_histogram", {"epsilon": "1", "epsilon_histogram": value}),
+    ):
+        answer = prepared.post(RELEASES, headers=ADV, json=body)
+        assert answer.status_code == 422, (field, answer.text)
+        assert _fields(answer) == [field]
+    top_up = prepared.post(
+        "/v1/datasets/ds/budget", headers=OPS, json={"add": value, "reason": "test"}
+    )
+    assert top_up.status_code == 422 and _fields(top_up) == ["add"], top_up.text
+    model = prepared.post(
+        "/v1/datasets/ds/model-releases",
+        headers=ADV,
+        json={"estimator": "ols", "privacy": "label", "epsilon": value},
+    )
+    assert model.status_code == 422 and _fields(model) == ["epsilon"], model.text
+    assert _state(prepared, db_path) == before
+    assert prepared.get("/v1/datasets", headers=OPS).status_code == 200
+
+
+def test_a_top_up_past_the_largest_budget_is_refused_naming_add(client, db_path):
+    create_dataset(client, name="big", epsilon_budget="1e300")
+    answer = client.post("/v1/datasets/big/budget", headers=OPS, json={"add": 1, "reason": "x"})
+    assert answer.status_code == 422 and _fields(answer) == ["add"], answer.text
+    assert client.get("/v1/datasets/big", headers=OPS).json()["epsilon_budget"] == "1E+300"
