@@ -19,7 +19,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from labels_party import accountant, ledger
 from labels_party.db.engine import Database
-from labels_party.db.models import datasets, entries, releases
+from labels_party.db.models import datasets, entries, public_feature_sets, releases
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
@@ -258,14 +258,20 @@ def public_view(row: DatasetRow, release_ids: list[str], *, role: str) -> dict[s
     return view
 
 
+def refuse_archived(row: DatasetRow) -> None:
+    """The one 409 for any write on an archived dataset (its labels and ids were deleted)."""
+    if row.state == ARCHIVED:
+        raise ConflictError(
+            f"dataset {row.name!r} is archived: its labels and example ids were deleted",
+            [FieldError(field="dataset", message="archived")],
+        )
+
+
 def top_up(db: Database, name: str, *, add: Decimal, reason: str, actor_role: str) -> DatasetRow:
     """Raise a dataset's budget by ``add`` (operator), ledgered with who and why."""
     with db.write() as conn:
         row = load(conn, name, for_update=True)
-        if row.state == ARCHIVED:
-            raise ConflictError(
-                f"dataset {name!r} is archived", [FieldError(field="dataset", message="archived")]
-            )
+        refuse_archived(row)
         accountant.top_up(conn, row, add=add, reason=reason, time=utc_now(), actor_role=actor_role)
         return load(conn, name)
 
@@ -284,6 +290,13 @@ def archive(db: Database, name: str, *, reason: str, actor_role: str) -> Dataset
                 [FieldError(field="dataset", message="already archived")],
             )
         conn.execute(delete(entries).where(entries.c.dataset_id == row.id))
+        # The public feature sets hold the example ids too: their ids and matrices go, their
+        # columns, size and digest stay (the model releases made from them cite them).
+        conn.execute(
+            update(public_feature_sets)
+            .where(public_feature_sets.c.dataset_id == row.id)
+            .values(ids="", matrix=b"")
+        )
         conn.execute(
             update(datasets)
             .where(datasets.c.id == row.id)

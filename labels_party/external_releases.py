@@ -114,6 +114,7 @@ def record(
     header = parse_header(header_raw)
     with db.read() as conn:
         row = ds.load(conn, dataset)
+    ds.refuse_archived(row)
     plan = plan_for(row, request, n=n)
     ours = json_safe(plan.public())
     for key in sorted(set(ours) | set(plan_given)):
@@ -136,6 +137,7 @@ def record(
     )
     with db.write() as conn:
         current = ds.load(conn, row.name, for_update=True)
+        ds.refuse_archived(current)
         existing = conn.execute(select(releases).where(releases.c.id == header.release_id)).first()
         if existing is not None:
             same = (

@@ -111,11 +111,7 @@ class ExamplesResult:
 
 
 def _refuse_if_released(row: ds.DatasetRow) -> None:
-    if row.state == ds.ARCHIVED:
-        raise ConflictError(
-            f"dataset {row.name!r} is archived: its labels were deleted",
-            [FieldError(field="dataset", message="archived")],
-        )
+    ds.refuse_archived(row)
     if row.state != ds.OPEN:
         raise ConflictError(
             f"dataset {row.name!r} has been released: its examples and labels are frozen",

@@ -224,6 +224,7 @@ def store_features(
     features_id = "pf_" + secrets.token_hex(12)
     with db.write() as conn:
         row = ds.load(conn, name, for_update=True)
+        ds.refuse_archived(row)
         registered: set[str] = set()
         for start in range(0, len(table.ids), 500):
             chunk = table.ids[start : start + 500]
@@ -465,6 +466,7 @@ class ModelReleaseService:
     def _attempt(self, name: str, request: ModelRequest, actor_role: str) -> dict[str, Any]:
         with self._db.read() as conn:
             row = ds.load(conn, name)
+            ds.refuse_archived(row)
             accountant.Budget.of(row).check(request.epsilon, delta=request.delta or amounts.ZERO)
             features = _load_features(conn, row, request.public_features)
             columns = json.loads(features.columns)
@@ -516,6 +518,7 @@ class ModelReleaseService:
         )
         with self._db.write() as conn:
             current = ds.load(conn, row.name, for_update=True)
+            ds.refuse_archived(current)
             if current.data_version != row.data_version:
                 raise ds.StaleSnapshot
             conn.execute(

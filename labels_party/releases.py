@@ -321,11 +321,7 @@ def release_charges(
 
 
 def _check_releasable(row: ds.DatasetRow) -> None:
-    if row.state == ds.ARCHIVED:
-        raise ConflictError(
-            f"dataset {row.name!r} is archived: its labels were deleted",
-            [FieldError(field="dataset", message="archived")],
-        )
+    ds.refuse_archived(row)
     if row.n_examples == 0:
         raise ConflictError(
             f"dataset {row.name!r} has no registered examples to release",

@@ -396,3 +396,33 @@ def test_labels_changing_during_the_fit_are_refitted_and_charged_once(
     assert kinds.count("model") == 1
     assert client.get("/v1/datasets/ds", headers=ADV).json()["epsilon_spent"] == "1"
     assert verify(client).ok
+
+
+def test_an_archived_dataset_refuses_model_releases_features_and_top_ups(client: Any) -> None:
+    """Issue 24.3: after archive a model release answered 201, spent, ran on default labels and
+    set the state back to 'released' (after which top-ups and a second archive succeeded);
+    the example ids stayed in public_feature_sets."""
+    ids, x = setup_dataset(client)
+    made = model_release(client, estimator="ols", privacy="label", epsilon="1")
+    assert made.status_code == 201, made.text
+    archived = client.post(
+        "/v1/datasets/ds/archive", headers=OPS, json={"reason": "contract ended"}
+    )
+    assert archived.status_code == 200, archived.text
+    before = state(client)
+    assert before[-1] == "archived"
+    attempts = [
+        model_release(client, estimator="ols", privacy="label", epsilon="1"),
+        upload(client, "ds", _csv(ids, x), "text/csv"),
+        client.post("/v1/datasets/ds/budget", headers=OPS, json={"add": 1, "reason": "x"}),
+        client.post("/v1/datasets/ds/archive", headers=OPS, json={"reason": "again"}),
+    ]
+    for answer in attempts:
+        assert answer.status_code == 409, answer.text
+        assert answer.json()["errors"][0]["field"] == "dataset"
+    assert state(client) == before  # nothing spent, nothing ledgered, still archived
+    with client.app.state.services.db.read() as conn:
+        kept = conn.execute(select(public_feature_sets.c.ids, public_feature_sets.c.n)).all()
+    assert [(row.ids, row.n) for row in kept] == [("", N)]  # the ids are gone, the size stays
+    # The model release made before the archive is still readable (it is public already).
+    assert client.get(f"/v1/model-releases/{made.json()['id']}", headers=PUB).status_code == 200
