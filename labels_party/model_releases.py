@@ -272,13 +272,17 @@ def _load_features(conn: Connection, row: ds.DatasetRow, features_id: str | None
     else:
         query = query.where(public_feature_sets.c.id == features_id)
     found = conn.execute(query.limit(1)).first()
+    if found is None and features_id is not None:
+        # A named set that is not this dataset's: bad input, as a malformed name is (422).
+        message = f"dataset {row.name!r} has no public features {features_id!r}"
+        raise BadInputError(
+            message, [FieldError(field="public_features", message="unknown public features")]
+        )
     if found is None:
-        field_name = "public_features" if features_id is not None else "dataset"
         raise ConflictError(
-            f"dataset {row.name!r} has no public features"
-            + (f" {features_id!r}" if features_id else "")
-            + ": the publisher uploads them with POST /v1/datasets/{name}/public-features",
-            [FieldError(field=field_name, message="no such public features")],
+            f"dataset {row.name!r} has no public features: the publisher uploads them with "
+            "POST /v1/datasets/{name}/public-features",
+            [FieldError(field="dataset", message="no public features")],
         )
     return found
 

@@ -337,6 +337,19 @@ def test_singular_design_and_too_few_rows_are_refused_before_spending(client: An
     assert upload(client, "ds", "example_id,x1\nex-0000,inf\n", "text/csv").status_code == 422
 
 
+def test_an_unknown_public_feature_set_is_a_422_whatever_its_shape(client: Any) -> None:
+    """Issue 24.7: a malformed name was a 422 and a well-formed unknown one a 409."""
+    setup_dataset(client)
+    before = state(client)
+    for name in (f"pf_{'0' * 24}", "pf_nope", "x" * 100):
+        answer = model_release(
+            client, estimator="ols", privacy="label", epsilon="1", public_features=name
+        )
+        assert answer.status_code == 422, (name, answer.text)
+        assert answer.json()["errors"][0]["field"] == "public_features"
+    assert state(client) == before
+
+
 def test_no_public_features_is_a_conflict(client: Any) -> None:
     create_dataset(client, "bare", delta_budget="0.001")
     register(client, "bare", ["a", "b"])
