@@ -26,6 +26,7 @@ from features_party.db.models import FeatureRow, ReleasedModelMessage, TrainedMo
 from features_party.features import FeatureInputError, load_schema
 from features_party.pull import labels_client
 from features_party.schemas import ModelCreate, PredictIn, PredictOut, new_model_id
+from shared.client import ServiceError
 from shared.errors import IntegrityError
 from shared.estimators.kernel import interpolate
 from shared.model_message import ModelMessage, verify_model
@@ -54,9 +55,21 @@ def pull(
     message = _load(session, model_release_id)
     if message is None:
         with labels_client(settings) as client:
-            answer = client.request(
-                "GET", f"/v1/model-releases/{model_release_id}", idempotent=True
-            )
+            try:
+                answer = client.request(
+                    "GET", f"/v1/model-releases/{model_release_id}", idempotent=True
+                )
+            except ServiceError as exc:
+                if exc.status != 404:
+                    raise
+                # The caller named a model release the labels party does not have: bad input
+                # of this request (422 naming it), not a failing upstream (502).
+                raise FieldHTTPError(
+                    422,
+                    f"the labels party has no model release {model_release_id!r}",
+                    field="model_release_id",
+                    message="unknown model release",
+                ) from None
         message = verify_model(answer.content)
         if message.header.model_release_id != model_release_id:
             raise IntegrityError(

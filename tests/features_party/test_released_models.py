@@ -187,7 +187,12 @@ def test_unknown_or_foreign_model_release(features: Any, ols_release: dict[str, 
         "/v1/models",
         json={"dataset": "fp-ols", "model": "released", "model_release_id": f"mrel_{'0' * 24}"},
     )
-    assert unknown.status_code in (404, 502), unknown.text
+    # Issue 24.7: this was a 502 quoting the labels party's URL; it is the caller's bad input.
+    assert unknown.status_code == 422, unknown.text
+    assert unknown.json()["errors"] == [
+        {"field": "model_release_id", "message": "unknown model release"}
+    ]
+    assert "http" not in unknown.text  # no upstream URL in the answer
     foreign = _released(features, ols_release, dataset="another")
     assert foreign.status_code == 422 and foreign.json()["errors"][0]["field"] == "dataset"
     assert features.get("/v1/models").json()["models"] == []
