@@ -361,7 +361,8 @@ class DatasetSummary(DatasetPublic):
     """One item of ``GET /v1/datasets``."""
 
     n_releases: int
-    last_release: str | None = Field(description="created time of the newest release")
+    n_model_releases: int = Field(description="model releases (estimators) of the dataset")
+    last_release: str | None = Field(description="created time of the newest label release")
 
 
 class DatasetList(BaseModel):

@@ -439,3 +439,14 @@ def test_an_archived_dataset_refuses_model_releases_features_and_top_ups(client:
     assert [(row.ids, row.n) for row in kept] == [("", N)]  # the ids are gone, the size stays
     # The model release made before the archive is still readable (it is public already).
     assert client.get(f"/v1/model-releases/{made.json()['id']}", headers=PUB).status_code == 200
+
+
+def test_the_dataset_listing_counts_model_releases(client: Any) -> None:
+    """Issue 24.7: the views counted model releases nowhere ("Releases 0" with 2.5 of 3 spent)."""
+    setup_dataset(client)
+    for _ in range(2):
+        assert (
+            model_release(client, estimator="ols", privacy="label", epsilon="1").status_code == 201
+        )
+    (item,) = client.get("/v1/datasets", headers=OPS).json()["datasets"]
+    assert (item["n_releases"], item["n_model_releases"], item["epsilon_spent"]) == (0, 2, "2")

@@ -218,7 +218,12 @@
         td(amount(item.epsilon_spent), 'num'),
         td(amount(item.epsilon_left), 'num'),
         td(amount(item.epsilon_budget), 'num'),
-        td(String(item.n_releases), 'num'),
+        td(
+          item.n_model_releases
+            ? `${item.n_releases} + ${item.n_model_releases} model`
+            : String(item.n_releases),
+          'num',
+        ),
         td(when(item.last_release)),
         td(`[${item.label_min}, ${item.label_max}]`),
       ]);
