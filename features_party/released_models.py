@@ -111,6 +111,9 @@ def create(session: Session, settings: Settings, body: ModelCreate) -> TrainedMo
         status="succeeded",
         stage="pulled and verified the model release",
         progress=1.0,
+        # One instant for both: the row's own default for created was taken at the flush,
+        # after finished, so the job had finished before it was created (issue 24.7).
+        created=now,
         finished=now,
         result_json=json.dumps(
             {

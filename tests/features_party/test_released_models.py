@@ -218,3 +218,12 @@ def test_a_corrupted_stored_message_is_not_trusted(
     assert answer.status_code >= 400 and "sha256" in answer.json()["detail"], answer.text
     with pytest.raises(IntegrityError, match="sha256"):
         verify_model(tampered)
+
+
+def test_a_released_model_is_not_finished_before_it_is_created(
+    features: Any, ols_release: dict[str, Any]
+) -> None:
+    """Issue 24.7: its finished time was taken before its created time."""
+    model = _released(features, ols_release).json()
+    shown = features.get(f"/v1/models/{model['id']}").json()
+    assert shown["created"] <= shown["finished"], shown
