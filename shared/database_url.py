@@ -67,6 +67,23 @@ def sqlite_path(url: str) -> Path | None:
     return Path(url.removeprefix(SQLITE_PREFIX)) if url.startswith(SQLITE_PREFIX) else None
 
 
+def sqlite_write_problem(url: str) -> str | None:
+    """Why a SQLite database cannot be written (``None`` if it can, or for another database).
+
+    A health check that only reads says "ok" while every write fails (a read-only or immutable
+    file, a folder where the journal cannot be created): the file, its -wal and -shm files if
+    present, and their folder must all be writable by this process.
+    """
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    checks = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+    for target in [p for p in checks if p.exists()] + [path.parent]:
+        if not os.access(target, os.W_OK):
+            return f"{target.name} is not writable"
+    return None
+
+
 def create_private_sqlite(url: str) -> None:
     """Create a SQLite database file readable by its owner only, before SQLite opens it.
 

@@ -188,6 +188,31 @@ def test_a_trailing_slash_is_an_unknown_route_in_both_services(
         assert set(answer.json()) == {"detail", "errors"}
 
 
+def test_healthz_says_unavailable_when_the_database_cannot_be_written(
+    both: dict[str, TestClient], tmp_path: Path
+) -> None:
+    """Issue 24.7: /healthz said ok while every write failed (the database file immutable)."""
+    import subprocess
+
+    files = [tmp_path / "labels.db", tmp_path / "features.db"]
+    for name in ("labels", "features"):
+        assert both[name].get("/healthz").status_code == 200
+    frozen = subprocess.run(["chattr", "+i", *map(str, files)], capture_output=True, check=False)
+    if frozen.returncode != 0:
+        pytest.skip(f"chattr +i is not available here: {frozen.stderr.decode().strip()}")
+    try:
+        for name in ("labels", "features"):
+            answer = both[name].get("/healthz")
+            assert answer.status_code == 503, (name, answer.text)
+            body = answer.json()
+            assert body["status"] == "unavailable"
+            assert body["errors"][0]["field"] == "database", body
+    finally:
+        subprocess.run(["chattr", "-i", *map(str, files)], check=True)
+    for name in ("labels", "features"):
+        assert both[name].get("/healthz").status_code == 200
+
+
 def test_the_same_415_in_both_services(both: dict[str, TestClient]) -> None:
     calls = {"labels": "/v1/datasets", "features": "/v1/models"}
     bodies = []

@@ -10,7 +10,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from features_party.api.deps import SessionDep
 from features_party.api.errors import StrictJSONRoute
 from features_party.metrics import CONTENT_TYPE, render
-from shared.http.errors import database_error
+from shared.database_url import sqlite_write_problem
+from shared.http.errors import database_error, error_shape
 
 router = APIRouter(tags=["health"], route_class=StrictJSONRoute)
 public_router = APIRouter(tags=["health"], route_class=StrictJSONRoute)
@@ -27,6 +28,12 @@ def healthz(session: SessionDep) -> dict[str, str] | JSONResponse:
             raise
         body = {"status": "unavailable", "service": "features", **answer[1]}
         return JSONResponse(body, status_code=answer[0])
+    bind = session.get_bind()
+    problem = sqlite_write_problem(str(bind.url)) if hasattr(bind, "url") else None
+    if problem is not None:
+        shape = error_shape(f"the database cannot be written: {problem}", [("database", problem)])
+        body = {"status": "unavailable", "service": "features", **shape}
+        return JSONResponse(body, status_code=503)
     return {"status": "ok", "service": "features"}
 
 

@@ -13,7 +13,8 @@ from labels_party.api.deps import Operator, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.db.models import datasets
 from labels_party.metrics import CONTENT_TYPE
-from shared.http.errors import database_error
+from shared.database_url import sqlite_write_problem
+from shared.http.errors import database_error, error_shape
 
 router = APIRouter(tags=["health"], route_class=BodyDocumentedRoute)
 
@@ -29,6 +30,10 @@ def healthz(services: ServicesDep) -> dict[str, Any] | JSONResponse:
         if answer is None:
             raise
         return JSONResponse({"status": "unavailable", **answer[1]}, status_code=answer[0])
+    problem = sqlite_write_problem(str(services.db.engine.url))
+    if problem is not None:
+        body = error_shape(f"the database cannot be written: {problem}", [("database", problem)])
+        return JSONResponse({"status": "unavailable", **body}, status_code=503)
     return {"status": "ok"}
 
 
