@@ -113,7 +113,7 @@ def default_epsilon1(epsilon: Decimal, *, n: int, mechanism: str = AUTO) -> Deci
     ``"rpwithprior"``: max(min(max(1, 2 eps) / sqrt(n), 0.4 eps), f(eps) min(0.05, 0.9 eps))
     with f = 1 up to epsilon 0.1, 0 from 0.3, linear between. Rounded to a short decimal
     (``shared.epsilon.short_part``: 6 significant digits of the total), so that the ledger shows
-    1 = 0.146059 + 0.853941, not two binary expansions.
+    1 = 0.0533 + 0.9467 (n = 22,524), not two binary expansions.
     """
     count = check_n(n)
     check_mechanism(mechanism)
@@ -127,11 +127,18 @@ def default_epsilon1(epsilon: Decimal, *, n: int, mechanism: str = AUTO) -> Deci
     else:
         sqrt_rule = min(math.sqrt(DEFAULT_BINS / count), MAX_HISTOGRAM_SHARE * total)
     first = amounts.short_part(max(sqrt_rule, floor), whole=epsilon)
-    if amounts.float_at_most(first) > 0.0 and amounts.float_at_most(epsilon - first) > 0.0:
+    if _parts_are_floats(first, epsilon):
         return first
     # A total within a few digits of the smallest float: its short parts are not floats.
     step = math.ulp(total)
     return amounts.exact(math.ceil(max(sqrt_rule, floor) / step) * step, name="epsilon1")
+
+
+def _parts_are_floats(part: Decimal, whole: Decimal) -> bool:
+    """Whether ``part`` and ``whole - part`` each have a positive float at most them (not so
+    for short parts of a whole within a few digits of the smallest float)."""
+    rest = amounts.subtract(whole, part)
+    return amounts.float_at_most(part) > 0.0 and amounts.float_at_most(rest) > 0.0
 
 
 def default_split(epsilon: float, *, n: int, mechanism: str = AUTO) -> tuple[float, float]:
@@ -215,7 +222,7 @@ def split_prior_amounts(epsilon1: Decimal, mean_share: float) -> tuple[Decimal, 
     if epsilon1.is_infinite():
         return epsilon1, epsilon1
     mean = amounts.short_part(share * float(epsilon1), whole=epsilon1)
-    if not (amounts.float_at_most(mean) > 0.0 and amounts.float_at_most(epsilon1 - mean) > 0.0):
+    if not _parts_are_floats(mean, epsilon1):
         # epsilon1 within a few digits of the smallest float: the old float split.
         mean = amounts.exact(split_epsilon(float(epsilon1), float(epsilon1) * share)[0])
     return amounts.subtract(epsilon1, mean), mean
