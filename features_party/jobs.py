@@ -28,15 +28,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from features_party.config import Settings
 from features_party.db.models import TrainedModel
 from features_party.features import load_rows, load_schema
-from features_party.mean_anchor import message_label_mean
 from features_party.pull import pull_message
 from features_party.training import (
     FittedModel,
-    criterion_model_dim,
     fit_encoder_rows,
-    fit_model,
     noise_variance,
-    resolve_label_transform,
+    train_on_message,
 )
 from shared.client import ServiceError
 from shared.debias import affine_coefficients, mechanism_from_header
@@ -76,6 +73,12 @@ def join_on_example_id(
         "n_features_without_label": len(feature_ids) - joined,
     }
     return rows, noisy[keep], stats
+
+
+def joined_positions(message_ids: list[str], feature_ids: list[str]) -> np.ndarray:
+    """The body positions :func:`join_on_example_id` keeps, in the same order."""
+    known = set(feature_ids)
+    return np.fromiter((j for j, eid in enumerate(message_ids) if eid in known), dtype=np.int64)
 
 
 TRUE_MSE_MIN_Z = 2.0  # standard errors the estimate must stand clear of zero to be reported
@@ -211,34 +214,26 @@ class JobRunner:
             )
         encoder = fit_encoder_rows(schema, feature_rows)
         X = encoder.encode_rows(rows)
-        affine = affine_coefficients(header)
 
         def progress(stage: str, fraction: float) -> None:
             self._update(model_id, stage=stage, progress=round(0.15 + 0.8 * fraction, 4))
 
         requested_transform = transform
-        # "auto" is resolved by the exact training criterion under the message's public
-        # parameters, not by noisy validation (see resolve_label_transform), with the d the
-        # randomizer was chosen for (criterion_model_dim).
-        # A message of format >= 4 carries the labels party's recommendation: read, not redone.
-        if transform == "auto" and header.recommended_transform is not None:
-            transform = header.recommended_transform
-        model_dim = criterion_model_dim(header.model_dim, X.shape[1])
-        transform = resolve_label_transform(transform, header, model_dim=model_dim)
-
-        fitted = fit_model(
+        positions = joined_positions(message_ids, feature_ids) if header.segments else None
+        fitted = train_on_message(
+            header,
             X,
             labels,
             encoder=encoder,
-            affine=affine,
+            positions=positions,
             model=model,
             label_transform=transform,
             seed=seed,
             progress=progress,
-            label_mean=message_label_mean(header, n_joined=join_stats["n_joined"]),
         )
         metrics = dict(fitted.metrics)
-        if header.mechanism != NO_MECHANISM:
+        if header.segments is None and header.mechanism != NO_MECHANISM:
+            affine = affine_coefficients(header)
             variance = noise_variance(
                 mechanism_from_header(header),
                 np.asarray(header.histogram.edges),

@@ -28,7 +28,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -43,9 +43,16 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 from threadpoolctl import threadpool_limits
 
-from features_party.mean_anchor import LabelMean, mean_anchor
-from shared.debias import PublicRandomizer, recommended_transform
+from features_party.mean_anchor import LabelMean, mean_anchor, message_label_mean
+from features_party.segments import (
+    SegmentOffsets,
+    group_index,
+    segment_offsets,
+    segment_targets,
+)
+from shared.debias import PublicRandomizer, affine_coefficients, recommended_transform
 from shared.errors import InvalidParameterError
+from shared.message import MessageHeader
 
 Kind = Literal["numeric", "categorical"]
 Progress = Callable[[str, float], None]
@@ -374,9 +381,14 @@ class FittedModel:
     # Added to every prediction: the shift towards the message's DP label mean
     # (``features_party.mean_anchor``); 0 when none was applied (and in older pickles).
     offset: float = 0.0
+    # A segmented message's per-segment baselines (``features_party.segments``), added too.
+    segments: SegmentOffsets | None = None
 
     def predict_matrix(self, X: np.ndarray) -> np.ndarray:
-        return np.asarray(self.estimator.predict(X), dtype=np.float64) + self.offset
+        prediction = np.asarray(self.estimator.predict(X), dtype=np.float64) + self.offset
+        if self.segments is not None:
+            prediction = prediction + self.segments.of(X)
+        return prediction
 
     def predict_rows(self, rows: Sequence[Sequence[Any]]) -> np.ndarray:
         return self.predict_matrix(self.encoder.encode_rows(rows))
@@ -511,6 +523,144 @@ def fit_model(
             progress=progress,
             label_mean=label_mean,
         )
+
+
+def train_on_message(
+    header: MessageHeader,
+    X: np.ndarray,
+    noisy: np.ndarray,
+    *,
+    encoder: Encoder,
+    positions: np.ndarray | None = None,
+    model: str = "auto",
+    label_transform: str = "auto",
+    seed: int = 0,
+    progress: Progress = _no_progress,
+    threads: int | None = 1,
+) -> FittedModel:
+    """Fit a model on a message's noisy labels joined with features, as the service's job does.
+
+    ``X`` rows are the joined examples, ``noisy`` their labels, ``positions`` their places in
+    the message body (needed for a segmented message: :func:`fit_segmented`). Otherwise the
+    transform "auto" is the header's recommendation (format >= 4) or resolved by the training
+    criterion with the d the randomizer was chosen for (:func:`resolve_label_transform`,
+    :func:`criterion_model_dim`), and the model is anchored on the header's DP mean when every
+    labelled example joined (``features_party.mean_anchor.message_label_mean``). The service
+    and the accuracy benchmarks both train through here.
+    """
+    if header.segments is not None:
+        if positions is None:
+            raise InvalidParameterError("a segmented message needs the joined rows' positions")
+        return fit_segmented(
+            X,
+            noisy,
+            group=group_index(header)[positions],
+            header=header,
+            encoder=encoder,
+            model=model,
+            label_transform=label_transform,
+            seed=seed,
+            progress=progress,
+            threads=threads,
+        )
+    transform = label_transform
+    if transform == "auto" and header.recommended_transform is not None:
+        transform = header.recommended_transform
+    model_dim = criterion_model_dim(header.model_dim, X.shape[1])
+    transform = resolve_label_transform(transform, header, model_dim=model_dim)
+    return fit_model(
+        X,
+        noisy,
+        encoder=encoder,
+        affine=affine_coefficients(header),
+        model=model,
+        label_transform=transform,
+        seed=seed,
+        progress=progress,
+        threads=threads,
+        label_mean=message_label_mean(header, n_joined=int(np.asarray(noisy).size)),
+    )
+
+
+def fit_segmented(
+    X: np.ndarray,
+    noisy: np.ndarray,
+    *,
+    group: np.ndarray,
+    header: MessageHeader,
+    encoder: Encoder,
+    model: str = "gbm",
+    label_transform: str = "auto",
+    seed: int = 0,
+    progress: Progress = _no_progress,
+    threads: int | None = 1,
+) -> FittedModel:
+    """:func:`fit_model` for a segmented message (``features_party.segments``): each group's
+    targets, centred within the group, and the groups' shrunk DP means added back by segment.
+
+    ``group``: the message group of each row of ``X`` (rows joined from the body's positions,
+    ``features_party.segments.group_index``); the segment column ``header.segments.column``
+    must be one of ``encoder``'s columns.
+    """
+    if header.segments is None:
+        raise InvalidParameterError("fit_segmented needs a segmented message")
+    parts = header.parts()
+    column = header.segments.column
+    prepared = segment_targets(
+        noisy,
+        group,
+        parts,
+        transform=label_transform,
+        lo=header.label_min,
+        hi=header.label_max,
+    )
+    fitted = fit_model(
+        X,
+        prepared.centred,
+        encoder=encoder,
+        model=model,
+        label_transform="raw",
+        seed=seed,
+        progress=progress,
+        threads=threads,
+    )
+    offsets = segment_offsets(
+        column=column,
+        names=encoder.names,
+        encode=_segment_codes(encoder, column, [s for part in parts for s in part.segments]),
+        parts=parts,
+        targets=prepared,
+    )
+    metrics = dict(fitted.metrics)
+    metrics["segments"] = {
+        "column": column,
+        "groups": len(parts),
+        "label_transforms": list(prepared.transforms),
+        "pooled_mean": prepared.pooled_mean,
+        "baselines": [float(b) for b in prepared.baseline],
+        "shrinkage_weights": list(prepared.weights),
+    }
+    return replace(fitted, segments=offsets, metrics=metrics)
+
+
+def _segment_codes(encoder: Encoder, column: str, segments: Sequence[str]) -> dict[str, float]:
+    """Each segment value's encoded value in ``column`` (categories the encoder keeps; numbers
+    of a numeric column); segments it cannot encode are left out."""
+    kinds = dict(encoder.columns)
+    if column not in kinds:
+        return {}
+    if kinds[column] == "categorical":
+        vocab = encoder.vocab[column]
+        return {s: float(vocab[s]) for s in segments if s in vocab}
+    codes: dict[str, float] = {}
+    for segment in segments:
+        try:
+            value = float(segment)
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            codes[segment] = value
+    return codes
 
 
 def _fit_model(

@@ -32,12 +32,16 @@ from shared.mechanisms import registry
 if TYPE_CHECKING:
     from shared.mechanisms.histogram import Prior
     from shared.randomizer import Release
+    from shared.segments import SegmentedRelease
 
 # Version 2 adds the optional header field ``model_dim``, version 3 the optional DP label mean
 # (``label_mean``, ``label_mean_epsilon``), version 4 the derived public values the receiver
-# uses (``label_mean_variance``, ``recommended_transform``); older messages are still read.
+# uses (``label_mean_variance``, ``recommended_transform``), version 5 the public segment groups
+# of a segmented release (``segments``; only segmented messages carry version 5, the others are
+# still written as version 4); older messages are still read.
 FORMAT_VERSION = 4
-SUPPORTED_FORMAT_VERSIONS = (1, 2, 3, 4)
+SEGMENTED_FORMAT_VERSION = 5
+SUPPORTED_FORMAT_VERSIONS = (1, 2, 3, 4, 5)
 JSON_MEDIA_TYPE = "application/json"
 BINARY_MEDIA_TYPE = "application/vnd.labeldp.message+binary"
 
@@ -50,8 +54,10 @@ EXAMPLE_ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 _EXAMPLE_ID_RE = re.compile(EXAMPLE_ID_PATTERN)
 
 # "none" (an un-randomized benchmark message) or a registered mechanism
-# (``shared.mechanisms.registry``), checked when the header is read.
+# (``shared.mechanisms.registry``), checked when the header is read; "segmented" for a message
+# whose randomizers are its groups' (``MessageHeader.segments``).
 NO_MECHANISM = "none"
+SEGMENTED = "segmented"
 ParamValue = float | int | str | bool | list[float] | None
 
 
@@ -89,6 +95,59 @@ class NoisyHistogram(BaseModel):
         return Prior(edges=np.asarray(self.edges), probs=np.asarray(self.probs))
 
 
+class MessagePart(BaseModel):
+    """One randomizer's share of a message: its examples' count and every public value needed
+    to post-process their noisy labels. A segmented message has one per group (in body order),
+    any other message one, read from its top-level fields (:meth:`MessageHeader.parts`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    segments: list[str] = Field(default_factory=list)  # empty: the whole message
+    pooled: bool = False  # True: the small segments merged into one group
+    n: int = Field(ge=0)
+    mechanism: str
+    params: dict[str, ParamValue]
+    histogram: NoisyHistogram
+    model_dim: int | None = Field(default=None, ge=1, le=10**9, strict=True)
+    label_mean: float | None = None
+    label_mean_epsilon: float | None = Field(default=None, gt=0)
+    label_mean_variance: float | None = Field(default=None, ge=0)
+    recommended_transform: Literal["raw", "debiased"] | None = None
+
+    @field_validator("mechanism")
+    @classmethod
+    def _mechanism(cls, name: str) -> str:
+        if name != NO_MECHANISM and name not in registry.names():
+            raise ValueError(f"mechanism {name!r} is not a registered mechanism")
+        return name
+
+    @property
+    def prior(self) -> Prior:
+        """The part's epsilon1-DP histogram as the engine's prior."""
+        return self.histogram.prior()
+
+
+class MessageSegments(BaseModel):
+    """A segmented release's public groups (``shared.segments``), in the body's order: the
+    first ``groups[0].n`` examples of the body are group 0's, and so on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    column: str = Field(min_length=1, max_length=64)
+    groups: list[MessagePart] = Field(min_length=2)
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> MessageSegments:
+        seen: set[str] = set()
+        for group in self.groups:
+            if not group.segments:
+                raise ValueError("every group names its segments")
+            if seen & set(group.segments) or len(set(group.segments)) != len(group.segments):
+                raise ValueError("a segment belongs to exactly one group")
+            seen |= set(group.segments)
+        return self
+
+
 class MessageHeader(BaseModel):
     """Everything public about one release; the features party trusts nothing else."""
 
@@ -105,7 +164,7 @@ class MessageHeader(BaseModel):
     label_min: float
     label_max: float
     default_label: float
-    histogram: NoisyHistogram
+    histogram: NoisyHistogram | None  # None only in a segmented message (see segments)
     n: int = Field(ge=0)
     body_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     # The model dimension d the labels party's choice of randomizer assumed (C = bias^2 +
@@ -124,13 +183,58 @@ class MessageHeader(BaseModel):
     # "raw" or "debiased": the training target with the lower C = bias^2 + (model_dim / n) Var
     # under the noisy prior (``shared.selection.recommended_transform``).
     recommended_transform: Literal["raw", "debiased"] | None = None
+    # A segmented release (format 5; ``shared.segments``): its groups, each with its own
+    # randomizer, prior and DP mean. Then ``mechanism`` is "segmented", ``params`` is empty,
+    # ``histogram`` is None and ``label_mean`` (if any) is the groups' pooled mean: read
+    # :meth:`parts`, never the top-level randomizer fields.
+    segments: MessageSegments | None = None
+    # A segmented release (format 5): its groups, each with its own randomizer, prior and DP
+    # mean. Then ``mechanism`` is "segmented", ``params`` is empty, ``histogram`` is None and
+    # ``label_mean`` (if any) is the groups' pooled mean; read :meth:`parts`, never the
+    # top-level randomizer fields.
+    segments: MessageSegments | None = None
 
     @field_validator("mechanism")
     @classmethod
     def _mechanism(cls, name: str) -> str:
-        if name != NO_MECHANISM and name not in registry.names():
+        if name not in (NO_MECHANISM, SEGMENTED) and name not in registry.names():
             raise ValueError(f"mechanism {name!r} is not a registered mechanism")
         return name
+
+    @model_validator(mode="after")
+    def _segments(self) -> MessageHeader:
+        if self.segments is None:
+            if self.mechanism == SEGMENTED or self.histogram is None:
+                raise ValueError("only a segmented message (with segments) has no histogram")
+            return self
+        if self.format_version < SEGMENTED_FORMAT_VERSION:
+            raise ValueError(f"segments need format_version {SEGMENTED_FORMAT_VERSION}")
+        if self.mechanism != SEGMENTED or self.params or self.histogram is not None:
+            raise ValueError(
+                "a segmented message has mechanism 'segmented', empty params and no histogram"
+            )
+        if sum(group.n for group in self.segments.groups) != self.n:
+            raise ValueError("the groups' n must add up to the message's n")
+        return self
+
+    def parts(self) -> list[MessagePart]:
+        """The message's randomizers in body order: one per group, or the whole message."""
+        if self.segments is not None:
+            return list(self.segments.groups)
+        assert self.histogram is not None  # checked by the validator
+        return [
+            MessagePart(
+                n=self.n,
+                mechanism=self.mechanism,
+                params=self.params,
+                histogram=self.histogram,
+                model_dim=self.model_dim,
+                label_mean=self.label_mean,
+                label_mean_epsilon=self.label_mean_epsilon,
+                label_mean_variance=self.label_mean_variance,
+                recommended_transform=self.recommended_transform,
+            )
+        ]
 
     @model_validator(mode="after")
     def _label_mean(self) -> MessageHeader:
@@ -152,7 +256,9 @@ class MessageHeader(BaseModel):
 
     @property
     def prior(self) -> Prior:
-        """The epsilon1-DP histogram as the engine's prior."""
+        """The epsilon1-DP histogram as the engine's prior (not for a segmented message)."""
+        if self.histogram is None:
+            raise ValueError("a segmented message has one prior per group: read parts()")
         return self.histogram.prior()
 
 
@@ -168,7 +274,7 @@ def json_safe(value: Any) -> Any:
 
 
 def header_for(
-    release: Release,
+    release: Release | SegmentedRelease,
     *,
     release_id: str,
     dataset: str,
@@ -178,21 +284,69 @@ def header_for(
     created: datetime,
 ) -> MessageHeader:
     """The header of ``release``: the one place a release's public values become the message's
-    (the labels-party service and the Spark job both write it through here)."""
+    (the labels-party service and the Spark job both write it through here).
+
+    A segmented release (``shared.segments``) gets format 5: one part per group, and as its
+    top-level DP mean the groups' means pooled by size, sum(n_g m_g) / n (post-processing;
+    label_mean_epsilon-DP by the same parallel composition), with variance sum((n_g / n)^2 V_g).
+    """
+    from shared.segments import SegmentedRelease as Segmented
+
+    common: dict[str, Any] = {
+        "release_id": release_id,
+        "dataset": dataset,
+        "created": created,
+        "default_label": default_label,
+        "n": n,
+        "body_sha256": body_sha256,
+    }
+    if not isinstance(release, Segmented):
+        part = _part_of(release, n=n)
+        return MessageHeader(
+            **common,
+            epsilon1=release.epsilon1,
+            epsilon2=release.epsilon2,
+            label_min=release.plan.lo,
+            label_max=release.plan.hi,
+            **part.model_dump(exclude={"segments", "pooled", "n"}),
+        )
+    groups = [
+        _part_of(one, n=group.n).model_copy(
+            update={"segments": list(group.segments), "pooled": group.pooled}
+        )
+        for one, group in zip(release.releases, release.plan.groups, strict=True)
+    ]
+    first = release.releases[0]
+    mean = variance = None
+    if all(group.label_mean is not None for group in groups) and n > 0:
+        mean = sum(g.n * g.label_mean for g in groups) / n  # type: ignore[operator]
+        mean = min(max(mean, first.plan.lo), first.plan.hi)
+        variance = sum((g.n / n) ** 2 * (g.label_mean_variance or 0.0) for g in groups)
     return MessageHeader(
-        release_id=release_id,
-        dataset=dataset,
-        created=created,
+        **common,
+        format_version=SEGMENTED_FORMAT_VERSION,
+        mechanism=SEGMENTED,
+        params={},
+        epsilon1=first.epsilon1,
+        epsilon2=first.epsilon2,
+        label_min=first.plan.lo,
+        label_max=first.plan.hi,
+        histogram=None,
+        model_dim=first.model_dim,
+        label_mean=mean,
+        label_mean_epsilon=first.plan.label_mean_float if mean is not None else None,
+        label_mean_variance=variance,
+        segments=MessageSegments(column=release.plan.column, groups=groups),
+    )
+
+
+def _part_of(release: Release, *, n: int) -> MessagePart:
+    """The public values of one randomizer's release."""
+    return MessagePart(
+        n=n,
         mechanism=release.mechanism,
         params=json_safe(release.params),
-        epsilon1=release.epsilon1,
-        epsilon2=release.epsilon2,
-        label_min=release.plan.lo,
-        label_max=release.plan.hi,
-        default_label=default_label,
         histogram=NoisyHistogram(**json_safe(release.prior.to_dict())),
-        n=n,
-        body_sha256=body_sha256,
         model_dim=release.model_dim,
         label_mean=release.label_mean,
         label_mean_epsilon=release.plan.label_mean_float,

@@ -45,6 +45,10 @@ class Dataset:
     # Standardise features (train mean / sd) before the papers' MLP; False where the source
     # already normalises them to [0, 1] (Crime), as the papers use them.
     standardize: bool = True
+    # A coarse PUBLIC attribute of every row (issue 25, item 3: ``shared.segments``) and its
+    # name; None where the data set has none.
+    segments: np.ndarray | None = None
+    segment_column: str | None = None
 
     @property
     def n(self) -> int:
@@ -89,6 +93,10 @@ def load_housing(datasets_dir: Path = DATASETS_DIR) -> Dataset:
             "target range 0.15-5.00001 in units of $100,000); 5.00001 clips to 5"
         ),
         description="California Housing (StatLib cal_housing.data, 20,640 rows, 8 features)",
+        # The block group's latitude band (whole degrees): its location is public census
+        # geography, and house values differ from the Bay Area to the Central Valley.
+        segments=np.floor(lat).astype(int).astype(str),
+        segment_column="latitude_band",
     )
 
 
@@ -109,6 +117,8 @@ def load_crime(datasets_dir: Path = DATASETS_DIR) -> Dataset:
     rows = [line.split(",") for line in data_path.read_text(encoding="latin-1").splitlines()]
     rows = [row for row in rows if len(row) == len(names)]
     columns: dict[str, list[str]] = {name: [row[i] for row in rows] for i, name in enumerate(names)}
+    # The community's US state (FIPS code): public, and crime rates differ between states.
+    state = np.array(columns["state"], dtype=object).astype(str)
     for name in ("state", "county", "community", "communityname", "fold"):
         columns.pop(name)
     target = "ViolentCrimesPerPop"
@@ -135,6 +145,8 @@ def load_crime(datasets_dir: Path = DATASETS_DIR) -> Dataset:
             "paper's preprocessing)"
         ),
         standardize=False,
+        segments=state,
+        segment_column="state",
     )
 
 
@@ -203,6 +215,9 @@ def make_ads(n: int = ADS_N, *, seed: int = 0) -> Dataset:
             "paper clips Criteo at 400 EUR, its 95th percentile)"
         ),
         description=f"SYNTHETIC ad conversions (demo.synthetic_ads.make_ads), n = {n}, seed {seed}",
+        # The advertiser's campaign: its own attribute, public to both parties.
+        segments=np.asarray(features["campaign"]).astype(str),
+        segment_column="campaign",
     )
 
 

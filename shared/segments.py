@@ -1,0 +1,263 @@
+"""Public segments: one prior, one DP mean and one randomizer per segment group, charged once.
+
+An advertiser knows a public attribute of every example (campaign, product category, country)
+whose label distribution differs between its values. A segmented release partitions the
+examples by that attribute into groups (each sizeable segment alone, the small ones pooled),
+and runs the whole two-step LabelRandomizer (Ghazi et al. 2022, Algorithm 3; Liu & Huang,
+Algorithm 4) inside each group: epsilon1 on the group's noisy histogram and DP label mean,
+epsilon2 on a randomizer built from the group's own prior. Issue 25, item 3.
+
+Privacy (parallel composition; McSherry 2009, Theorem 4). The segment of every example is
+public and fixed before any label is read (registered with the example universe and declared
+public by the dataset; the service refuses to change it once labels exist), so the partition
+into groups is the same on any two neighbouring label vectors. The grouping reads only the
+public per-segment counts, the bounds and the request (:func:`segment_groups`); each group's
+plan is :func:`shared.plan.plan_release` of its public size with the SAME charges. Group g's
+output (histogram, mean, randomized labels) is a function of group g's labels alone and is
+(epsilon1 + epsilon2)-label-DP in them (``shared.randomizer``). Changing one label changes the
+input of exactly one group; every other group's output has the same distribution. So the whole
+message is (epsilon1 + epsilon2)-label-DP and the ledger charges epsilon1 and epsilon2 once,
+whatever the number of groups.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+
+from shared import epsilon as amounts
+from shared.domain import LabelDomain, check_labels
+from shared.errors import InvalidParameterError
+from shared.mechanisms.private_mean import private_mean_variance
+from shared.plan import ReleasePlan, ReleaseRequest, check_mean_share, plan_release
+from shared.randomizer import Release, execute
+from shared.rng import Rng
+
+# A segment value: 1-64 characters of letters, digits and "_.:- " (a campaign id, a country).
+SEGMENT_PATTERN = r"^[A-Za-z0-9_.:\- ]{1,64}$"
+_SEGMENT_RE = re.compile(SEGMENT_PATTERN)
+# At most this many distinct segment values in one dataset (the message lists them all).
+MAX_SEGMENTS = 10_000
+# A segmented release's split: epsilon1 = 1/2 of the total, of which 4/5 buys each group's DP
+# mean (2/5 of the total) and 1/5 its histogram; epsilon2 = the other half. Why: the group means
+# carry most of what segments add (synthetic ads at epsilon 1: the DP campaign means alone are
+# 0.855x the constant's test MSE), and they are cheap in epsilon only when bought with a large
+# part of it (bench/results/segments.md).
+SEGMENT_EPSILON1_SHARE = 0.5
+SEGMENT_MEAN_SHARE = 0.8
+# A segment is a group of its own when its DP mean's noise standard deviation is at most this
+# share of the label range; smaller segments are pooled into one group.
+SEGMENT_MEAN_SD_SHARE = 0.02
+
+
+def check_segment(value: str) -> str:
+    """A segment value: 1-64 characters of ``[A-Za-z0-9_.:- ]``."""
+    if not isinstance(value, str) or not _SEGMENT_RE.fullmatch(value):
+        raise InvalidParameterError(
+            f"segment {value!r} must be 1-64 characters of letters, digits, space or '_.:-'"
+        )
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentGroup:
+    """One group of a segmented release: its segments, its public size and its plan."""
+
+    segments: tuple[str, ...]
+    pooled: bool  # True: the small segments merged together
+    plan: ReleasePlan
+
+    @property
+    def n(self) -> int:
+        return self.plan.n
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentedPlan:
+    """A release run group by group, each group charged the same (epsilon1, epsilon2)."""
+
+    column: str  # the dataset's public attribute (e.g. "campaign")
+    groups: tuple[SegmentGroup, ...]
+    mean_share: float
+
+    @property
+    def n(self) -> int:
+        return sum(group.n for group in self.groups)
+
+    @property
+    def first(self) -> ReleasePlan:
+        """The first group's plan: every group's charges are the same."""
+        return self.groups[0].plan
+
+    @property
+    def epsilon(self) -> Decimal:
+        return self.first.epsilon
+
+    @property
+    def mechanism(self) -> str:
+        return self.first.mechanism
+
+    def group_index(self, segments: Sequence[str] | np.ndarray) -> np.ndarray:
+        """The group of each example from its segment (every segment must be planned)."""
+        where = {segment: g for g, group in enumerate(self.groups) for segment in group.segments}
+        try:
+            return np.fromiter((where[s] for s in segments), dtype=np.int64, count=len(segments))
+        except KeyError as exc:
+            raise InvalidParameterError(f"segment {exc.args[0]!r} is not in the plan") from None
+
+    def public(self) -> dict[str, Any]:
+        """The plan as the API shows it: the shared charges, then one line per group."""
+        shared = self.first.public()
+        for key in ("n", "bins", "explanation"):
+            shared.pop(key)
+        return {
+            **shared,
+            "n": self.n,
+            "split": "segmented",
+            "segments": {
+                "column": self.column,
+                "groups": [
+                    {
+                        "segments": list(group.segments),
+                        "pooled": group.pooled,
+                        "n": group.n,
+                        "bins": group.plan.bins,
+                    }
+                    for group in self.groups
+                ],
+            },
+            "explanation": [
+                f"segmented by {self.column!r}: {len(self.groups)} groups, each its own "
+                "histogram, DP mean and randomizer (parallel composition: charged once)",
+                f"epsilon1 {amounts.text(self.first.epsilon1)} (of which "
+                f"{self.mean_share:.0%} buys each group's DP mean), epsilon2 "
+                f"{amounts.text(self.first.epsilon2)} on each group's randomizer",
+            ],
+        }
+
+
+def segment_groups(
+    counts: Mapping[str, int], *, lo: float, hi: float, mean_epsilon: float
+) -> list[tuple[tuple[str, ...], bool]]:
+    """(segments, pooled) per group: each segment whose DP mean at ``mean_epsilon`` has a noise
+    standard deviation of at most ``SEGMENT_MEAN_SD_SHARE (hi - lo)`` alone (sorted by name),
+    the others pooled last. Reads only public counts, the bounds and epsilon."""
+    limit = (SEGMENT_MEAN_SD_SHARE * (hi - lo)) ** 2
+    alone: list[str] = []
+    pooled: list[str] = []
+    for segment in sorted(counts):
+        count = int(counts[segment])
+        if count < 1:
+            continue
+        variance = private_mean_variance(lo=lo, hi=hi, epsilon=mean_epsilon, n=count)
+        (alone if variance <= limit else pooled).append(segment)
+    groups = [((segment,), False) for segment in alone]
+    if pooled:
+        groups.append((tuple(pooled), True))
+    return groups
+
+
+def plan_segmented(
+    request: ReleaseRequest,
+    counts: Mapping[str, int],
+    *,
+    column: str,
+    lo: float,
+    hi: float,
+) -> SegmentedPlan | None:
+    """The segmented plan of ``request`` over public per-segment ``counts``; None when the
+    rule leaves fewer than two groups (the release is then an ordinary one).
+
+    epsilon1 = ``SEGMENT_EPSILON1_SHARE`` of the total unless the request gives it; each
+    group's mean gets ``SEGMENT_MEAN_SHARE`` of epsilon1. Public inputs only.
+    """
+    domain = LabelDomain(lo=lo, hi=hi)
+    total = amounts.exact(request.epsilon)
+    if request.epsilon_histogram is not None:
+        first = amounts.exact(request.epsilon_histogram, name="epsilon_histogram")
+    else:
+        first = amounts.short_part(SEGMENT_EPSILON1_SHARE * float(total), whole=total)
+    if not first < total:
+        raise InvalidParameterError(
+            f"epsilon_histogram ({amounts.text(first)}) must be < epsilon ({amounts.text(total)})"
+        )
+    second = amounts.subtract(total, first)
+    share = check_mean_share(SEGMENT_MEAN_SHARE)
+    mean_epsilon = amounts.float_at_most(first) * share
+    if not (mean_epsilon > 0.0 and math.isfinite(mean_epsilon)):
+        return None
+    layout = segment_groups(counts, lo=domain.lo, hi=domain.hi, mean_epsilon=mean_epsilon)
+    if len(layout) < 2:
+        return None
+    groups = []
+    for segments, pooled in layout:
+        n = sum(int(counts[s]) for s in segments)
+        plan = plan_release(
+            n=n,
+            lo=domain.lo,
+            hi=domain.hi,
+            epsilon1=first,
+            epsilon2=second,
+            mechanism=request.mechanism,
+            bins=request.bins,
+            model_dim=request.model_dim,
+            mean_share=share,
+            options=request.options,
+        )
+        groups.append(
+            SegmentGroup(segments=segments, pooled=pooled, plan=replace(plan, split="segmented"))
+        )
+    return SegmentedPlan(column=column, groups=tuple(groups), mean_share=share)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentedRelease:
+    """Every group's release, and the noisy labels in the examples' own order."""
+
+    plan: SegmentedPlan
+    releases: tuple[Release, ...]  # one per group, in plan order
+    group: np.ndarray  # the group index of every example
+    noisy_labels: np.ndarray  # aligned with the examples
+
+    @property
+    def order(self) -> np.ndarray:
+        """The message's example order: group by group, the examples' order within each."""
+        return np.argsort(self.group, kind="stable")
+
+
+def execute_segmented(
+    plan: SegmentedPlan, labels: np.ndarray, segments: Sequence[str] | np.ndarray, rng: Rng
+) -> SegmentedRelease:
+    """Run each group's plan on its own labels (``shared.randomizer.execute``), group by group.
+
+    The only label access is ``execute`` on each group's labels: the parallel composition of
+    the module docstring.
+    """
+    values = check_labels(labels)
+    if len(segments) != values.size:
+        raise InvalidParameterError(f"{len(segments)} segments for {values.size} labels")
+    group = plan.group_index(segments)
+    noisy = np.empty(values.size, dtype=np.float64)
+    releases = []
+    for g, planned in enumerate(plan.groups):
+        rows = np.flatnonzero(group == g)
+        if rows.size != planned.n:
+            raise InvalidParameterError(
+                f"group {g} is planned for {planned.n} examples, got {rows.size}"
+            )
+        release = execute(planned.plan, values[rows], rng)
+        noisy[rows] = release.noisy_labels
+        releases.append(release)
+    return SegmentedRelease(plan=plan, releases=tuple(releases), group=group, noisy_labels=noisy)
+
+
+def segment_counts(segments: Sequence[str] | np.ndarray) -> dict[str, int]:
+    """How many examples each segment has (public: the segments are)."""
+    values, counts = np.unique(np.asarray(segments, dtype=object).astype(str), return_counts=True)
+    return {str(v): int(c) for v, c in zip(values, counts, strict=True)}
