@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from features_party.db.models import FeatureDataset, FeatureRow
 from shared.client import FeatureUploadResult
 from shared.message import check_example_id
+from shared.segments import SEGMENT_PATTERN
 from shared.strict_input import NUMBER_RULE, parse_decimal
 
 Kind = Literal["numeric", "categorical"]
@@ -479,3 +480,40 @@ def load_rows(session: Session, name: str) -> tuple[list[str], list[list[Cell]]]
         ids.append(eid)
         values.append(json.loads(encoded))
     return ids, values
+
+
+SEGMENT_RE = re.compile(SEGMENT_PATTERN)
+
+
+def segment_values(session: Session, name: str, column: str, ids: Sequence[str]) -> list[str]:
+    """Each id's value in the feature ``column`` as a segment (``shared.segments``), in order.
+
+    For the sync of a dataset the labels party segments by ``column``: the column must exist
+    and every row needs a value that is a valid segment (a number is written as the upload
+    normalises it, 3.0 as "3"); otherwise a 422 naming the column or the first rows.
+    """
+    schema = load_schema(session, name) or []
+    names = [col for col, _ in schema]
+    if column not in names:
+        raise FeatureInputError(
+            f"the labels party segments dataset {name!r} by {column!r}: upload that column",
+            [(column, "missing column: the segment of every example")],
+        )
+    at = names.index(column)
+    stored_ids, rows = load_rows(session, name)
+    value_of = {eid: row[at] for eid, row in zip(stored_ids, rows, strict=True)}
+    out: list[str] = []
+    errors: list[tuple[str, str]] = []
+    for eid in ids:
+        value = value_of.get(eid)
+        if isinstance(value, float) and value.is_integer():
+            value = str(int(value))
+        text = "" if value is None else str(value)
+        if not SEGMENT_RE.fullmatch(text):
+            errors.append((f"{column}[{eid}]", "not a segment (1-64 of letters, digits, ' _.:-')"))
+        out.append(text)
+    if errors:
+        raise FeatureInputError(
+            f"{len(errors)} example(s) have no valid segment in {column!r}", errors[:MAX_REPORTED]
+        )
+    return out

@@ -637,8 +637,17 @@ def fit_segmented(
         "groups": len(parts),
         "label_transforms": list(prepared.transforms),
         "pooled_mean": prepared.pooled_mean,
-        "baselines": [float(b) for b in prepared.baseline],
-        "shrinkage_weights": list(prepared.weights),
+        # Each segment's baseline b_g (its group's shrunk DP mean) and shrinkage weight w_g.
+        "baselines": {
+            segment: float(prepared.baseline[g])
+            for g, part in enumerate(parts)
+            for segment in part.segments
+        },
+        "shrinkage_weights": {
+            segment: prepared.weights[g]
+            for g, part in enumerate(parts)
+            for segment in part.segments
+        },
     }
     return replace(fitted, segments=offsets, metrics=metrics)
 

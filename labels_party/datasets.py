@@ -24,6 +24,7 @@ from labels_party.errors import BadInputError, ConflictError, FieldError, NotFou
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.mechanisms.histogram import bin_edges
+from shared.segments import check_segment_column
 
 # Starts with a letter or digit: "." and ".." would be dot segments that HTTP clients collapse
 # out of a URL, so such a dataset could be created but never addressed.
@@ -95,6 +96,7 @@ class DatasetRow:
     n_labels: int
     data_version: int
     created: str
+    segment_column: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> DatasetRow:
@@ -112,10 +114,17 @@ class DatasetSpec:
     epsilon_budget: Decimal
     # The total delta (epsilon, delta) model releases may spend; 0: none (label DP only).
     delta_budget: Decimal = amounts.ZERO
+    # The public attribute examples are segmented by (``shared.segments``); None: none.
+    segment_column: str | None = None
 
     def __post_init__(self) -> None:
         errors: list[FieldError] = []
         check_name(self.name)
+        if self.segment_column is not None:
+            try:
+                check_segment_column(self.segment_column)
+            except InvalidParameterError as exc:
+                errors.append(FieldError(field="segment_column", message=str(exc)))
         exact = {"epsilon_budget": amounts.exact}
         if self.delta_budget != 0:
             exact["delta_budget"] = accountant.exact_delta
@@ -160,6 +169,8 @@ class DatasetSpec:
         }
         if self.delta_budget > 0:
             recorded["delta_budget"] = amounts.text(self.delta_budget)
+        if self.segment_column is not None:
+            recorded["segment_column"] = self.segment_column
         return recorded
 
 
@@ -195,6 +206,7 @@ def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> Datas
                 n_labels=0,
                 data_version=0,
                 created=now,
+                segment_column=spec.segment_column,
             )
         )
         ledger.record_event(
@@ -253,6 +265,8 @@ def public_view(row: DatasetRow, release_ids: list[str], *, role: str) -> dict[s
         "releases": release_ids,
         "created": row.created,
     }
+    if row.segment_column is not None:
+        view["segment_column"] = row.segment_column
     if role == "advertiser":
         view["n_labels"] = row.n_labels
     return view

@@ -22,8 +22,9 @@ from sqlalchemy import Connection, update
 from labels_party import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets
-from labels_party.errors import ConflictError, FieldError
+from labels_party.errors import BadInputError, ConflictError, FieldError
 from labels_party.parsing import LabelRows, gc_paused
+from shared.segments import MAX_SEGMENTS
 
 _LOOKUP_CHUNK = 500
 MAX_CONFLICTS_LISTED = 10
@@ -45,6 +46,11 @@ _UPDATE_LABEL = "UPDATE entries SET value = ? WHERE dataset_id = ? AND example_i
 _REGISTER = (
     "INSERT INTO entries (dataset_id, example_id, registered, value) VALUES (?, ?, 1, NULL) "
     f"{_ON_REGISTER}"
+)
+# A segmented dataset's registration: the example with its segment (conflicts checked first).
+_REGISTER_SEGMENT = (
+    "INSERT INTO entries (dataset_id, example_id, registered, value, segment) "
+    "VALUES (?, ?, 1, NULL, ?) ON CONFLICT (dataset_id, example_id) DO NOTHING"
 )
 _COPY_ROWS = 65_536  # rows per COPY write (bounds the text built at once)
 
@@ -281,13 +287,28 @@ def _copy_upsert(
 
 
 def store_examples(
-    db: Database, *, dataset: str, example_ids: list[str], commit_delay: float = 0.0
+    db: Database,
+    *,
+    dataset: str,
+    example_ids: list[str],
+    segments: list[str] | None = None,
+    commit_delay: float = 0.0,
 ) -> ExamplesResult:
-    """Register example ids atomically (repeats are idempotent); 409 once released."""
+    """Register example ids atomically (repeats are idempotent); 409 once released.
+
+    ``segments``: each example's public segment, required by a dataset with a segment column
+    and refused by any other (422 ``segments``). A segment is fixed when its example is first
+    registered, before its label: another segment for a registered example, or a segment for
+    an example that already has a label, is a 409 naming ``segments[i]`` (the grouping of a
+    segmented release must not depend on any label; ``shared.segments``).
+    """
     with db.write() as conn, gc_paused():
         row = ds.load(conn, dataset, for_update=True)
         _refuse_if_released(row)
-        if db.is_sqlite:
+        _check_segments_given(row, example_ids, segments)
+        if segments is not None:
+            added = _register_segmented(db, conn, row, example_ids, segments)
+        elif db.is_sqlite:
             added = db.executemany(conn, _REGISTER, zip(repeat(row.id), example_ids))
         else:
             existing = max(row.n_examples, row.n_labels)
@@ -295,3 +316,74 @@ def store_examples(
         n_examples = row.n_examples + added
         _finish(conn, row, bool(added), commit_delay, n_examples=n_examples)
     return ExamplesResult(accepted=len(example_ids), registered_new=added, n_examples=n_examples)
+
+
+def _check_segments_given(
+    row: ds.DatasetRow, example_ids: list[str], segments: list[str] | None
+) -> None:
+    """422 ``segments`` unless they are given exactly when the dataset is segmented."""
+    if row.segment_column is None and segments is not None:
+        raise BadInputError(
+            f"dataset {row.name!r} has no segment_column: its examples take no segments",
+            [FieldError(field="segments", message="the dataset declares no segment_column")],
+        )
+    if row.segment_column is not None and segments is None:
+        raise BadInputError(
+            f"dataset {row.name!r} is segmented by {row.segment_column!r}: every example "
+            "needs its segment",
+            [FieldError(field="segments", message="required: one segment per example id")],
+        )
+    if segments is not None and len(segments) != len(example_ids):
+        raise BadInputError(
+            f"{len(segments)} segments for {len(example_ids)} example ids",
+            [FieldError(field="segments", message="must align with example_ids")],
+        )
+
+
+def _register_segmented(
+    db: Database, conn: Connection, row: ds.DatasetRow, ids: list[str], segments: list[str]
+) -> int:
+    """Register ``ids`` with their ``segments`` after checking that none changes (409)."""
+    current: dict[str, tuple[int, float | None, str | None]] = {}
+    distinct = list(dict.fromkeys(ids))
+    for start in range(0, len(distinct), _LOOKUP_CHUNK):
+        chunk = distinct[start : start + _LOOKUP_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        for example_id, registered, value, segment in db.fetch(
+            conn,
+            "SELECT example_id, registered, value, segment FROM entries WHERE dataset_id = ? "
+            f"AND example_id IN ({marks})",
+            [row.id, *chunk],
+        ):
+            current[example_id] = (registered, value, segment)
+    errors: list[FieldError] = []
+    batch: dict[str, str] = {}
+    for index, (example_id, segment) in enumerate(zip(ids, segments, strict=True)):
+        before = current.get(example_id)
+        if before is not None and before[1] is not None:
+            problem = "the example already has a label: its segment comes before its label"
+        elif (before is not None and before[0] == 1 and before[2] != segment) or batch.get(
+            example_id, segment
+        ) != segment:
+            problem = "the example is registered with another segment"
+        else:
+            batch[example_id] = segment
+            continue
+        errors.append(FieldError(field=f"segments[{index}]", message=problem))
+        if len(errors) >= MAX_CONFLICTS_LISTED:
+            break
+    if errors:
+        raise ConflictError("segments are fixed when examples are registered", errors)
+    new = [(row.id, key, segment) for key, segment in batch.items() if key not in current]
+    added = db.executemany(conn, _REGISTER_SEGMENT, new) if new else 0
+    count = db.fetch(
+        conn,
+        "SELECT COUNT(DISTINCT segment) FROM entries WHERE dataset_id = ? AND registered = 1",
+        [row.id],
+    )[0][0]
+    if count > MAX_SEGMENTS:
+        raise BadInputError(
+            f"dataset {row.name!r} would have {count} segments (at most {MAX_SEGMENTS})",
+            [FieldError(field="segments", message=f"at most {MAX_SEGMENTS} distinct segments")],
+        )
+    return added

@@ -28,11 +28,14 @@ import numpy as np
 from labels_party.errors import BadInputError, FieldError
 from shared import strict_input
 from shared.message import EXAMPLE_ID_PATTERN
+from shared.segments import SEGMENT_PATTERN
 
 ID_RE = re.compile(EXAMPLE_ID_PATTERN.removeprefix("^").removesuffix("$"))
 CSV_HEADER = "example_id,value"
 MAX_REPORTED_ERRORS = 10
 _ID_RULE = "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'"
+SEGMENT_RE = re.compile(SEGMENT_PATTERN.removeprefix("^").removesuffix("$"))
+_SEGMENT_RULE = "must be 1-64 characters of letters, digits, space, '_', '.', ':' or '-'"
 _VALUE_RULE = "must be a finite number"
 _TEXT_VALUE_RULE = "must be a finite number, written as a plain decimal (ASCII digits, no '_')"
 
@@ -168,12 +171,17 @@ def _loads(body: bytes) -> Any:
 
 def _batch(body: bytes, key: str) -> list[Any]:
     """The non-empty list under ``key`` of a JSON object that has no other key."""
+    return _batch_with(body, key)[0]
+
+
+def _batch_with(body: bytes, key: str, *optional: str) -> tuple[list[Any], dict[str, Any]]:
+    """:func:`_batch`, also allowing the ``optional`` keys (returned as given)."""
     doc = _loads(body)
     if not isinstance(doc, dict):
         raise BadInputError(
             "body must be a JSON object", [FieldError(field="body", message="must be an object")]
         )
-    extra = set(doc) - {key}
+    extra = set(doc) - {key, *optional}
     if extra:
         raise BadInputError(
             "unexpected key(s) in body",
@@ -186,7 +194,7 @@ def _batch(body: bytes, key: str) -> list[Any]:
         )
     if not items:
         raise BadInputError("empty batch", [FieldError(field=key, message="must not be empty")])
-    return items
+    return items, {name: doc[name] for name in optional if name in doc}
 
 
 def parse_labels_json(body: bytes) -> LabelRows:
@@ -205,9 +213,28 @@ def parse_labels_json(body: bytes) -> LabelRows:
     return LabelRows(example_ids=ids, values=np.frombuffer(values, dtype=np.float64))
 
 
+@dataclass(frozen=True)
+class ExampleBatch:
+    """Example ids, and each one's segment when the batch gives them (segmented datasets)."""
+
+    ids: list[str]
+    segments: list[str] | None = None
+
+
 def parse_examples_json(body: bytes) -> list[str]:
-    """``{"example_ids": [str, ...]}`` (non-empty)."""
-    ids = _batch(body, "example_ids")
+    """``{"example_ids": [str, ...]}`` (non-empty); segments are refused here."""
+    batch = parse_example_batch(body)
+    if batch.segments is not None:
+        raise BadInputError(
+            "unexpected key(s) in body", [FieldError(field="segments", message="unexpected key")]
+        )
+    return batch.ids
+
+
+def parse_example_batch(body: bytes) -> ExampleBatch:
+    """``{"example_ids": [str, ...], "segments": [str, ...]}``; ``segments`` is optional and,
+    when given, one segment (``shared.segments.SEGMENT_PATTERN``) per id, in the same order."""
+    ids, optional = _batch_with(body, "example_ids", "segments")
     errors = [
         FieldError(field=f"example_ids[{i}]", message=_ID_RULE)
         for i, example_id in enumerate(ids)
@@ -215,7 +242,21 @@ def parse_examples_json(body: bytes) -> list[str]:
     ]
     if errors:
         _raise(errors, what="example ids")
-    return ids
+    if "segments" not in optional or optional["segments"] is None:
+        return ExampleBatch(ids=ids)
+    segments = optional["segments"]
+    if not isinstance(segments, list):
+        raise BadInputError(
+            "segments must be a list", [FieldError(field="segments", message="must be a list")]
+        )
+    errors = [
+        FieldError(field=f"segments[{i}]", message=_SEGMENT_RULE)
+        for i, segment in enumerate(segments)
+        if not isinstance(segment, str) or not SEGMENT_RE.fullmatch(segment)
+    ]
+    if errors:
+        _raise(errors, what="segments")
+    return ExampleBatch(ids=ids, segments=segments)
 
 
 class _LineStream:

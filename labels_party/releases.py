@@ -53,6 +53,13 @@ from shared.message import (
 from shared.plan import ReleasePlan, ReleaseRequest
 from shared.randomizer import Release, execute
 from shared.rng import Rng, SystemRandom
+from shared.segments import (
+    SegmentedPlan,
+    SegmentedRelease,
+    execute_segmented,
+    plan_segmented,
+    segment_counts,
+)
 
 Randomizer = Callable[[ReleasePlan, np.ndarray, Rng], Release]
 RngFactory = Callable[[], Rng]
@@ -67,11 +74,24 @@ def plan_for(row: ds.DatasetRow, request: ReleaseRequest, *, n: int) -> ReleaseP
     return request.plan(n=n, lo=row.label_min, hi=row.label_max)
 
 
+def segmented_plan_for(
+    row: ds.DatasetRow, request: ReleaseRequest, counts: dict[str, int]
+) -> SegmentedPlan | None:
+    """The segmented plan of ``request`` on a segmented dataset with public per-segment
+    ``counts`` (``shared.segments.plan_segmented``); None: not segmented, or one group."""
+    if row.segment_column is None:
+        return None
+    return plan_segmented(
+        request, counts, column=row.segment_column, lo=row.label_min, hi=row.label_max
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Snapshot:
     row: ds.DatasetRow
     ids_text: str  # the registered ids in message order, joined by "\n"
     labels: np.ndarray  # label or default_label, aligned with the ids
+    segments: list[str] | None = None  # each id's public segment (segmented datasets)
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -104,14 +124,16 @@ class ReleaseService:
         """What ``request`` would spend and leave: its plan; reads no label, spends nothing."""
         with self._db.read() as conn:
             row = ds.load(conn, dataset)
+            counts = _segment_counts(self._db, conn, row)
         _check_releasable(row)
         plan = plan_for(row, request, n=row.n_examples)
+        segmented = segmented_plan_for(row, request, counts)
         budget = accountant.Budget.of(row)
         return {
             "dry_run": True,
             "dataset": row.name,
             "n": row.n_examples,
-            "plan": plan.public(),
+            "plan": plan.public() if segmented is None else segmented.public(),
             "budget": {
                 "budget": amounts.text(budget.budget),
                 "spent": amounts.text(budget.spent),
@@ -140,29 +162,36 @@ class ReleaseService:
             _check_releasable(row)
             cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
             try:
+                segmented = row.segment_column is not None
                 cursor.execute(
                     self._db.sql(
-                        "SELECT example_id, COALESCE(value, ?) FROM entries "
-                        "WHERE dataset_id = ? AND registered = 1 ORDER BY example_id"
+                        "SELECT example_id, COALESCE(value, ?)"
+                        + (", segment" if segmented else "")
+                        + " FROM entries WHERE dataset_id = ? AND registered = 1 "
+                        "ORDER BY example_id"
                     ),
                     (row.default_label, row.id),
                 )
                 pieces: list[str] = []
+                segments: list[str] | None = [] if segmented else None
                 labels = np.empty(row.n_examples, dtype=np.float64)
                 filled = 0
                 with gc_paused():
                     while batch := cursor.fetchmany(_FETCH_ROWS):
-                        ids, values = zip(*batch, strict=True)
+                        columns = list(zip(*batch, strict=True))
+                        ids, values = columns[0], columns[1]
                         if filled + len(ids) > labels.size:
                             raise RuntimeError("entries disagree with the dataset's n_examples")
                         pieces.append("\n".join(ids))
                         labels[filled : filled + len(ids)] = values
+                        if segments is not None:
+                            segments.extend(columns[2])
                         filled += len(ids)
             finally:
                 cursor.close()
         if filled != row.n_examples:
             raise RuntimeError("entries disagree with the dataset's n_examples")
-        return _Snapshot(row=row, ids_text="\n".join(pieces), labels=labels)
+        return _Snapshot(row=row, ids_text="\n".join(pieces), labels=labels, segments=segments)
 
     def _randomize_and_store(
         self, snap: _Snapshot, request: ReleaseRequest, actor_role: str
@@ -170,12 +199,33 @@ class ReleaseService:
         row = snap.row
         n = snap.labels.size
         plan = plan_for(row, request, n=n)
+        segmented = (
+            segmented_plan_for(row, request, segment_counts(snap.segments))
+            if snap.segments is not None
+            else None
+        )
+        ids_text = snap.ids_text
+        release: Release | SegmentedRelease
         with self._slots:
-            release = self._randomizer(plan, snap.labels, self._rng_factory())
+            if segmented is None:
+                release = self._randomizer(plan, snap.labels, self._rng_factory())
+            else:
+                assert snap.segments is not None
+                release = execute_segmented(
+                    segmented, snap.labels, snap.segments, self._rng_factory()
+                )
         noisy = np.ascontiguousarray(release.noisy_labels, dtype=np.float64)
         if noisy.shape != (n,) or not np.isfinite(noisy).all():
             raise RuntimeError("the randomizer returned a malformed array")
-        if release.plan is not plan:  # the budget covers this plan's amounts only
+        if segmented is not None:
+            # The body lists the examples group by group (``shared.message.MessageSegments``).
+            assert isinstance(release, SegmentedRelease)
+            order = release.order
+            ids = ids_text.split("\n")
+            ids_text = "\n".join([ids[i] for i in order])
+            noisy = np.ascontiguousarray(noisy[order])
+            plan = segmented.charged()
+        elif release.plan is not plan:  # the budget covers this plan's amounts only
             raise RuntimeError("the randomizer ran another plan than it was given")
         release_id = new_release_id()
         header = header_for(
@@ -184,10 +234,11 @@ class ReleaseService:
             dataset=row.name,
             default_label=row.default_label,
             n=n,
-            body_sha256=body_sha256([snap.ids_text], noisy),
+            body_sha256=body_sha256([ids_text], noisy),
             created=datetime.now(UTC),
         )
-        chunks = _chunks(header, snap.ids_text, noisy)
+        bins = _bins_of_release(release)
+        chunks = _chunks(header, ids_text, noisy)
         digest = hashlib.sha256()
         for chunk in chunks:
             digest.update(chunk["data"])
@@ -204,7 +255,7 @@ class ReleaseService:
             plan,
             requested_mechanism=request.mechanism,
             header=header,
-            bins=release.prior.k,
+            bins=bins,
         )
         with self._db.write() as conn:
             current = ds.load(conn, row.name, for_update=True)
@@ -216,7 +267,27 @@ class ReleaseService:
             conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
             if self._commit_delay:
                 time.sleep(self._commit_delay)
-        return _public(record, dataset=row.name, bins=release.prior.k)
+        return _public(record, dataset=row.name, bins=bins)
+
+
+def _segment_counts(db: Database, conn: Connection, row: ds.DatasetRow) -> dict[str, int]:
+    """How many registered examples each segment has (public; {} when not segmented)."""
+    if row.segment_column is None:
+        return {}
+    found = db.fetch(
+        conn,
+        "SELECT segment, COUNT(*) FROM entries WHERE dataset_id = ? AND registered = 1 "
+        "GROUP BY segment",
+        [row.id],
+    )
+    return {str(segment): int(count) for segment, count in found}
+
+
+def _bins_of_release(release: Release | SegmentedRelease) -> int:
+    """The histogram's cells (a segmented release: its largest group's)."""
+    if isinstance(release, SegmentedRelease):
+        return max(one.prior.k for one in release.releases)
+    return release.prior.k
 
 
 def release_record(
@@ -288,6 +359,23 @@ def release_charges(
     randomizer and its public parameters)."""
     mechanism, params = header.mechanism, json_safe(header.params)
     recommended_transform = header.recommended_transform
+    if header.segments is not None:
+        # Each group's randomizer and its public parameters (parallel composition: the
+        # groups' labels are disjoint, so epsilon2 is charged once for all of them).
+        params = {
+            "column": header.segments.column,
+            "groups": [
+                {
+                    "segments": group.segments,
+                    "pooled": group.pooled,
+                    "n": group.n,
+                    "mechanism": group.mechanism,
+                    "params": json_safe(group.params),
+                    "bins": len(group.histogram.probs),
+                }
+                for group in header.segments.groups
+            ],
+        }
     mean = plan.label_mean_epsilon
     return [
         accountant.Charge(

@@ -17,6 +17,7 @@ from shared.errors import InvalidParameterError
 from shared.mechanisms import registry
 from shared.message import EXAMPLE_ID_PATTERN
 from shared.plan import AUTO, check_mechanism
+from shared.segments import SEGMENT_COLUMN_PATTERN
 from shared.selection import MAX_MODEL_DIM
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
@@ -61,6 +62,13 @@ class DatasetCreate(BaseModel):
         lt=1,
         description="total delta the (epsilon, delta) model releases (ePTR) may spend, in "
         "[0, 1); default 0: no delta may be spent (a JSON number or a decimal string)",
+    )
+    segment_column: str | None = Field(
+        default=None,
+        pattern=SEGMENT_COLUMN_PATTERN,
+        description="the name of a PUBLIC attribute every example is registered with (e.g. "
+        "campaign): releases then run one prior, DP mean and randomizer per segment "
+        "(shared.segments); fixed at creation",
     )
 
 
@@ -159,6 +167,20 @@ class ExternalReleaseCreate(ReleaseRequestBody):
     )
 
 
+class SegmentGroupPublic(BaseModel):
+    segments: list[str]
+    pooled: bool
+    n: int
+    bins: int
+
+
+class SegmentsPlanPublic(BaseModel):
+    """A segmented release's groups (``shared.segments.SegmentedPlan.public``)."""
+
+    column: str
+    groups: list[SegmentGroupPublic]
+
+
 class ReleasePlanPublic(BaseModel):
     """What a release will spend on what (``shared.plan.ReleasePlan.public``)."""
 
@@ -170,11 +192,14 @@ class ReleasePlanPublic(BaseModel):
     histogram_epsilon: str
     label_mean_epsilon: str | None
     randomizer_epsilon: str
-    split: Literal["default", "given"]
-    bins: int
+    split: Literal["default", "given", "segmented"]
+    bins: int = Field(description="histogram cells (segmented: the largest group's)")
     model_dim: int
     options: dict[str, object]
     explanation: list[str]
+    segments: SegmentsPlanPublic | None = Field(
+        default=None, description="a segmented release's groups (None: not segmented)"
+    )
 
 
 class BudgetPreview(BaseModel):
@@ -235,6 +260,11 @@ class ExamplesBatch(BaseModel):
     model_config = _STRICT
 
     example_ids: list[ExampleId] = Field(min_length=1)
+    segments: list[str] | None = Field(
+        default=None,
+        description="each example's public segment, aligned with example_ids: required by a "
+        "dataset with a segment_column, refused by any other",
+    )
 
 
 class DatasetPublic(BaseModel):
@@ -253,6 +283,7 @@ class DatasetPublic(BaseModel):
     n_labels: int | None = Field(default=None, description="advertiser only")
     releases: list[str]
     created: str
+    segment_column: str | None = Field(default=None, description="None: not segmented")
 
 
 class LabelsIngested(BaseModel):

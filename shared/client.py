@@ -277,6 +277,7 @@ class DatasetInfo(_Lenient):
     epsilon_spent: Decimal = Decimal(0)
     epsilon_left: Decimal | None = None
     n_examples: int | None = None  # registered example ids (every role may see it)
+    segment_column: str | None = None  # the public attribute releases segment by (if any)
 
 
 class ReleaseInfo(_Lenient):
@@ -326,15 +327,19 @@ class LabelsPartyClient(_ServiceClient):
         label_max: float,
         default_label: float,
         epsilon_budget: float,
+        segment_column: str | None = None,
     ) -> dict[str, Any]:
-        """``POST /v1/datasets`` (operator): public label bounds and the epsilon budget."""
-        body = {
+        """``POST /v1/datasets`` (operator): public label bounds and the epsilon budget; with
+        ``segment_column``, a dataset whose releases are segmented by that public attribute."""
+        body: dict[str, Any] = {
             "name": name,
             "label_min": label_min,
             "label_max": label_max,
             "default_label": default_label,
             "epsilon_budget": epsilon_budget,
         }
+        if segment_column is not None:
+            body["segment_column"] = segment_column
         return self._json("POST", "/v1/datasets", idempotent=False, json_body=body)
 
     def ledger(self, **params: Any) -> Any:
@@ -355,8 +360,18 @@ class LabelsPartyClient(_ServiceClient):
         )
 
     # -- publisher -------------------------------------------------------------------------
-    def register_examples(self, name: str, example_ids: Iterable[str]) -> dict[str, Any]:
-        """``POST /v1/datasets/{name}/examples`` (publisher), as text/plain one id per line."""
+    def register_examples(
+        self, name: str, example_ids: Iterable[str], *, segments: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """``POST /v1/datasets/{name}/examples`` (publisher), as text/plain one id per line;
+        with ``segments`` (a segmented dataset: one per id), as JSON."""
+        if segments is not None:
+            return self._json(
+                "POST",
+                f"/v1/datasets/{_segment(name)}/examples",
+                idempotent=True,
+                json_body={"example_ids": list(example_ids), "segments": list(segments)},
+            )
         text = "\n".join(example_ids) + "\n"
         return self._json(
             "POST",

@@ -585,6 +585,11 @@ def _decode_prefix_and_header(view: memoryview) -> tuple[MessageHeader, int]:
     if len(view) < end:
         raise IntegrityError("message is truncated (header)")
     try:
-        return MessageHeader.model_validate_json(bytes(view[_PREFIX.size : end])), end
+        header = MessageHeader.model_validate_json(bytes(view[_PREFIX.size : end]))
     except ValueError as exc:
         raise IntegrityError(f"invalid message header: {exc}") from None
+    if header.format_version != version:
+        raise IntegrityError(
+            f"the prefix says format_version {version}, the header {header.format_version}"
+        )
+    return header, end

@@ -35,13 +35,22 @@ from shared import epsilon as amounts
 from shared.domain import LabelDomain, check_labels
 from shared.errors import InvalidParameterError
 from shared.mechanisms.private_mean import private_mean_variance
-from shared.plan import ReleasePlan, ReleaseRequest, check_mean_share, plan_release
+from shared.plan import (
+    ReleasePlan,
+    ReleaseRequest,
+    check_mean_share,
+    default_epsilon1,
+    plan_release,
+)
 from shared.randomizer import Release, execute
 from shared.rng import Rng
 
 # A segment value: 1-64 characters of letters, digits and "_.:- " (a campaign id, a country).
 SEGMENT_PATTERN = r"^[A-Za-z0-9_.:\- ]{1,64}$"
 _SEGMENT_RE = re.compile(SEGMENT_PATTERN)
+# The name of the public attribute (a column of the publisher's features).
+SEGMENT_COLUMN_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
+_COLUMN_RE = re.compile(SEGMENT_COLUMN_PATTERN)
 # At most this many distinct segment values in one dataset (the message lists them all).
 MAX_SEGMENTS = 10_000
 # A segmented release's split: epsilon1 = 1/2 of the total, of which 4/5 buys each group's DP
@@ -63,6 +72,15 @@ def check_segment(value: str) -> str:
             f"segment {value!r} must be 1-64 characters of letters, digits, space or '_.:-'"
         )
     return value
+
+
+def check_segment_column(name: str) -> str:
+    """A segment column name: a letter, then up to 63 letters, digits or '_'."""
+    if not isinstance(name, str) or not _COLUMN_RE.fullmatch(name):
+        raise InvalidParameterError(
+            f"segment_column {name!r} must be a letter then up to 63 letters, digits or '_'"
+        )
+    return name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +121,11 @@ class SegmentedPlan:
     def mechanism(self) -> str:
         return self.first.mechanism
 
+    def charged(self) -> ReleasePlan:
+        """The plan whose amounts the ledger charges once: every group's (epsilon1, epsilon2,
+        histogram and mean parts), with the whole release's n."""
+        return replace(self.first, n=self.n)
+
     def group_index(self, segments: Sequence[str] | np.ndarray) -> np.ndarray:
         """The group of each example from its segment (every segment must be planned)."""
         where = {segment: g for g, group in enumerate(self.groups) for segment in group.segments}
@@ -119,6 +142,7 @@ class SegmentedPlan:
         return {
             **shared,
             "n": self.n,
+            "bins": max(group.plan.bins for group in self.groups),
             "split": "segmented",
             "segments": {
                 "column": self.column,
@@ -163,6 +187,32 @@ def segment_groups(
     return groups
 
 
+def typical_size(counts: Mapping[str, int]) -> int:
+    """The size of the segment a typical example is in: the example-weighted median count."""
+    sizes = sorted(int(c) for c in counts.values() if int(c) > 0)
+    if not sizes:
+        return 1
+    half, seen = sum(sizes) / 2.0, 0
+    for size in sizes:
+        seen += size
+        if seen >= half:
+            return size
+    return sizes[-1]
+
+
+SPLIT_RULE = "typical"
+
+
+def segmented_epsilon1(total: Decimal, counts: Mapping[str, int], *, mechanism: str) -> Decimal:
+    """epsilon1 of a segmented release: the ordinary default split for a group of the typical
+    segment's size (``shared.plan.default_epsilon1``). Public: counts and the request."""
+    if SPLIT_RULE == "half":
+        return amounts.short_part(SEGMENT_EPSILON1_SHARE * float(total), whole=total)
+    return default_epsilon1(
+        total, n=typical_size(counts), mechanism="rr_on_bins" if mechanism == "auto" else mechanism
+    )
+
+
 def plan_segmented(
     request: ReleaseRequest,
     counts: Mapping[str, int],
@@ -182,7 +232,7 @@ def plan_segmented(
     if request.epsilon_histogram is not None:
         first = amounts.exact(request.epsilon_histogram, name="epsilon_histogram")
     else:
-        first = amounts.short_part(SEGMENT_EPSILON1_SHARE * float(total), whole=total)
+        first = segmented_epsilon1(total, counts, mechanism=request.mechanism)
     if not first < total:
         raise InvalidParameterError(
             f"epsilon_histogram ({amounts.text(first)}) must be < epsilon ({amounts.text(total)})"
@@ -224,6 +274,13 @@ class SegmentedRelease:
     releases: tuple[Release, ...]  # one per group, in plan order
     group: np.ndarray  # the group index of every example
     noisy_labels: np.ndarray  # aligned with the examples
+
+    @property
+    def expected_label_mse(self) -> float:
+        """The groups' expected label MSE under their noisy priors, weighted by size."""
+        sizes = [release.n for release in self.releases]
+        errors = [release.expected_label_mse for release in self.releases]
+        return float(np.dot(sizes, errors) / max(sum(sizes), 1))
 
     @property
     def order(self) -> np.ndarray:

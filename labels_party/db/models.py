@@ -51,6 +51,8 @@ datasets = Table(
     # Bumped by every ingest; a release stores only if the labels it randomized are current.
     Column("data_version", BigInteger, nullable=False, default=0),
     Column("created", String(40), nullable=False),
+    # The public attribute examples are segmented by (``shared.segments``); NULL: none.
+    Column("segment_column", String(64), nullable=True),
     UniqueConstraint("name", name="uq_datasets_name"),
 )
 
@@ -61,6 +63,8 @@ entries = Table(
     Column("example_id", String(128), nullable=False),
     Column("registered", SmallInteger, nullable=False),  # 1 once the publisher registered it
     Column("value", Double, nullable=True),  # the clipped label; NULL if never labelled
+    # The example's public segment, fixed at registration (segmented datasets only).
+    Column("segment", String(64), nullable=True),
     PrimaryKeyConstraint("dataset_id", "example_id", name="pk_entries"),
     sqlite_with_rowid=False,
 )

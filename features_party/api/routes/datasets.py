@@ -22,6 +22,7 @@ from features_party.features import (
     iter_example_ids,
     parse_csv,
     parse_json_rows,
+    segment_values,
     store_batch,
 )
 from features_party.pull import labels_client
@@ -168,7 +169,8 @@ def get_dataset(session: SessionDep, name: str = NamePath) -> DatasetOut:
 
 @router.post("/{name}/examples/sync", response_model=SyncOut)
 def sync_examples(session: SessionDep, settings: SettingsDep, name: str = NamePath) -> SyncOut:
-    """Register every example id of this dataset with the labels party (the public universe)."""
+    """Register every example id of this dataset with the labels party (the public universe);
+    for a dataset the labels party segments, each with its value in the segment column."""
     check_dataset_name(name)
     dataset = session.get(FeatureDataset, name)
     if dataset is None:
@@ -177,9 +179,16 @@ def sync_examples(session: SessionDep, settings: SettingsDep, name: str = NamePa
     last: dict[str, object] = {}
     batches = 0
     with labels_client(settings) as client:
+        column = client.dataset(name).segment_column
+        segments = None if column is None else segment_values(session, name, column, ids)
         try:
             for start in range(0, len(ids), settings.sync_batch):
-                last = client.register_examples(name, ids[start : start + settings.sync_batch])
+                stop = start + settings.sync_batch
+                last = client.register_examples(
+                    name,
+                    ids[start:stop],
+                    segments=None if segments is None else segments[start:stop],
+                )
                 batches += 1
         except ServiceError as exc:
             # Released: its examples are frozen. If nothing changed since the last sync (rows

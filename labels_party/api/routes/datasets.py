@@ -42,6 +42,7 @@ async def create_dataset(
         default_label=float(body.default_label),
         epsilon_budget=body.epsilon_budget,
         delta_budget=body.delta_budget,
+        segment_column=body.segment_column,
     )
     row = await run_in_threadpool(ds.create_dataset, services.db, spec, actor_role=role)
     return ds.public_view(row, [], role=role)
