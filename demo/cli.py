@@ -47,6 +47,12 @@ def register_commands(commands: argparse._SubParsersAction) -> None:  # type: ig
     parser.add_argument("--label", help="label column of --data")
     parser.add_argument("--bounds", help="public label bounds LO,HI (required with --data)")
     parser.add_argument("--id", dest="id_column", help="example id column of --data")
+    parser.add_argument(
+        "--segment",
+        metavar="COLUMN",
+        help="a PUBLIC column to segment the release by: one prior, DP mean and randomizer "
+        "per segment (e.g. campaign for the synthetic data)",
+    )
     parser.add_argument("--plot", type=Path, help="write a PNG (noisy vs true, test MSEs)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--workdir", type=Path, help="folder for databases and logs")
@@ -78,7 +84,13 @@ def format_table(summary: dict[str, Any]) -> str:
             f"randomizer {summary['epsilon2']:.4g}), left {summary['epsilon_left']:g} "
             f"of {summary['epsilon_budget']:g}",
         ),
-        ("mechanism", f"{summary['mechanism']} ({params})"),
+        (
+            "mechanism",
+            f"{summary['mechanism']} ({params})"
+            if not summary.get("segment_column")
+            else f"segmented by {summary['segment_column']!r}: "
+            f"{summary.get('segment_groups')} groups, each its own prior, DP mean and randomizer",
+        ),
         ("private model", f"{summary['model_chosen']}"),
         (
             "test MSE private",
@@ -123,6 +135,11 @@ def demo_command(args: argparse.Namespace) -> int:
             if args.n < 100:
                 raise LabelDPError(f"--n ({args.n}) must be at least 100")
             data = synthetic(args.n, seed=args.seed)
+        if args.segment is not None and args.segment not in data.columns:
+            raise LabelDPError(
+                f"--segment ({args.segment!r}) must be a column of the data: "
+                f"{', '.join(sorted(data.columns))}"
+            )
         if not 0.0 < args.test_share < 0.9:
             raise LabelDPError(f"--test-share ({args.test_share}) must be in (0, 0.9)")
         if not args.epsilon > 0:

@@ -45,6 +45,8 @@ class DemoOptions:
     workdir: Path | None = None
     keep: bool = True
     plot: Path | None = None
+    # A public column of the data to segment releases by (``shared.segments``); None: none.
+    segment: str | None = None
 
 
 def split(n: int, *, test_share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -124,6 +126,7 @@ def _protocol(
             label_max=data.hi,
             default_label=data.default_label,
             epsilon_budget=budget,
+            segment_column=options.segment,
         )
     with progress.step(f"publisher: upload features of {len(train_ids)} training examples"):
         publisher.upload_features(DATASET, train_ids, columns_train, categorical=categorical)
@@ -193,6 +196,8 @@ def _protocol(
         "epsilon_budget": dataset.epsilon_budget,
         "mechanism": release.mechanism,
         "mechanism_params": summarize_params(release.mechanism, dict(release.params)),
+        "segment_column": options.segment,
+        "segment_groups": (result.get("segments") or {}).get("groups"),
         "release_id": release.id,
         "message_sha256": release.message_sha256,
         "model_id": model.id,

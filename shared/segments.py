@@ -53,12 +53,12 @@ SEGMENT_COLUMN_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
 _COLUMN_RE = re.compile(SEGMENT_COLUMN_PATTERN)
 # At most this many distinct segment values in one dataset (the message lists them all).
 MAX_SEGMENTS = 10_000
-# A segmented release's split: epsilon1 = 1/2 of the total, of which 4/5 buys each group's DP
-# mean (2/5 of the total) and 1/5 its histogram; epsilon2 = the other half. Why: the group means
-# carry most of what segments add (synthetic ads at epsilon 1: the DP campaign means alone are
-# 0.855x the constant's test MSE), and they are cheap in epsilon only when bought with a large
-# part of it (bench/results/segments.md).
-SEGMENT_EPSILON1_SHARE = 0.5
+# The share of a segmented release's epsilon1 that buys each group's DP mean (the histogram
+# gets the rest). Why 4/5: the group means carry most of what segments add where they add
+# anything (synthetic ads at epsilon 1: the DP campaign means alone are 0.855x the DP constant's
+# test MSE; Housing at epsilon 0.1: 0.865x where the ordinary release is the constant), and the
+# split rule (``segmented_split``) and this share were chosen side by side against three other
+# rules (bench/results/segments.md).
 SEGMENT_MEAN_SHARE = 0.8
 # A segment is a group of its own when its DP mean's noise standard deviation is at most this
 # share of the label range; smaller segments are pooled into one group.
@@ -200,17 +200,14 @@ def typical_size(counts: Mapping[str, int]) -> int:
     return sizes[-1]
 
 
-SPLIT_RULE = "typical"
-
-
-def segmented_epsilon1(total: Decimal, counts: Mapping[str, int], *, mechanism: str) -> Decimal:
-    """epsilon1 of a segmented release: the ordinary default split for a group of the typical
-    segment's size (``shared.plan.default_epsilon1``). Public: counts and the request."""
-    if SPLIT_RULE == "half":
-        return amounts.short_part(SEGMENT_EPSILON1_SHARE * float(total), whole=total)
-    return default_epsilon1(
-        total, n=typical_size(counts), mechanism="rr_on_bins" if mechanism == "auto" else mechanism
-    )
+def segmented_split(
+    total: Decimal, counts: Mapping[str, int], *, mechanism: str
+) -> tuple[Decimal, float]:
+    """(epsilon1, the DP means' share of it) of a segmented release: the ordinary default
+    epsilon1 (``shared.plan.default_epsilon1``) for a release of the typical segment's size,
+    of which ``SEGMENT_MEAN_SHARE`` buys each group's mean. Public: counts and the request."""
+    first = default_epsilon1(total, n=typical_size(counts), mechanism=mechanism)
+    return first, SEGMENT_MEAN_SHARE
 
 
 def plan_segmented(
@@ -224,21 +221,22 @@ def plan_segmented(
     """The segmented plan of ``request`` over public per-segment ``counts``; None when the
     rule leaves fewer than two groups (the release is then an ordinary one).
 
-    epsilon1 = ``SEGMENT_EPSILON1_SHARE`` of the total unless the request gives it; each
-    group's mean gets ``SEGMENT_MEAN_SHARE`` of epsilon1. Public inputs only.
+    epsilon1 from :func:`segmented_split` unless the request gives it; each group's mean gets
+    ``SEGMENT_MEAN_SHARE`` of epsilon1. Public inputs only.
     """
     domain = LabelDomain(lo=lo, hi=hi)
     total = amounts.exact(request.epsilon)
     if request.epsilon_histogram is not None:
         first = amounts.exact(request.epsilon_histogram, name="epsilon_histogram")
+        share = SEGMENT_MEAN_SHARE
     else:
-        first = segmented_epsilon1(total, counts, mechanism=request.mechanism)
+        first, share = segmented_split(total, counts, mechanism=request.mechanism)
     if not first < total:
         raise InvalidParameterError(
             f"epsilon_histogram ({amounts.text(first)}) must be < epsilon ({amounts.text(total)})"
         )
     second = amounts.subtract(total, first)
-    share = check_mean_share(SEGMENT_MEAN_SHARE)
+    share = check_mean_share(share)
     mean_epsilon = amounts.float_at_most(first) * share
     if not (mean_epsilon > 0.0 and math.isfinite(mean_epsilon)):
         return None

@@ -55,8 +55,7 @@ def test_groups_partition_the_segments_by_the_public_rule(
     limit = (seg.SEGMENT_MEAN_SD_SHARE * (HI - LO)) ** 2
     for segments, pooled in groups:
         variances = [
-            private_mean_variance(lo=LO, hi=HI, epsilon=mean_epsilon, n=counts[s])
-            for s in segments
+            private_mean_variance(lo=LO, hi=HI, epsilon=mean_epsilon, n=counts[s]) for s in segments
         ]
         if pooled:
             assert all(v > limit for v in variances)
@@ -91,9 +90,12 @@ def test_the_plan_reads_no_label_and_pools_small_segments() -> None:
     assert [g.pooled for g in plan.groups] == [False, False, True]
     assert plan.public()["split"] == "segmented"
     # One group left: an ordinary release.
-    assert seg.plan_segmented(
-        ReleaseRequest(epsilon=Decimal(1)), {"a": 10, "b": 10}, column="c", lo=LO, hi=HI
-    ) is None
+    assert (
+        seg.plan_segmented(
+            ReleaseRequest(epsilon=Decimal(1)), {"a": 10, "b": 10}, column="c", lo=LO, hi=HI
+        )
+        is None
+    )
 
 
 def test_each_group_runs_the_ordinary_release_on_its_own_labels_only() -> None:
@@ -138,7 +140,8 @@ def test_changing_one_label_changes_only_its_own_group() -> None:
         neighbour = labels.copy()
         neighbour[np.flatnonzero(segments == "small-d")[3]] = 400.0
         seg.execute_segmented(plan, neighbour, segments, np.random.default_rng(0))
-    changed = [g for g, (a, b) in enumerate(zip(first, seen, strict=True)) if not np.array_equal(a, b)]
+    pairs = enumerate(zip(first, seen, strict=True))
+    changed = [g for g, (a, b) in pairs if not np.array_equal(a, b)]
     assert changed == [2]
     assert sum(s.size for s in first) == segments.size
 

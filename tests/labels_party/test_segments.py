@@ -38,7 +38,10 @@ def segmented(client: Any) -> Any:
     assert _register(client, "seg", ids, segments).status_code == 200
     rng = np.random.default_rng(3)
     means = {"big-a": 200.0, "big-b": 20.0, "small-c": 100.0, "small-d": 100.0}
-    pairs = [(i, float(np.clip(means[s] + rng.normal(0, 10), 0, 400))) for i, s in zip(ids, segments)]
+    pairs = [
+        (i, float(np.clip(means[s] + rng.normal(0, 10), 0, 400)))
+        for i, s in zip(ids, segments, strict=True)
+    ]
     assert put_labels(client, "seg", pairs).status_code == 200
     return client
 
@@ -117,7 +120,10 @@ def test_preview_shows_the_groups_and_spends_nothing(segmented: Any) -> None:
     assert response.status_code == 200, response.text
     plan = response.json()["plan"]
     assert plan["split"] == "segmented"
-    assert (plan["epsilon1"], plan["epsilon2"], plan["label_mean_epsilon"]) == ("0.5", "0.5", "0.4")
+    # The ordinary default epsilon1 for the typical segment (the example-weighted median size,
+    # 3,000: sqrt(64 / 3000) = 0.14606), 4/5 of it on the group means.
+    assert (plan["epsilon1"], plan["epsilon2"]) == ("0.14606", "0.85394")
+    assert (plan["label_mean_epsilon"], plan["histogram_epsilon"]) == ("0.116848", "0.029212")
     groups = plan["segments"]["groups"]
     assert [g["segments"] for g in groups] == [["big-a"], ["big-b"], ["small-c", "small-d"]]
     assert [g["pooled"] for g in groups] == [False, False, True]
@@ -126,6 +132,10 @@ def test_preview_shows_the_groups_and_spends_nothing(segmented: Any) -> None:
 
 
 def test_release_charges_once_and_the_message_carries_every_group(segmented: Any) -> None:
+    preview = segmented.post(
+        "/v1/datasets/seg/releases", json={"epsilon": 1, "dry_run": True}, headers=ADV
+    ).json()["plan"]
+    plan_epsilon1, plan_epsilon2 = preview["epsilon1"], preview["epsilon2"]
     response = segmented.post("/v1/datasets/seg/releases", json={"epsilon": 1}, headers=ADV)
     assert response.status_code == 201, response.text
     meta = response.json()
@@ -154,7 +164,8 @@ def test_release_charges_once_and_the_message_carries_every_group(segmented: Any
     entries = [
         e for e in segmented.get("/v1/ledger", headers=OPS).json()["entries"] if e["release_id"]
     ]
-    assert [(e["kind"], e["epsilon"]) for e in entries] == [("histogram", "0.5"), ("randomizer", "0.5")]
+    charged = [(e["kind"], e["epsilon"]) for e in entries]
+    assert charged == [("histogram", plan_epsilon1), ("randomizer", plan_epsilon2)]
     groups = entries[1]["parameters"]["params"]["groups"]
     assert [g["n"] for g in groups] == [3000, 2500, 50]
     verify = segmented.get("/v1/ledger/verify", headers=OPS).json()
