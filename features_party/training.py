@@ -46,6 +46,7 @@ from threadpoolctl import threadpool_limits
 from features_party.mean_anchor import LabelMean, mean_anchor, message_label_mean
 from features_party.segments import (
     SegmentOffsets,
+    group_anchors,
     group_index,
     segment_offsets,
     segment_targets,
@@ -596,7 +597,7 @@ def fit_segmented(
     threads: int | None = 1,
 ) -> FittedModel:
     """:func:`fit_model` for a segmented message (``features_party.segments``): each group's
-    targets, centred within the group, and the groups' shrunk DP means added back by segment.
+    targets, one model, and each group's mean anchored on its own DP mean by segment.
 
     ``group``: the message group of each row of ``X`` (rows joined from the body's positions,
     ``features_party.segments.group_index``); the segment column ``header.segments.column``
@@ -606,17 +607,14 @@ def fit_segmented(
         raise InvalidParameterError("fit_segmented needs a segmented message")
     parts = header.parts()
     column = header.segments.column
-    prepared = segment_targets(
-        noisy,
-        group,
-        parts,
-        transform=label_transform,
-        lo=header.label_min,
-        hi=header.label_max,
-    )
+    if column not in encoder.names:
+        raise InvalidParameterError(
+            f"the message is segmented by {column!r}: the features need a column {column!r}"
+        )
+    targets, transforms = segment_targets(noisy, group, parts, transform=label_transform)
     fitted = fit_model(
         X,
-        prepared.centred,
+        targets,
         encoder=encoder,
         model=model,
         label_transform="raw",
@@ -624,32 +622,30 @@ def fit_segmented(
         progress=progress,
         threads=threads,
     )
-    offsets = segment_offsets(
+    anchors = group_anchors(
+        fitted.predict_matrix(X), targets, group, parts, lo=header.label_min, hi=header.label_max
+    )
+    offsets = [0.0 if anchor is None else anchor.offset for anchor in anchors]
+    lookup = segment_offsets(
         column=column,
         names=encoder.names,
         encode=_segment_codes(encoder, column, [s for part in parts for s in part.segments]),
         parts=parts,
-        targets=prepared,
+        offsets=offsets,
     )
     metrics = dict(fitted.metrics)
     metrics["segments"] = {
         "column": column,
         "groups": len(parts),
-        "label_transforms": list(prepared.transforms),
-        "pooled_mean": prepared.pooled_mean,
-        # Each segment's baseline b_g (its group's shrunk DP mean) and shrinkage weight w_g.
-        "baselines": {
-            segment: float(prepared.baseline[g])
-            for g, part in enumerate(parts)
-            for segment in part.segments
-        },
-        "shrinkage_weights": {
-            segment: prepared.weights[g]
+        "label_transforms": list(transforms),
+        # Each segment's group anchor (``features_party.mean_anchor``), or None without a mean.
+        "anchors": {
+            segment: None if anchors[g] is None else anchors[g].to_dict()  # type: ignore[union-attr]
             for g, part in enumerate(parts)
             for segment in part.segments
         },
     }
-    return replace(fitted, segments=offsets, metrics=metrics)
+    return replace(fitted, segments=lookup, metrics=metrics)
 
 
 def _segment_codes(encoder: Encoder, column: str, segments: Sequence[str]) -> dict[str, float]:

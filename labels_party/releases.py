@@ -284,7 +284,7 @@ def _segment_counts(db: Database, conn: Connection, row: ds.DatasetRow) -> dict[
 
 
 def _bins_of_release(release: Release | SegmentedRelease) -> int:
-    """The histogram's cells (a segmented release: its largest group's)."""
+    """The histogram's cells (a segmented release: its groups share one grid)."""
     if isinstance(release, SegmentedRelease):
         return max(one.prior.k for one in release.releases)
     return release.prior.k

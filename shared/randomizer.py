@@ -251,8 +251,20 @@ def execute(
     Implements RPWithPrior Algorithm 4 / RR-on-Bins Algorithm 3 (module docstring). An
     infinite randomizer epsilon (a non-private plan) releases the clipped labels unchanged.
     """
-    clipped = LabelDomain(lo=plan.lo, hi=plan.hi).clip(check_labels(labels))
-    measured = measure(plan, clipped, rng, histogram=histogram)
+    clipped = clip(plan, labels)
+    return randomize_measured(plan, measure(plan, clipped, rng, histogram=histogram), clipped, rng)
+
+
+def clip(plan: ReleasePlan, labels: np.ndarray) -> np.ndarray:
+    """The labels checked and clipped into the plan's public bounds."""
+    return LabelDomain(lo=plan.lo, hi=plan.hi).clip(check_labels(labels))
+
+
+def randomize_measured(
+    plan: ReleasePlan, measured: NoisyPrior, clipped: np.ndarray, rng: Rng
+) -> Release:
+    """The epsilon2 step of ``plan``: choose the randomizer from ``measured`` (the epsilon1
+    step's output, or any post-processing of it) and randomize the ``clipped`` labels once."""
     if math.isinf(plan.randomizer_float):
         return describe(plan, measured, NO_MECHANISM, None, clipped)
     name, randomizer = choose_randomizer(plan, measured)
@@ -339,8 +351,10 @@ __all__ = [
     "build_mechanism",
     "check_mechanism",
     "choose_randomizer",
+    "clip",
     "execute",
     "label_randomizer",
     "measure",
     "noisy_prior_from_counts",
+    "randomize_measured",
 ]

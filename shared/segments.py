@@ -34,6 +34,7 @@ import numpy as np
 from shared import epsilon as amounts
 from shared.domain import LabelDomain, check_labels
 from shared.errors import InvalidParameterError
+from shared.mechanisms.histogram import Prior
 from shared.mechanisms.private_mean import private_mean_variance
 from shared.plan import (
     ReleasePlan,
@@ -42,8 +43,9 @@ from shared.plan import (
     default_epsilon1,
     plan_release,
 )
-from shared.randomizer import Release, execute
+from shared.randomizer import NoisyPrior, Release, clip, measure, randomize_measured
 from shared.rng import Rng
+from shared.selection import adaptive_bins
 
 # A segment value: 1-64 characters of letters, digits and "_.:- " (a campaign id, a country).
 SEGMENT_PATTERN = r"^[A-Za-z0-9_.:\- ]{1,64}$"
@@ -243,6 +245,10 @@ def plan_segmented(
     layout = segment_groups(counts, lo=domain.lo, hi=domain.hi, mean_epsilon=mean_epsilon)
     if len(layout) < 2:
         return None
+    # One grid for every group (their histograms are pooled: ``shrunk_priors``), sized for all
+    # the labels as an ordinary release's would be.
+    histogram = float(first) * (1.0 - share)
+    bins = request.bins or adaptive_bins(sum(int(c) for c in counts.values()), histogram)
     groups = []
     for segments, pooled in layout:
         n = sum(int(counts[s]) for s in segments)
@@ -253,7 +259,7 @@ def plan_segmented(
             epsilon1=first,
             epsilon2=second,
             mechanism=request.mechanism,
-            bins=request.bins,
+            bins=bins,
             model_dim=request.model_dim,
             mean_share=share,
             options=request.options,
@@ -286,28 +292,65 @@ class SegmentedRelease:
         return np.argsort(self.group, kind="stable")
 
 
+def shrunk_priors(plan: SegmentedPlan, measured: Sequence[NoisyPrior]) -> list[NoisyPrior]:
+    """Each group's noisy histogram shrunk towards the pooled one: empirical Bayes on DP outputs.
+
+    The groups' histograms share one grid; their size-weighted sum P is a noisy histogram of
+    every label (post-processing). Group g's prior is w_g p_g + (1 - w_g) P with w_g = n_g /
+    (n_g + tau), tau = 2 k / epsilon_h: the expected total |noise| of a k-cell histogram (each
+    cell's discrete Laplace of scale 2 / epsilon_h has mean absolute value about 2 / epsilon_h),
+    so a group's own shape counts for as much as its labels outweigh its noise. Post-processing
+    of the epsilon1 outputs: no privacy cost.
+    """
+    total = sum(group.n for group in plan.groups)
+    pooled = sum(
+        (group.n / total) * one.prior.probs
+        for group, one in zip(plan.groups, measured, strict=True)
+    )
+    out = []
+    for group, one in zip(plan.groups, measured, strict=True):
+        eps = group.plan.histogram_float
+        tau = 0.0 if math.isinf(eps) else 2.0 * one.prior.k / eps
+        weight = group.n / (group.n + tau)
+        probs = weight * one.prior.probs + (1.0 - weight) * pooled
+        prior = Prior(edges=one.prior.edges, probs=probs / probs.sum())
+        out.append(replace(one, prior=prior))
+    return out
+
+
 def execute_segmented(
     plan: SegmentedPlan, labels: np.ndarray, segments: Sequence[str] | np.ndarray, rng: Rng
 ) -> SegmentedRelease:
-    """Run each group's plan on its own labels (``shared.randomizer.execute``), group by group.
+    """Measure every group (``shared.randomizer.measure``: histogram, then DP mean, group by
+    group), shrink the groups' priors towards the pooled one (:func:`shrunk_priors`), then
+    randomize each group's labels with the randomizer built from its own shrunk prior.
 
-    The only label access is ``execute`` on each group's labels: the parallel composition of
-    the module docstring.
+    The only label access is ``measure`` and the randomizer on each group's own labels: the
+    parallel composition of the module docstring.
     """
     values = check_labels(labels)
     if len(segments) != values.size:
         raise InvalidParameterError(f"{len(segments)} segments for {values.size} labels")
     group = plan.group_index(segments)
+    rows = [np.flatnonzero(group == g) for g in range(len(plan.groups))]
+    for g, planned in enumerate(plan.groups):
+        if rows[g].size != planned.n:
+            raise InvalidParameterError(
+                f"group {g} is planned for {planned.n} examples, got {rows[g].size}"
+            )
+    clipped = [
+        clip(planned.plan, values[at]) for planned, at in zip(plan.groups, rows, strict=True)
+    ]
+    measured = [
+        measure(planned.plan, own, rng) for planned, own in zip(plan.groups, clipped, strict=True)
+    ]
     noisy = np.empty(values.size, dtype=np.float64)
     releases = []
-    for g, planned in enumerate(plan.groups):
-        rows = np.flatnonzero(group == g)
-        if rows.size != planned.n:
-            raise InvalidParameterError(
-                f"group {g} is planned for {planned.n} examples, got {rows.size}"
-            )
-        release = execute(planned.plan, values[rows], rng)
-        noisy[rows] = release.noisy_labels
+    for planned, at, own, prior in zip(
+        plan.groups, rows, clipped, shrunk_priors(plan, measured), strict=True
+    ):
+        release = randomize_measured(planned.plan, prior, own, rng)
+        noisy[at] = release.noisy_labels
         releases.append(release)
     return SegmentedRelease(plan=plan, releases=tuple(releases), group=group, noisy_labels=noisy)
 

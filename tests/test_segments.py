@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from shared import segments as seg
 from shared.errors import InvalidParameterError
+from shared.mechanisms.histogram import Prior
 from shared.mechanisms.private_mean import private_mean_variance
 from shared.message import (
     SEGMENTED,
@@ -22,7 +23,7 @@ from shared.message import (
     header_for,
 )
 from shared.plan import ReleaseRequest
-from shared.randomizer import execute
+from shared.randomizer import NoisyPrior, clip, measure, randomize_measured
 
 LO, HI = 0.0, 400.0
 COUNTS = {"big-a": 3000, "big-b": 2500, "small-c": 30, "small-d": 20}
@@ -98,9 +99,10 @@ def test_the_plan_reads_no_label_and_pools_small_segments() -> None:
     )
 
 
-def test_each_group_runs_the_ordinary_release_on_its_own_labels_only() -> None:
-    """Exactness: the segmented release IS the ordinary release of each group, in plan
-    order, on that group's labels (same generator, same draws)."""
+def test_each_group_runs_the_ordinary_steps_on_its_own_labels_only() -> None:
+    """Exactness: the segmented release IS, with the same generator and draws, the epsilon1
+    step of each group on its own labels (in plan order), the priors shrunk towards the pooled
+    one, then each group's epsilon2 step on its own labels."""
     plan = _plan()
     rng = np.random.default_rng(5)
     segments = np.array(sum(([s] * n for s, n in COUNTS.items()), []))
@@ -109,15 +111,34 @@ def test_each_group_runs_the_ordinary_release_on_its_own_labels_only() -> None:
     labels = np.where(segments == "big-a", 200.0, 20.0) + rng.normal(0, 10, segments.size)
     got = seg.execute_segmented(plan, labels, segments, np.random.default_rng(11))
     again = np.random.default_rng(11)
+    rows = [np.flatnonzero(np.isin(segments, group.segments)) for group in plan.groups]
+    measured = [
+        measure(group.plan, clip(group.plan, labels[at]), again)
+        for group, at in zip(plan.groups, rows, strict=True)
+    ]
+    priors = seg.shrunk_priors(plan, measured)
     for g, group in enumerate(plan.groups):
-        rows = np.flatnonzero(np.isin(segments, group.segments))
-        want = execute(group.plan, labels[rows], again)
-        np.testing.assert_array_equal(got.noisy_labels[rows], want.noisy_labels)
+        want = randomize_measured(group.plan, priors[g], clip(group.plan, labels[rows[g]]), again)
+        np.testing.assert_array_equal(got.noisy_labels[rows[g]], want.noisy_labels)
         np.testing.assert_array_equal(got.releases[g].prior.probs, want.prior.probs)
-        assert got.releases[g].label_mean == want.label_mean
-        assert np.all(got.group[rows] == g)
+        assert got.releases[g].label_mean == measured[g].label_mean
+        assert np.all(got.group[rows[g]] == g)
     # The message order lists group 0's examples first, each group in the examples' order.
     assert np.all(np.diff(got.group[got.order]) >= 0)
+
+
+def test_priors_shrink_towards_the_pooled_histogram_by_size_against_noise() -> None:
+    """w_g = n_g / (n_g + 2 k / eps_h): closed form on hand-made noisy priors."""
+    plan = _plan()
+    k = plan.first.bins
+    edges = np.linspace(LO, HI, k + 1)
+    own = [np.eye(k)[g % k] for g in range(len(plan.groups))]
+    measured = [NoisyPrior(prior=Prior(edges=edges, probs=p)) for p in own]
+    pooled = sum(g.n / plan.n * p for g, p in zip(plan.groups, own, strict=True))
+    for group, p, shrunk in zip(plan.groups, own, seg.shrunk_priors(plan, measured), strict=True):
+        weight = group.n / (group.n + 2 * k / group.plan.histogram_float)
+        np.testing.assert_allclose(shrunk.prior.probs, weight * p + (1 - weight) * pooled)
+    assert all(g.plan.bins == k for g in plan.groups)  # one grid for every group
 
 
 def test_changing_one_label_changes_only_its_own_group() -> None:
@@ -130,10 +151,10 @@ def test_changing_one_label_changes_only_its_own_group() -> None:
 
     def spy(group_plan, group_labels, rng):  # noqa: ANN001, ANN202
         seen.append(np.array(group_labels))
-        return execute(group_plan, group_labels, rng)
+        return measure(group_plan, group_labels, rng)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(seg, "execute", spy)
+        patch.setattr(seg, "measure", spy)
         seg.execute_segmented(plan, labels, segments, np.random.default_rng(0))
         first = [s.copy() for s in seen]
         seen.clear()

@@ -1,86 +1,135 @@
-"""A segmented release through both services: sync with segments, pull, train, predict."""
+"""features_party.segments: per-group targets, per-group anchors, the offset lookup, the fit."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
 
 import numpy as np
 import pytest
 
-from shared.message import SEGMENTED
-from tests.features_party.conftest import csv_body, wait_job
+from features_party.mean_anchor import mean_anchor
+from features_party.segments import (
+    SegmentOffsets,
+    group_anchors,
+    group_index,
+    part_affine,
+    part_label_mean,
+    segment_offsets,
+    segment_targets,
+)
+from features_party.training import fit_encoder, fit_segmented, train_on_message
+from shared.errors import InvalidParameterError
+from shared.message import body_sha256, header_for
+from shared.plan import ReleaseRequest
+from shared.segments import execute_segmented, plan_segmented, segment_counts
 
-pytestmark = pytest.mark.integration
-
-CSV = {"Content-Type": "text/csv"}
+LO, HI = 0.0, 100.0
 MEANS = {"north": 80.0, "south": 20.0, "east": 50.0}
 
 
-def _rows(n: int, seed: int = 0) -> tuple[list[str], dict[str, np.ndarray], np.ndarray]:
-    """y = the region's mean + 10 x1 + noise, in [0, 100]; the region is public."""
+def _message(n: int = 6000, epsilon: str = "2", seed: int = 0):  # noqa: ANN202
+    """A segmented release of region-driven labels, its header, rows in body order."""
     rng = np.random.default_rng(seed)
     region = rng.choice(np.array(list(MEANS)), size=n, p=[0.45, 0.45, 0.1])
     x1 = rng.normal(size=n)
-    y = np.clip(np.array([MEANS[r] for r in region]) + 10 * x1 + rng.normal(0, 3, n), 0, 100)
-    return [f"seg-{i:05d}" for i in range(n)], {"x1": np.round(x1, 6), "region": region}, y
+    y = np.clip(np.array([MEANS[r] for r in region]) + 10 * x1 + rng.normal(0, 3, n), LO, HI)
+    plan = plan_segmented(
+        ReleaseRequest(epsilon=Decimal(epsilon)),
+        segment_counts(region),
+        column="region",
+        lo=LO,
+        hi=HI,
+    )
+    assert plan is not None
+    release = execute_segmented(plan, y, region, np.random.default_rng(seed + 1))
+    order = release.order
+    ids = [f"e{i}" for i in order]
+    noisy = release.noisy_labels[order]
+    header = header_for(
+        release,
+        release_id="rel_t",
+        dataset="d",
+        default_label=LO,
+        n=n,
+        body_sha256=body_sha256(ids, noisy),
+        created=datetime.now(UTC),
+    )
+    columns = {"x1": x1[order], "region": region[order]}
+    return header, noisy, columns, y[order]
 
 
-def test_segmented_release_trains_with_each_regions_dp_mean(labels_party, features_factory):
-    features = features_factory()
-    ids, columns, y = _rows(6000)
-    labels_party.client("operator").create_dataset(
-        "regions",
-        label_min=0.0,
-        label_max=100.0,
-        default_label=0.0,
-        epsilon_budget=5.0,
-        segment_column="region",
+def test_targets_are_debiased_with_each_groups_own_randomizer() -> None:
+    header, noisy, _, _ = _message()
+    parts = header.parts()
+    group = group_index(header)
+    targets, transforms = segment_targets(noisy, group, parts, transform="debiased")
+    assert transforms == ("debiased",) * len(parts)
+    for g, part in enumerate(parts):
+        a, b = part_affine(part)
+        np.testing.assert_allclose(targets[group == g], (noisy[group == g] - b) / a)
+    raw, kinds = segment_targets(noisy, group, parts, transform="auto")
+    assert kinds == tuple(p.recommended_transform or "raw" for p in parts)
+    np.testing.assert_array_equal(
+        raw[group == 0], noisy[group == 0] if kinds[0] == "raw" else targets[group == 0]
     )
-    assert labels_party.client("publisher").dataset("regions").segment_column == "region"
-    upload = features.post(
-        "/v1/datasets/regions/features", content=csv_body(ids, columns), headers=CSV
-    )
-    assert upload.status_code == 200, upload.text
-    synced = features.post("/v1/datasets/regions/examples/sync")
-    assert synced.status_code == 200, synced.text
-    labels_party.client("advertiser").post_labels("regions", ids, y)
-    release = labels_party.client("advertiser").create_release("regions", epsilon=1.0)
-    assert release.mechanism == SEGMENTED
+    with pytest.raises(InvalidParameterError):
+        segment_targets(noisy[:-1], group, parts, transform="raw")
 
-    created = features.post(
-        "/v1/models", json={"dataset": "regions", "release_id": release.id, "model": "auto"}
+
+def test_each_group_is_anchored_on_its_own_mean() -> None:
+    header, noisy, _, _ = _message()
+    parts = header.parts()
+    group = group_index(header)
+    predictions = np.full(noisy.size, 50.0)
+    anchors = group_anchors(predictions, noisy, group, parts, lo=LO, hi=HI)
+    for g, part in enumerate(parts):
+        mean = part_label_mean(part, lo=LO, hi=HI)
+        at = group == g
+        want = mean_anchor(mean, predictions=predictions[at], targets=noisy[at])
+        assert anchors[g] == want
+
+
+def test_offsets_are_looked_up_by_the_encoded_segment() -> None:
+    header, _, columns, _ = _message()
+    parts = header.parts()
+    encoder = fit_encoder([("x1", "numeric"), ("region", "categorical")], columns)
+    codes = {s: float(c) for s, c in encoder.vocab["region"].items()}
+    offsets = [10.0 * (g + 1) for g in range(len(parts))]
+    lookup = segment_offsets(
+        column="region", names=encoder.names, encode=codes, parts=parts, offsets=offsets
     )
-    assert created.status_code == 202, created.text
-    job = wait_job(features, created.json()["id"])
-    assert job["status"] == "succeeded", job["error"]
-    segments = job["result"]["segments"]
-    assert segments["column"] == "region" and segments["groups"] == 3
-    baselines = segments["baselines"]
-    # Each group's DP mean (epsilon 0.04+ on 600-2,700 labels of range 100) is within a few
-    # units of its region's mean; the shrinkage keeps them apart.
+    X = encoder.encode_columns({"x1": [0.0] * 4, "region": ["north", "south", "east", "west"]})
+    where = {s: g for g, p in enumerate(parts) for s in p.segments}
+    expected = [offsets[where[r]] for r in ("north", "south", "east")] + [0.0]
+    np.testing.assert_allclose(lookup.of(X), expected)
+    with pytest.raises(InvalidParameterError, match="features need a column"):
+        segment_offsets(column="zone", names=encoder.names, encode={}, parts=parts, offsets=[])
+    assert SegmentOffsets(column="c", index=0, table={}, default=1.5).of(np.zeros((2, 1)))[0] == 1.5
+
+
+def test_the_fit_learns_the_regions_and_the_feature() -> None:
+    header, noisy, columns, y = _message()
+    encoder = fit_encoder([("x1", "numeric"), ("region", "categorical")], columns)
+    X = encoder.encode_columns(columns)
+    fitted = train_on_message(
+        header, X, noisy, encoder=encoder, positions=np.arange(noisy.size), model="ridge"
+    )
+    prediction = fitted.predict_columns(columns)
+    # At epsilon 2 on 6,000 labels: far better than the mean, each region's mean recovered.
+    assert np.mean((prediction - y) ** 2) < 0.5 * np.var(y)
     for region, mean in MEANS.items():
-        assert abs(baselines[region] - mean) < 8, (region, baselines)
-    predict = features.post(
-        f"/v1/models/{job['id']}/predict",
-        json={"rows": [{"features": {"x1": 0.0, "region": r}} for r in ("north", "south")]},
-    ).json()["predictions"]
-    assert predict[0] > predict[1] + 40
-
-
-def test_sync_needs_the_segment_column(labels_party, features_factory):
-    features = features_factory()
-    ids, columns, _ = _rows(50)
-    labels_party.client("operator").create_dataset(
-        "nocol",
-        label_min=0.0,
-        label_max=100.0,
-        default_label=0.0,
-        epsilon_budget=5.0,
-        segment_column="campaign",
-    )
-    upload = features.post(
-        "/v1/datasets/nocol/features", content=csv_body(ids, columns), headers=CSV
-    )
-    assert upload.status_code == 200, upload.text
-    synced = features.post("/v1/datasets/nocol/examples/sync")
-    assert synced.status_code == 422, synced.text
-    assert synced.json()["errors"][0]["field"] == "campaign"
-    assert labels_party.client("publisher").dataset("nocol").n_examples == 0
+        rows = columns["region"] == region
+        assert abs(prediction[rows].mean() - mean) < 5, region
+    assert set(fitted.metrics["segments"]["anchors"]) == set(MEANS)
+    with pytest.raises(InvalidParameterError, match="positions"):
+        train_on_message(header, X, noisy, encoder=encoder)
+    numeric_only = fit_encoder([("x1", "numeric")], columns)
+    with pytest.raises(InvalidParameterError, match="features need a column"):
+        fit_segmented(
+            numeric_only.encode_columns(columns),
+            noisy,
+            group=group_index(header),
+            header=header,
+            encoder=numeric_only,
+        )
