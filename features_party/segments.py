@@ -7,18 +7,19 @@ features party
 1. maps each noisy label to its training target with ITS group's randomizer (raw, or
    debiased by the group's affine expectation E[noisy | y] = a_g y + b_g, ``shared.debias``);
 2. fits one model to all the targets (the segment is one of its features);
-3. anchors each group's mean prediction on the group's DP mean m_g exactly as a single
-   release's model is anchored on its mean (``features_party.mean_anchor``: gated James-Stein
-   shrinkage of the gap, floored by inverse-variance pooling with the model's own noisy mean),
-   group by group: the offset o_g is added to the predictions of the group's segments;
+3. anchors the model's mean on the groups' pooled DP mean (the header's ``label_mean``: the
+   most precise one), then each group's mean prediction on the group's own DP mean m_g, both
+   exactly as a single release's model is anchored on its mean (``features_party.mean_anchor``:
+   gated James-Stein shrinkage of the gap, floored by inverse-variance pooling with the model's
+   own noisy mean): the sum o_g of the two shifts is added to the predictions of the group's
+   segments;
 4. predicts f(x) + o_(segment of x): the segment column of the publisher's features says which
    offset applies (an unknown segment value gets none).
 
 Where the noisy labels carry no signal the model is a constant and the predictions are the
-groups' DP means, shrunk by their noise. Measured against centring the targets within each group
-and fitting the model to what is left (bench/results/segments.md): as good at small epsilon,
-better from epsilon 1 on (Housing 0.373 vs 0.386 of the DP constant at 1, synthetic ads 0.846 vs
-0.872 at 2). Everything here reads the message's public values and the model's own targets and
+groups' DP means, shrunk by their noise towards the pooled one. Measured against centring the
+targets within each group (and against anchoring the groups without the pooled step) in
+bench/results/segments.md. Everything here reads the message's public values and the model's own targets and
 predictions: post-processing, no privacy cost.
 """
 

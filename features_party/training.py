@@ -622,10 +622,17 @@ def fit_segmented(
         progress=progress,
         threads=threads,
     )
+    predictions = fitted.predict_matrix(X)
+    # First the whole model's mean on the groups' pooled DP mean (the most precise one), then
+    # each group's mean on its own.
+    pooled = message_label_mean(header, n_joined=int(np.asarray(noisy).size))
+    shift = 0.0
+    if pooled is not None:
+        shift = mean_anchor(pooled, predictions=predictions, targets=targets).offset
     anchors = group_anchors(
-        fitted.predict_matrix(X), targets, group, parts, lo=header.label_min, hi=header.label_max
+        predictions + shift, targets, group, parts, lo=header.label_min, hi=header.label_max
     )
-    offsets = [0.0 if anchor is None else anchor.offset for anchor in anchors]
+    offsets = [shift + (0.0 if anchor is None else anchor.offset) for anchor in anchors]
     lookup = segment_offsets(
         column=column,
         names=encoder.names,
@@ -637,6 +644,7 @@ def fit_segmented(
     metrics["segments"] = {
         "column": column,
         "groups": len(parts),
+        "pooled_shift": shift,
         "label_transforms": list(transforms),
         # Each segment's group anchor (``features_party.mean_anchor``), or None without a mean.
         "anchors": {
