@@ -19,13 +19,12 @@ features party
 Where the noisy labels carry no signal the model is a constant and the predictions are the
 groups' DP means, shrunk by their noise towards the pooled one. Measured against centring the
 targets within each group (and against anchoring the groups without the pooled step) in
-bench/results/segments.md. Everything here reads the message's public values and the model's own targets and
-predictions: post-processing, no privacy cost.
+bench/results/segments.md. Everything here reads the message's public values and the model's
+own targets and predictions: post-processing, no privacy cost.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from features_party.mean_anchor import LabelMean, MeanAnchor, mean_anchor
-from shared.debias import mechanism_from_params
+from shared.debias import affine_of
 from shared.errors import InvalidParameterError
-from shared.message import NO_MECHANISM, MessageHeader, MessagePart
+from shared.message import MessageHeader, MessagePart
 
 
 def group_index(header: MessageHeader) -> np.ndarray:
@@ -45,17 +44,8 @@ def group_index(header: MessageHeader) -> np.ndarray:
 
 
 def part_affine(part: MessagePart) -> tuple[float, float]:
-    """(a, b) with E[noisy | y] = a y + b for one part (a = 1, b = 0 un-randomized)."""
-    if part.mechanism == NO_MECHANISM:
-        return 1.0, 0.0
-    a, b = mechanism_from_params(part.mechanism, part.params).affine_expectation()
-    a, b = float(a), float(b)
-    if not (math.isfinite(a) and math.isfinite(b)) or a <= 0.0:
-        raise InvalidParameterError(
-            f"mechanism {part.mechanism!r} has affine expectation a={a!r}, b={b!r}: "
-            "its output carries no information to debias (a must be finite and > 0)"
-        )
-    return a, b
+    """(a, b) with E[noisy | y] = a y + b for one part (``shared.debias.affine_of``)."""
+    return affine_of(part.mechanism, part.params)
 
 
 def part_label_mean(part: MessagePart, *, lo: float, hi: float) -> LabelMean | None:

@@ -39,13 +39,19 @@ def mechanism_from_header(header: MessageHeader) -> Any:
 
 def affine_coefficients(header: MessageHeader) -> tuple[float, float]:
     """(a, b) with E[noisy | y] = a*y + b (a = 1, b = 0 for an un-randomized message)."""
-    if header.mechanism == NO_MECHANISM:
+    return affine_of(header.mechanism, header.params)
+
+
+def affine_of(mechanism: str, params: Mapping[str, Any]) -> tuple[float, float]:
+    """(a, b) of the randomizer ``mechanism`` with public ``params`` (one part of a segmented
+    message, or a whole message); (1, 0) for "none" (un-randomized)."""
+    if mechanism == NO_MECHANISM:
         return 1.0, 0.0
-    a, b = mechanism_from_header(header).affine_expectation()
+    a, b = mechanism_from_params(mechanism, params).affine_expectation()
     a, b = float(a), float(b)
     if not (math.isfinite(a) and math.isfinite(b)) or a <= 0.0:
         raise InvalidParameterError(
-            f"mechanism {header.mechanism!r} has affine expectation a={a!r}, b={b!r}: "
+            f"mechanism {mechanism!r} has affine expectation a={a!r}, b={b!r}: "
             "its output carries no information to debias (a must be finite and > 0)"
         )
     return a, b

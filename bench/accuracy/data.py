@@ -11,7 +11,9 @@ callers (the CLI, the tests) can skip cleanly.
 
 from __future__ import annotations
 
+import argparse
 import importlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,3 +249,38 @@ def load(name: str) -> Dataset:
     if name not in LOADERS:
         raise ValueError(f"dataset ({name!r}) must be one of {', '.join(LOADERS)}")
     return LOADERS[name]()
+
+
+def load_keyed(name: str, *, ads_n: int | None = None) -> tuple[str, Dataset]:
+    """(its name in a results table, the data set): :func:`load`, or the synthetic ads at
+    ``ads_n`` rows (the table says so: "ads (n = 100,000)")."""
+    if name == "ads" and ads_n:
+        return f"ads (n = {ads_n:,})", make_ads(ads_n)
+    return name, load(name)
+
+
+def grid_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    datasets: Sequence[str],
+    epsilons: Sequence[float],
+    runs: int,
+) -> None:
+    """The options every run-by-run accuracy benchmark takes: --datasets, --epsilons, --runs,
+    --ads-n (rows of the synthetic ads; :func:`load_keyed`) and --out (write the table too)."""
+    parser.add_argument("--datasets", default=",".join(datasets))
+    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in epsilons))
+    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument(
+        "--ads-n", type=int, default=None, help="rows of the synthetic ad set (default 20,000)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="write the table here too")
+
+
+def each_keyed(names: str, *, ads_n: int | None = None) -> Iterator[tuple[str, Dataset]]:
+    """:func:`load_keyed` of each comma-separated name; an unavailable one is skipped (said)."""
+    for name in names.split(","):
+        try:
+            yield load_keyed(name, ads_n=ads_n)
+        except DatasetUnavailable as exc:
+            print(f"{name}: skipped ({exc})")

@@ -27,7 +27,6 @@ import statistics
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -162,31 +161,17 @@ def table(results: dict[str, dict[float, list[Run]]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.accuracy.segments")
-    parser.add_argument("--datasets", default=",".join(DATASETS))
-    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--ads-n", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=None)
+    datasets.grid_arguments(parser, datasets=DATASETS, epsilons=EPSILONS, runs=10)
     args = parser.parse_args(argv)
     results: dict[str, dict[float, list[Run]]] = {}
     with threadpool_limits(1):
-        for name in args.datasets.split(","):
+        for key, data in datasets.each_keyed(args.datasets, ads_n=args.ads_n):
             tic = time.perf_counter()
-            try:
-                data = (
-                    datasets.make_ads(args.ads_n)
-                    if name == "ads" and args.ads_n
-                    else datasets.load(name)
-                )
-            except datasets.DatasetUnavailable as exc:
-                print(f"{name}: skipped ({exc})")
-                continue
-            key = f"ads (n = {args.ads_n:,})" if name == "ads" and args.ads_n else name
             results[key] = {}
             for eps in (float(e) for e in args.epsilons.split(",")):
                 results[key][eps] = runs(data, epsilon=eps, trials=range(args.runs))
                 print(table({key: {eps: results[key][eps]}}).splitlines()[-1], flush=True)
-            print(f"{name}: {time.perf_counter() - tic:.0f} s", flush=True)
+            print(f"{key}: {time.perf_counter() - tic:.0f} s", flush=True)
     emit(table(results), args.out)
     return 0
 

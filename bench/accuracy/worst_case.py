@@ -23,7 +23,6 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -126,33 +125,17 @@ def table(results: dict[str, dict[float, list[Row]]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.accuracy.worst_case")
-    parser.add_argument("--datasets", default=",".join(DATASETS))
-    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
-    parser.add_argument("--runs", type=int, default=20)
+    datasets.grid_arguments(parser, datasets=DATASETS, epsilons=EPSILONS, runs=20)
     parser.add_argument("--first-run", type=int, default=0)
     parser.add_argument("--variant", default="auto", choices=sorted(mech.VARIANTS))
-    parser.add_argument("--out", type=Path, default=None, help="write the table here too")
-    parser.add_argument(
-        "--ads-n", type=int, default=None, help="rows of the synthetic ad set (default 20,000)"
-    )
     parser.add_argument(
         "--nonprivate", action="store_true", help="also fit on the exact labels (a column)"
     )
     args = parser.parse_args(argv)
     epsilons = [float(e) for e in args.epsilons.split(",")]
     results = {}
-    for name in args.datasets.split(","):
+    for key, data in datasets.each_keyed(args.datasets, ads_n=args.ads_n):
         tic = time.perf_counter()
-        try:
-            data = (
-                datasets.make_ads(args.ads_n)
-                if name == "ads" and args.ads_n
-                else datasets.load(name)
-            )
-        except datasets.DatasetUnavailable as exc:
-            print(f"{name}: skipped ({exc})")
-            continue
-        key = f"ads (n = {args.ads_n:,})" if name == "ads" and args.ads_n else name
         results[key] = ratios(
             data,
             epsilons=epsilons,
@@ -161,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             variant=args.variant,
             nonprivate=args.nonprivate,
         )
-        print(f"{name}: {time.perf_counter() - tic:.0f} s", flush=True)
+        print(f"{key}: {time.perf_counter() - tic:.0f} s", flush=True)
     emit(table(results), args.out)
     return 0
 
