@@ -13,6 +13,7 @@ from shared.domain import LabelDomain
 from shared.errors import InvalidParameterError
 from shared.estimators._checks import project_rows, project_vector
 from shared.estimators._linear import LABEL_LEVELS, QuantisedMap, label_levels
+from shared.estimators.eptr import eptr_noise_scale
 from shared.estimators.ols import eptr_ols, label_dp_ols, ols_gamma, ols_map
 from tests.estimators.conftest import designs
 
@@ -112,7 +113,7 @@ def test_eptr_ols_gamma_alpha_and_both_paths() -> None:
     assert out.alpha == pytest.approx(4 * r_x**2 * 1.0 / (c0 * 2000))
     assert out.released and out.coef.shape == (3,)
     assert out.noise_scale == pytest.approx(
-        2 * out.alpha / 2.0 * math.sqrt(2 * math.log(1.25 / 1e-3))
+        eptr_noise_scale(alpha=out.alpha, epsilon=2.0, delta=1e-3), rel=1e-12
     )
     # Too few rows for c0: gamma = 0, the no-reply comes back (probability < delta).
     small = eptr_ols(
