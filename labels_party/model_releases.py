@@ -372,6 +372,10 @@ def public_design(request: ModelRequest, features: np.ndarray, columns: list[str
     except InvalidParameterError as exc:
         where = "params.queries" if "params.queries" in str(exc) else "public_features"
         raise _bad(str(exc), [(where, str(exc))]) from None
+    if intercept and request.privacy == "eptr" and not float(params["r_x"]) > 1.0:
+        # The intercept column (norm 1) goes in after the features' projection onto the ball of
+        # radius sqrt(r_x^2 - 1) (``shared.estimators.ols.eptr_ols``).
+        raise _bad("r_x too small", [("params.r_x", "must be > 1 with an intercept")])
     if request.estimator == "bayes" and n < 2 * params["n_classes"]:
         raise _bad("too few rows", [("public_features", "fewer rows than 2 x n_classes")])
     return _Design(x=x, queries=queries, intercept=intercept)
@@ -412,9 +416,11 @@ def fit(
     assert request.delta is not None
     delta = amounts.float_at_most(request.delta)
     if request.estimator == "ols":
+        # The intercept column goes in after the features' projection (ols.eptr_ols).
         e = ols.eptr_ols(
-            design.x, labels, epsilon=eps, delta=delta, r_x=params["r_x"],
-            r_theta=params["r_theta"], c0=params["c0"], rng=rng,
+            design.x[:, :-1] if design.intercept else design.x, labels, epsilon=eps,
+            delta=delta, r_x=params["r_x"], r_theta=params["r_theta"], c0=params["c0"],
+            rng=rng, intercept=design.intercept,
         )  # fmt: skip
         body, released, scale = ModelBody(coef=e.coef.tolist()), e.released, e.noise_scale
     elif request.estimator == "nw":

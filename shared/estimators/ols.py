@@ -8,6 +8,7 @@ labels, so its sensitivity to one label is known exactly and needs no test, no d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +72,7 @@ def eptr_ols(
     c0: float,
     rng: Rng,
     no_reply: np.ndarray | float = 0.0,
+    intercept: bool = False,
 ) -> EPTROLS:
     """(epsilon, delta)-DP OLS coefficients by ePTR (whole examples, features and label, private).
 
@@ -84,15 +86,27 @@ def eptr_ols(
     design is NOT refused (that refusal would itself depend on the private features): gamma is 0
     there and the minimum-norm least-squares solution stands in for theta-hat. Inputs validated
     first; rows with fewer examples than columns are refused (n and p are public).
+
+    ``intercept``: fit an intercept too (its coefficient last). The features are projected onto
+    the ball of radius sqrt(r_x^2 - 1) FIRST and the column of ones added after, so every row
+    still has norm <= r_x (the proof above is unchanged) and no row loses part of its
+    intercept, as it would if the ones were projected with the features. Needs r_x > 1.
     """
     x = features(X)
     target = labels_for(y, x.shape[0])
     eps, dlt = epsilon_delta(epsilon, delta)
     rx, rt, c = positives(r_x=r_x, r_theta=r_theta, c0=c0)
     n, p = x.shape
-    if n < p:
-        raise InvalidParameterError(f"X has fewer rows ({n}) than columns ({p})")
-    xp = project_rows(x, rx)
+    if n < p + int(intercept):
+        raise InvalidParameterError(f"X has fewer rows ({n}) than columns ({p + int(intercept)})")
+    if intercept:
+        if not rx > 1.0:
+            raise InvalidParameterError(
+                f"r_x ({r_x!r}) must be > 1 with an intercept (its column has norm 1)"
+            )
+        xp = np.column_stack([project_rows(x, math.sqrt(rx * rx - 1.0)), np.ones(n)])
+    else:
+        xp = project_rows(x, rx)
     yp = np.clip(target, -rx * rt, rx * rt)
     theta, *_ = np.linalg.lstsq(xp, yp, rcond=None)
     theta = project_vector(theta, rt)

@@ -201,3 +201,24 @@ def test_eptr_ols_refuses_fewer_rows_than_columns_and_non_finite_features() -> N
         eptr_ols(np.ones((2, 3)), np.zeros(2), rng=np.random.default_rng(0), **EPTR_GOOD)
     with pytest.raises(InvalidParameterError, match="X must be finite"):
         eptr_ols(np.full((4, 2), np.inf), np.zeros(4), rng=np.random.default_rng(0), **EPTR_GOOD)
+
+
+def test_eptr_ols_intercept_is_added_after_the_projection() -> None:
+    """Issue 22, item 6: rows far outside the ball keep their whole intercept (the ones are not
+    shrunk with the features), every row stays inside the ball of radius r_x, and the fit
+    recovers an offset the features cannot explain."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(4000, 2)) * 3.0
+    y = x @ np.array([0.3, -0.1]) + 2.0 + rng.normal(0, 0.1, 4000)
+    r_x = 3.0
+    out = eptr_ols(
+        x, y, epsilon=50.0, delta=1e-3, r_x=r_x, r_theta=10.0, c0=0.1, rng=rng, intercept=True
+    )
+    assert out.released and out.coef.shape == (3,)
+    assert abs(out.coef[-1] - 2.0) < 0.2, out.coef
+    shrunk = project_rows(x, math.sqrt(r_x**2 - 1))
+    rows = np.column_stack([shrunk, np.ones(4000)])
+    assert np.all(np.linalg.norm(rows, axis=1) <= r_x + 1e-12)
+    with pytest.raises(InvalidParameterError, match="r_x"):
+        eptr_ols(x, y, epsilon=1.0, delta=1e-3, r_x=1.0, r_theta=1.0, c0=0.1, rng=rng,
+                 intercept=True)  # fmt: skip

@@ -300,6 +300,9 @@ GRID = [[0.0, 0.0], [1.0, 1.0]]
         ({"estimator": "ols", "privacy": "label", "epsilon": 0}, "epsilon"),
         ({"estimator": "ols", "privacy": "label", "epsilon": 1,
           "public_features": f"pf_{'0' * 24}"}, "public_features"),
+        # The intercept column (norm 1) joins after the features' projection: r_x must be > 1.
+        ({"estimator": "ols", "privacy": "eptr", "epsilon": 1, "delta": "0.001",
+          "params": {**GOOD_EPTR, "r_x": 1.0}}, "params.r_x"),
     ],
 )  # fmt: skip
 def test_bad_model_release_names_the_field_and_spends_nothing(
