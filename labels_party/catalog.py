@@ -20,7 +20,7 @@ from labels_party.db.models import PART_HEAD, datasets, message_chunks, model_re
 from labels_party.errors import FieldError, NotFoundError
 from shared import epsilon as amounts
 from shared.errors import IntegrityError
-from shared.message import MessageHeader, decode_header
+from shared.message import MessageHeader, decode_header, validated
 
 _AMOUNTS = ("epsilon1", "epsilon2", "epsilon")
 
@@ -99,18 +99,26 @@ def _amount(mapping: Any, key: str) -> str:
 
 
 def release_header(db: Database, release_id: str) -> MessageHeader:
-    """The header of a release's stored message (404 if unknown): public, no body is read."""
+    """The header of a release's message (404 if unknown): public, no body is read. A release
+    executed outside the service (the Spark job) has only its header stored, and it is that."""
     with db.read() as conn:
         data = conn.execute(
             select(message_chunks.c.data).where(
                 message_chunks.c.release_id == release_id, message_chunks.c.part == PART_HEAD
             )
         ).scalar()
-    if data is None:
+        external = None
+        if data is None:
+            external = conn.execute(
+                select(releases.c.external_header).where(releases.c.id == release_id)
+            ).scalar()
+    if data is None and external is None:
         raise NotFoundError(
             f"release {release_id!r} not found", [FieldError(field="id", message="unknown release")]
         )
     try:
+        if data is None:
+            return validated(MessageHeader, external, what="stored external header")
         return decode_header(bytes(data))
     except IntegrityError as exc:  # a damaged database: say so rather than serve a guess
         raise RuntimeError(f"release {release_id}: stored header is invalid: {exc}") from None

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import insert, select, update
 
 from labels_party import ledger
+from labels_party.catalog import release_header
 from labels_party.db.engine import Database
 from labels_party.db.models import ledger as ledger_table
 from labels_party.db.models import receipts, signing_keys
@@ -243,6 +244,8 @@ class ReceiptService:
                 )
             },
             "release_id": meta["id"],
+            # The whole message header (version 2): any changed field fails verification.
+            "header": rc.header_json(release_header(self._db, release_id)),
             "delta": "0" if delta == 0 else amounts.text(delta),
             "ledger_entries": [
                 {"seq": int(e["seq"]), "kind": e["kind"], "entry_hash": e["entry_hash"]}

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from shared.message import MessageHeader
 
 ALGORITHM = "ed25519"
-RECEIPT_VERSION = 1
+# Version 2 adds ``header``: the message's whole header, compared field by field on verify.
+RECEIPT_VERSION = 2
 PEM_BEGIN = "-----BEGIN PUBLIC KEY-----"
 
 
@@ -137,10 +138,33 @@ def from_b64(text: str) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(raw)
 
 
+def header_json(header: MessageHeader) -> dict[str, Any]:
+    """A message header as a receipt states it: its JSON object (every field, every format)."""
+    return json.loads(header.model_dump_json())  # type: ignore[no-any-return]
+
+
 def check_header(
     receipt: Mapping[str, Any], header: MessageHeader, *, binary_sha256: str | None = None
 ) -> None:
-    """:func:`check_matches` on a message header (and its binary encoding's sha256, if given)."""
+    """Raise :class:`ReceiptError` unless the (verified) receipt is about this message header.
+
+    A receipt of version 2 or later states the WHOLE header: every field must equal the
+    receipt's, and the error names the ones that differ (a JSON or Parquet message has no
+    binary sha256 to bind it, so this is what binds its parameters, histogram and mean). Then
+    (every version) :func:`check_matches` on its main fields and the binary sha256, if given.
+    A version-1 receipt binds those main fields only."""
+    stated = receipt.get("header")
+    if stated is not None:
+        if not isinstance(stated, Mapping):
+            raise ReceiptError("the receipt's header is not a JSON object")
+        actual = header_json(header)
+        differ = sorted(k for k in set(stated) | set(actual) if stated.get(k) != actual.get(k))
+        if differ:
+            raise ReceiptError(
+                f"the message's header differs from the receipt's in: {', '.join(differ)}"
+            )
+    elif int(receipt.get("receipt_version", 1)) >= 2:
+        raise ReceiptError("the receipt states no header")
     same = ("release_id", "dataset", "n", "mechanism", "epsilon1", "epsilon2")
     fields = {name: getattr(header, name) for name in same}
     check_matches(receipt, **fields, message_sha256=header.body_sha256, binary_sha256=binary_sha256)

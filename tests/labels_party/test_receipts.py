@@ -264,3 +264,50 @@ def test_no_private_key_is_tracked_by_git() -> None:
         ["git", "ls-files", "*.pem", "*.key"], cwd=root, capture_output=True, text=True, check=True
     ).stdout.split()
     assert tracked == [], f"private key material committed: {tracked}"
+
+
+HEADER_TAMPERING = {
+    "default_label": lambda h: {"default_label": h["default_label"] + 1.0},
+    "histogram": lambda h: {
+        "histogram": {**h["histogram"], "probs": h["histogram"]["probs"][::-1]}
+    },
+    "params": lambda h: {"params": {**h["params"], next(iter(h["params"])): 0.5}},
+    "label_max": lambda h: {"label_max": h["label_max"] * 2},
+    "created": lambda h: {"created": "2020-01-01T00:00:00Z"},
+    "model_dim": lambda h: {"model_dim": 3},
+    "label_min": lambda h: {"label_min": h["label_min"] - 1.0},
+    "recommended_transform": lambda h: {
+        "recommended_transform": "raw" if h["recommended_transform"] == "debiased" else "debiased"
+    },
+}
+
+
+@pytest.mark.parametrize("field", sorted(HEADER_TAMPERING))
+def test_any_changed_header_field_fails_and_is_named_in_every_format(
+    client: Any, tmp_path: Path, field: str
+) -> None:
+    """Issue 24, item 1: the receipt binds the WHOLE header, so a JSON (or binary) message with
+    any one header field changed (and its body intact) fails verification, naming the field."""
+    from shared.message import MessageHeader, encode_binary, from_json_message
+
+    meta = released(client, mechanism="rr_on_bins", epsilon=1.0)
+    body = rc.verify(
+        client.get(f"/v1/releases/{meta['id']}/receipt", headers=PUB).json(), keys_of(client)
+    )
+    assert body["receipt_version"] == 2 and body["header"]["release_id"] == meta["id"]
+    raw = client.get(
+        f"/v1/releases/{meta['id']}/message", headers={**PUB, "Accept": "application/json"}
+    ).content
+    header, ids, labels = from_json_message(raw)
+    changed = rc.header_json(header) | HEADER_TAMPERING[field](rc.header_json(header))
+    tampered = MessageHeader.model_validate(changed)  # still a valid header
+    document = json.loads(raw)
+    document["header"] = json.loads(tampered.model_dump_json())
+    for name, data in (
+        ("json", json.dumps(document).encode()),
+        ("binary", b"".join(encode_binary(tampered, ids, labels))),
+    ):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(rc.ReceiptError, match=f"differs from the receipt's in: {field}"):
+            check_message_file(body, path)
