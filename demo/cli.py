@@ -50,8 +50,10 @@ def register_commands(commands: argparse._SubParsersAction) -> None:  # type: ig
     parser.add_argument(
         "--segment",
         metavar="COLUMN",
+        default="auto",
         help="a PUBLIC column to segment the release by: one prior, DP mean and randomizer "
-        "per segment (e.g. campaign for the synthetic data)",
+        "per segment; 'auto' (default): the campaign for the synthetic data, none for --data; "
+        "'none': no segments",
     )
     parser.add_argument("--plot", type=Path, help="write a PNG (noisy vs true, test MSEs)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -135,6 +137,10 @@ def demo_command(args: argparse.Namespace) -> int:
             if args.n < 100:
                 raise LabelDPError(f"--n ({args.n}) must be at least 100")
             data = synthetic(args.n, seed=args.seed)
+        if args.segment == "auto":
+            args.segment = data.default_segment
+        elif args.segment == "none":
+            args.segment = None
         if args.segment is not None and args.segment not in data.columns:
             raise LabelDPError(
                 f"--segment ({args.segment!r}) must be a column of the data: "

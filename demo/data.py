@@ -37,6 +37,8 @@ class DemoData:
     # Post only the non-default labels (ad conversions: clicks that did not convert are simply
     # absent from the advertiser's records and get the default label 0 at release).
     post_only_nondefault: bool
+    # The public column the demo segments releases by unless told otherwise (``--segment``).
+    default_segment: str | None = None
 
     @property
     def n(self) -> int:
@@ -58,6 +60,9 @@ def synthetic(n: int, *, seed: int) -> DemoData:
         default_label=0.0,
         synthetic=True,
         post_only_nondefault=True,
+        # The advertiser's campaign: public to both parties, and the conversion values differ
+        # by campaign (bench/results/segments.md).
+        default_segment="campaign",
     )
 
 

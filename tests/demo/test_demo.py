@@ -68,6 +68,8 @@ def test_demo_at_epsilon_8_is_within_10_percent_of_non_private():
     # exact decimal amounts, as the labels party reports them
     assert (Decimal(summary["epsilon_spent"]), Decimal(summary["epsilon_left"])) == (8, 2)
     assert (summary["n_train"], summary["n_test"]) == (32_000, 8_000)
+    # The synthetic data segment by campaign by default (--segment none turns it off).
+    assert summary["segment_column"] == "campaign" and summary["mechanism"] == "segmented"
     assert summary["mse_nonprivate"] < 0.8 * summary["mse_constant"]
     assert summary["mse_private"] <= 1.10 * summary["mse_nonprivate"], summary
 
@@ -133,6 +135,7 @@ def test_demo_on_a_csv_file_with_plot_and_a_verifiable_ledger(tmp_path: Path):
         (["--epsilon-histogram", "lots"], "--epsilon-histogram"),
         (["--data", "/nonexistent.csv", "--label", "y", "--bounds", "0,1"], "nonexistent"),
         (["--data", "x.csv", "--label", "y", "--bounds", "5,1"], "lo"),
+        (["--n", "200", "--segment", "region"], "--segment"),
     ],
 )
 def test_demo_bad_arguments_exit_2_with_a_message(capsys, args, message):
