@@ -26,7 +26,7 @@ from features_party.db.models import StoredMessage
 from shared.client import LabelsPartyClient
 from shared.errors import IntegrityError
 from shared.message import BINARY_MEDIA_TYPE, MessageHeader, decode_binary
-from shared.receipt import check_header, load_public_keys
+from shared.receipt import check_header, load_key_validity, load_public_keys
 from shared.receipt import verify as verify_receipt
 
 log = logging.getLogger("features_party.pull")
@@ -112,9 +112,10 @@ def check_receipt(settings: Settings, header: MessageHeader, *, raw: bytes | Non
     if settings.labels_public_key is None:
         return
     keys = load_public_keys(settings.labels_public_key)
+    validity = load_key_validity(settings.labels_public_key)
     with labels_client(settings) as client:
         receipt = client.receipt(header.release_id)
-    body = verify_receipt(receipt, keys)
+    body = verify_receipt(receipt, keys, validity=validity)
     check_header(
         body, header, binary_sha256=None if raw is None else hashlib.sha256(raw).hexdigest()
     )

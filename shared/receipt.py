@@ -76,10 +76,18 @@ def sign(payload: Mapping[str, Any], private_key: Ed25519PrivateKey) -> dict[str
     return {**body, "signature": base64.b64encode(signature).decode("ascii")}
 
 
-def verify(receipt: Mapping[str, Any], keys: Mapping[str, Ed25519PublicKey]) -> dict[str, Any]:
+def verify(
+    receipt: Mapping[str, Any],
+    keys: Mapping[str, Ed25519PublicKey],
+    *,
+    validity: Mapping[str, tuple[str | None, str | None]] | None = None,
+) -> dict[str, Any]:
     """The receipt without its signature if it verifies under one of ``keys`` (by key id).
 
-    Raises :class:`ReceiptError` naming what failed: the shape, an unknown key, the signature.
+    ``validity``: (created, retired) of keys by id (:func:`load_key_validity`); a receipt whose
+    ``signed_at`` lies outside its key's period does not verify (a retired key signs nothing
+    dated after its retirement). Raises :class:`ReceiptError` naming what failed: the shape, an
+    unknown key, the signature, the date.
     """
     if not isinstance(receipt, Mapping):
         raise ReceiptError("a receipt must be a JSON object")
@@ -98,6 +106,18 @@ def verify(receipt: Mapping[str, Any], keys: Mapping[str, Ed25519PublicKey]) -> 
         key.verify(raw_signature, canonical(body))
     except (InvalidSignature, binascii.Error, ValueError):
         raise ReceiptError("the receipt's signature does not verify") from None
+    if validity is not None and kid in validity:
+        created, retired = validity[kid]
+        signed_at = body.get("signed_at")
+        if not isinstance(signed_at, str):
+            raise ReceiptError("the receipt states no signed_at")
+        if (created is not None and signed_at < created) or (
+            retired is not None and signed_at >= retired
+        ):
+            raise ReceiptError(
+                f"the receipt was signed at {signed_at}, outside key {kid}'s validity "
+                f"({created} to {retired or 'now'})"
+            )
     return body
 
 
@@ -130,6 +150,24 @@ def load_public_keys(path: str | Path) -> dict[str, Ed25519PublicKey]:
     if not keys:
         raise InvalidParameterError(f"public key file {path} holds no public key")
     return {key_id(key): key for key in keys}
+
+
+def load_key_validity(path: str | Path) -> dict[str, tuple[str | None, str | None]]:
+    """(created, retired) of each key by id, where the key file states them (the JSON of
+    ``GET /v1/keys``); {} for PEM or base64 files, which carry no dates."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidParameterError(f"cannot read public key file {path}: {exc}") from None
+    if not text.lstrip().startswith("{"):
+        return {}
+    try:
+        return {
+            key_id(from_b64(item["public_key"])): (item.get("created"), item.get("retired"))
+            for item in json.loads(text)["keys"]
+        }
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidParameterError(f"public key file {path}: {exc}") from None
 
 
 def from_b64(text: str) -> Ed25519PublicKey:

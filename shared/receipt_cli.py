@@ -48,12 +48,13 @@ def check_message_file(receipt: dict[str, Any], path: Path) -> None:
 def verify_command(args: argparse.Namespace) -> int:
     try:
         keys = rc.load_public_keys(args.public_key)
+        validity = rc.load_key_validity(args.public_key)
         receipt = json.loads(args.receipt.read_text(encoding="utf-8"))
     except (InvalidParameterError, OSError, ValueError) as exc:
         print(f"labeldp receipt verify: {exc}", file=sys.stderr)
         return 2
     try:
-        body = rc.verify(receipt, keys)
+        body = rc.verify(receipt, keys, validity=validity)
         if args.message is not None:
             check_message_file(body, args.message)
     except (IntegrityError, OSError) as exc:

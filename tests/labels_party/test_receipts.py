@@ -311,3 +311,45 @@ def test_any_changed_header_field_fails_and_is_named_in_every_format(
         path.write_bytes(data)
         with pytest.raises(rc.ReceiptError, match=f"differs from the receipt's in: {field}"):
             check_message_file(body, path)
+
+
+def test_a_retired_key_signs_nothing_dated_after_its_retirement(
+    make_client: Callable[..., Any], db_path: Path, tmp_path: Path
+) -> None:
+    """Issue 24, item 1: keys carry their validity (``GET /v1/keys``: created, retired); with
+    that file, a receipt signed outside its key's period does not verify, in the library and
+    the CLI, while the key's own receipts still do."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    client = make_client()
+    first = released(client)
+    old_receipt = client.get(f"/v1/releases/{first['id']}/receipt", headers=PUB).json()
+    leaked = load_pem_private_key((db_path.parent / DEFAULT_KEY_FILE).read_bytes(), None)
+    assert labeldp("keys", "rotate", "--db", str(db_path)).returncode == 0
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(client.get("/v1/keys", headers=PUB).text)
+    validity = rc.load_key_validity(keys_file)
+    created, retired = validity[old_receipt["key_id"]]
+    assert created is not None and retired is not None and created <= old_receipt["signed_at"]
+    keys = rc.load_public_keys(keys_file)
+    rc.verify(old_receipt, keys, validity=validity)
+    # Someone holding the retired private key signs a receipt dated after its retirement.
+    body = {k: v for k, v in old_receipt.items() if k not in ("signature", "algorithm", "key_id")}
+    forged = rc.sign({**body, "signed_at": "2999-01-01T00:00:00.000000Z"}, leaked)  # type: ignore[arg-type]
+    rc.verify(forged, keys)  # the signature itself is fine ...
+    with pytest.raises(rc.ReceiptError, match="outside key"):
+        rc.verify(forged, keys, validity=validity)  # ... its date is not
+    for receipt, code in ((old_receipt, 0), (forged, 1)):
+        path = tmp_path / "receipt.json"
+        path.write_text(json.dumps(receipt))
+        done = labeldp("receipt", "verify", str(path), "--public-key", str(keys_file))
+        assert done.returncode == code, done.stderr
+    assert rc.load_key_validity(tmp_path / "keys.json") and not rc.load_key_validity(
+        _pem_file(tmp_path, keys)
+    )
+
+
+def _pem_file(tmp_path: Path, keys: dict[str, Any]) -> Path:
+    path = tmp_path / "keys.pem"
+    path.write_text("".join(rc.public_pem(key) for key in keys.values()))
+    return path
