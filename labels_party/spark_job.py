@@ -20,7 +20,8 @@ Alg. 4 through ``shared.randomizer``) where the advertiser's conversions live, i
 5. Randomize each partition with the chosen mechanism's vectorised ``randomize`` (a
    non-deterministic iterator UDF: the label column in Arrow batches through numba, the ids stay
    in the JVM) and the OS CSPRNG inside each executor; write the result EXACTLY ONCE
-   to ``<out>.staging/body`` (Parquet: ``example_id``, ``noisy_label``). Spark re-runs a task that
+   to ``<out>.staging/body`` (Parquet: ``example_id``, ``noisy_label``; the staging directory
+   is created 0700, and opened to 0755 only once the spend is recorded). Spark re-runs a task that
    fails; only the attempt that commits its files is kept, and the files are never recomputed:
    every later step reads them back. A seeded mode (``seed``; per-partition, per-attempt seeds)
    exists for tests only.
@@ -523,6 +524,7 @@ def _spend_and_commit(
     if config.crash_at == "after_spend":
         raise SimulatedCrash("after_spend")
     os.replace(config.staging, config.out)  # the commit: the message appears at --out
+    config.out.chmod(0o755)  # paid for: the (DP) message may now be read by its publisher
     return dict(release)
 
 
@@ -596,7 +598,9 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
             measured = noisy_prior_from_counts(plan, counts, rng)
             mechanism, randomizer = choose_randomizer(plan, measured)
             lap("noise_and_choose")
-            config.staging.mkdir(parents=True)
+            # Owner-only until the spend is recorded: unpaid noisy labels are nobody else's.
+            config.staging.mkdir(parents=True, mode=0o700)
+            config.staging.chmod(0o700)
             body = randomize_partitions(
                 frame,
                 randomizer,

@@ -185,6 +185,7 @@ def test_crash_before_the_spend_spends_nothing_and_publishes_nothing(
     with pytest.raises(SimulatedCrash):
         run(config, spark=spark)
     assert not config.out.exists() and config.staging.exists()
+    assert oct(config.staging.stat().st_mode & 0o777) == "0o700"  # unpaid: owner only
     assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == 0
     assert [e["kind"] for e in labels_party.ledger(name)] == ["dataset"]
     # A plain rerun refuses to overwrite the staged run.
@@ -210,6 +211,7 @@ def test_crash_after_the_spend_is_committed_by_resume_without_randomizing_again(
     # --resume: no Spark session is even needed; the spend is replayed, not repeated.
     result = run(_config(labels_party, tmp_path, name, examples, labels, resume=True))
     assert (result.out / "header.json").read_bytes() == staged_header
+    assert oct(result.out.stat().st_mode & 0o777) == "0o755"  # paid for: readable
     read_parquet_message(result.out)
     assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
     assert len([e for e in labels_party.ledger(name) if e["kind"] != "dataset"]) == 2
