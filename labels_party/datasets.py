@@ -97,6 +97,7 @@ class DatasetRow:
     data_version: int
     created: str
     segment_column: str | None = None
+    universe_sha256: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> DatasetRow:

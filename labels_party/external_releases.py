@@ -20,11 +20,11 @@ import re
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from labels_party import datasets as ds
 from labels_party.db.engine import Database
-from labels_party.db.models import releases
+from labels_party.db.models import datasets, releases
 from labels_party.errors import BadInputError, ConflictError, FieldError
 from labels_party.releases import (
     RELEASE_ID_PATTERN,
@@ -35,7 +35,13 @@ from labels_party.releases import (
     store_and_spend,
 )
 from shared.mechanisms.histogram import bin_edges
-from shared.message import FORMAT_VERSION, NO_MECHANISM, MessageHeader, json_safe
+from shared.message import (
+    FORMAT_VERSION,
+    NO_MECHANISM,
+    MessageHeader,
+    UniverseDigest,
+    json_safe,
+)
 from shared.plan import AUTO, ReleasePlan, ReleaseRequest
 
 EXTERNAL = "external"
@@ -106,6 +112,7 @@ def record(
     dataset: str,
     request: ReleaseRequest,
     n: int,
+    universe_sha256: str,
     plan_given: dict[str, Any],
     header_raw: dict[str, Any],
     actor_role: str,
@@ -114,7 +121,9 @@ def record(
     header = parse_header(header_raw)
     with db.read() as conn:
         row = ds.load(conn, dataset)
+        registered = registered_universe(db, conn, row) if row.n_examples else None
     ds.refuse_archived(row)
+    check_universe(row, n=n, universe_sha256=universe_sha256, registered=registered)
     plan = plan_for(row, request, n=n)
     ours = json_safe(plan.public())
     for key in sorted(set(ours) | set(plan_given)):
@@ -151,5 +160,64 @@ def record(
                     [FieldError(field="header.release_id", message="already used")],
                 )
             return _public(existing, dataset=row.name, bins=plan.bins), False
+        if current.n_examples != (registered[0] if registered else 0):
+            raise ConflictError(
+                f"dataset {row.name!r}: its registered examples changed during the check; retry",
+                [FieldError(field="dataset", message="examples changed")],
+            )
+        check_universe(current, n=n, universe_sha256=universe_sha256, registered=registered)
         store_and_spend(conn, current, record_, charges, plan, time=ds.utc_now())
+        if current.n_examples == 0 and current.universe_sha256 is None:
+            conn.execute(
+                update(datasets)
+                .where(datasets.c.id == current.id)
+                .values(universe_sha256=universe_sha256)
+            )
     return _public(record_, dataset=row.name, bins=plan.bins), True
+
+
+def registered_universe(db: Database, conn: Any, row: ds.DatasetRow) -> tuple[int, str]:
+    """(n, ``shared.message.universe_digest``) of the dataset's registered example ids, read
+    in the message's order (ascending id), in pieces."""
+    digest = UniverseDigest()
+    count = 0
+    cursor = conn.connection.driver_connection.cursor()
+    try:
+        cursor.execute(
+            db.sql(
+                "SELECT example_id FROM entries WHERE dataset_id = ? AND registered = 1 "
+                "ORDER BY example_id"
+            ),
+            (row.id,),
+        )
+        while batch := cursor.fetchmany(65_536):
+            digest.update("\n".join(example_id for (example_id,) in batch).encode("utf-8"))
+            count += len(batch)
+    finally:
+        cursor.close()
+    return count, digest.hexdigest()
+
+
+def check_universe(
+    row: ds.DatasetRow, *, n: int, universe_sha256: str, registered: tuple[int, str] | None
+) -> None:
+    """Refuse an external release over another universe than the dataset's (issue 24): the
+    registered examples' when it has some (``n`` and digest, 422), else the one its first
+    external release fixed (409): a job cannot charge this dataset for other labels."""
+    if registered is not None:
+        count, digest = registered
+        if n != count:
+            raise _refuse("n", f"must be the {count} registered examples")
+        if universe_sha256 != digest:
+            raise _refuse("universe_sha256", "must be the registered examples' digest")
+        return
+    if row.universe_sha256 is not None and universe_sha256 != row.universe_sha256:
+        raise ConflictError(
+            f"dataset {row.name!r} was first released over another universe of example ids",
+            [
+                FieldError(
+                    field="universe_sha256",
+                    message="differs from the universe of the dataset's first external release",
+                )
+            ],
+        )

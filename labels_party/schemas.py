@@ -161,6 +161,12 @@ class ExternalReleaseCreate(ReleaseRequestBody):
     """
 
     n: int = Field(ge=1, description="examples in the job's universe (the message's n)")
+    universe_sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="shared.message.universe_digest of the job's sorted example ids: must be "
+        "the registered examples' (when the dataset has some), else the dataset's first "
+        "external release's",
+    )
     plan: dict[str, object] = Field(description="the plan the job ran (ReleasePlan.public())")
     header: dict[str, object] = Field(
         description="the message header the job wrote (header.json), body_sha256 included"

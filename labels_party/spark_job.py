@@ -122,8 +122,12 @@ class JobResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def request_body(config: JobConfig, plan: ReleasePlan, header: MessageHeader) -> dict[str, Any]:
-    """The ``external-releases`` request (what ``--resume`` replays)."""
+def request_body(
+    config: JobConfig, plan: ReleasePlan, header: MessageHeader, *, universe_sha256: str
+) -> dict[str, Any]:
+    """The ``external-releases`` request (what ``--resume`` replays); ``universe_sha256``: the
+    digest of the body's sorted ids (``shared.message.UniverseDigest``), which binds the release
+    to the dataset's universe."""
     return {
         "mechanism": config.mechanism,
         "epsilon": amounts.text(config.epsilon),
@@ -134,6 +138,7 @@ def request_body(config: JobConfig, plan: ReleasePlan, header: MessageHeader) ->
         ),
         "params": dict(config.params),
         "n": plan.n,
+        "universe_sha256": universe_sha256,
         "plan": json_safe(plan.public()),
         "header": json.loads(header.model_dump_json()),
     }
@@ -191,7 +196,13 @@ def body_files(directory: Path) -> list[Path]:
 
 
 def hash_body(directory: Path, *, n: int) -> str:
-    """``shared.message.body_sha256`` of a written body, streamed (driver memory ~ one batch).
+    """``shared.message.body_sha256`` of a written body (:func:`hash_body_and_universe`)."""
+    return hash_body_and_universe(directory, n=n)[0]
+
+
+def hash_body_and_universe(directory: Path, *, n: int) -> tuple[str, str]:
+    """(``shared.message.body_sha256``, ``shared.message.universe_digest``) of a written body,
+    in one streamed pass (driver memory ~ one batch).
 
     Checks the documented order on the way: ids strictly increasing (sorted, no duplicate) and
     exactly n rows, every label finite.
@@ -200,9 +211,10 @@ def hash_body(directory: Path, *, n: int) -> str:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from shared.message import body_digest
+    from shared.message import UniverseDigest, body_digest
 
     files = body_files(directory)
+    universe = UniverseDigest()
 
     def ids() -> Iterator[bytes]:
         last: str | None = None
@@ -227,7 +239,9 @@ def hash_body(directory: Path, *, n: int) -> str:
                 last = column[-1].as_py()
                 count += len(column)
                 joined = pc.binary_join(pa.ListArray.from_arrays([0, len(column)], column), "\n")
-                yield joined[0].as_py().encode("utf-8")
+                piece = joined[0].as_py().encode("utf-8")
+                universe.update(piece)
+                yield piece
         if count != n:
             raise SparkJobError(f"the written body has {count} rows, the plan n = {n}")
 
@@ -239,7 +253,8 @@ def hash_body(directory: Path, *, n: int) -> str:
                     raise SparkJobError("the written body has a non-finite noisy label")
                 yield values
 
-    return body_digest(ids(), labels())
+    body = body_digest(ids(), labels())
+    return body, universe.hexdigest()
 
 
 # ---- Spark --------------------------------------------------------------------------------
@@ -613,7 +628,7 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
             lap("randomize_write")
         finally:
             frame.unpersist()
-        digest = hash_body(config.staging / BODY, n=plan.n)
+        digest, universe = hash_body_and_universe(config.staging / BODY, n=plan.n)
         lap("hash")
         header = build_header(
             plan=plan,
@@ -624,7 +639,7 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
             measured=measured,
             body_sha256=digest,
         )
-        request = request_body(config, plan, header)
+        request = request_body(config, plan, header, universe_sha256=universe)
         _write_atomic(config.staging / REQUEST, json.dumps(request).encode("utf-8"))
         _write_atomic(config.staging / HEADER, header.model_dump_json().encode("utf-8"))
         if config.crash_at == "before_spend":

@@ -412,6 +412,36 @@ def body_digest(id_chunks: Iterable[bytes], label_chunks: Iterable[np.ndarray]) 
     return digest.hexdigest()
 
 
+class UniverseDigest:
+    """sha256 of a release's example-id universe: its ids in ascending order joined by "\n",
+    under its own domain tag; fed in consecutive pieces of ids (each piece some ids joined by
+    "\n", empty pieces skipped), as :func:`body_digest` reads them. What binds an external
+    (Spark) release to its dataset's universe (``labels_party.external_releases``)."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256(b"labeldp-universe-v1\n")
+        self._first = True
+
+    def update(self, piece: bytes) -> None:
+        if not piece:
+            return
+        if not self._first:
+            self._digest.update(b"\n")
+        self._digest.update(piece)
+        self._first = False
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def universe_digest(id_chunks: Iterable[bytes]) -> str:
+    """:class:`UniverseDigest` of the pieces ``id_chunks``."""
+    digest = UniverseDigest()
+    for piece in id_chunks:
+        digest.update(piece)
+    return digest.hexdigest()
+
+
 # The sections of the binary encoding, as :func:`encode_sections` tags its pieces.
 SECTION_HEAD, SECTION_IDS, SECTION_LABELS = 0, 1, 2
 

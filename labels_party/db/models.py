@@ -53,6 +53,9 @@ datasets = Table(
     Column("created", String(40), nullable=False),
     # The public attribute examples are segmented by (``shared.segments``); NULL: none.
     Column("segment_column", String(64), nullable=True),
+    # shared.message.universe_digest of the ids its first external (Spark) release covered,
+    # for a dataset without registered examples; later external releases must match it.
+    Column("universe_sha256", String(64), nullable=True),
     UniqueConstraint("name", name="uq_datasets_name"),
 )
 

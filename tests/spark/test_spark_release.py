@@ -349,3 +349,46 @@ def test_the_labeldp_release_command_runs_the_job(
     with labels_party.client("publisher") as client:
         header, _, _ = read_parquet_message(out, labels_party=client)
     assert header.mechanism == "rr_on_bins" and len(header.histogram.probs) == 8
+
+
+def test_external_releases_are_bound_to_the_datasets_universe(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path
+) -> None:
+    """Issue 24, item 2: the first external release of a dataset without registered examples
+    fixes its universe (the digest of its sorted ids); a later job over other ids is refused
+    (409 naming universe_sha256) and spends nothing; a dataset with registered examples takes
+    only a job over exactly those ids (422 naming n or universe_sha256)."""
+    name = next(_names)
+    labels_party.create_dataset(name)
+    ids, labelled = _data(800, seed=21)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    run(_config(labels_party, tmp_path, name, examples, labels), spark=spark)
+    # The same universe again: recorded.
+    again = _config(labels_party, tmp_path, name, examples, labels, out=tmp_path / "again")
+    run(again, spark=spark)
+    spent = Decimal(labels_party.dataset(name)["epsilon_spent"])
+    assert spent == Decimal("2")
+    other_ids, other_labelled = _data(801, seed=22)
+    other = write_inputs(tmp_path / "other", other_ids, other_labelled)
+    refused = _config(labels_party, tmp_path, name, *other, out=tmp_path / "other_out")
+    with pytest.raises(SparkJobError, match="universe_sha256"):
+        run(refused, spark=spark)
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == spent
+    assert oct(refused.staging.stat().st_mode & 0o777) == "0o700"  # unpaid, owner only
+    spark_job.discard(refused)
+
+    registered = next(_names)
+    labels_party.create_dataset(registered)
+    with labels_party.client("publisher") as publisher:
+        publisher.register_examples(registered, ids[:-1])  # one id short of the job's
+    mismatch = _config(labels_party, tmp_path, registered, examples, labels, out=tmp_path / "r")
+    with pytest.raises(SparkJobError, match="registered examples"):
+        run(mismatch, spark=spark)
+    assert Decimal(labels_party.dataset(registered)["epsilon_spent"]) == 0
+    spark_job.discard(mismatch)
+    with labels_party.client("publisher") as publisher:
+        publisher.register_examples(registered, ids[-1:])
+    run(_config(labels_party, tmp_path, registered, examples, labels, out=tmp_path / "ok"),
+        spark=spark)  # fmt: skip
+    assert Decimal(labels_party.dataset(registered)["epsilon_spent"]) == Decimal("1")
+    _verify_ledger(labels_party)
