@@ -466,6 +466,41 @@ class ModelReleaseService:
         self._rng_factory: RngFactory = rng_factory or SystemRandom
         self._slots = threading.BoundedSemaphore(2)
 
+    def preview(self, *, dataset: str, request: ModelRequest) -> dict[str, Any]:
+        """What ``request`` would charge and leave, after every check a release makes before
+        it reads a label (request, dataset state, public features and design): nothing is read
+        beyond the public features, nothing spent."""
+        request = check_request(request)
+        with self._db.read() as conn:
+            row = ds.load(conn, dataset)
+            ds.refuse_archived(row)
+            features = _load_features(conn, row, request.public_features)
+            columns = json.loads(features.columns)
+            n = len(features.ids.split("\n"))
+            matrix = np.frombuffer(features.matrix, dtype="<f8").reshape(n, len(columns))
+            design = public_design(request, matrix, columns)
+        budget = accountant.Budget.of(row)
+        delta = request.delta or amounts.ZERO
+        return {
+            "dry_run": True,
+            "dataset": row.name,
+            "estimator": request.estimator,
+            "privacy": request.privacy,
+            "n": n,
+            "features_id": features.id,
+            "columns": columns,
+            "intercept": design.intercept,
+            "charge": {
+                "epsilon": amounts.text(request.epsilon),
+                "delta": None if request.delta is None else amounts.text(request.delta),
+            },
+            "budget": {
+                **budget.public(),
+                "fits": budget.fits(request.epsilon, delta=delta),
+                "after": budget.after(epsilon=request.epsilon, delta=delta).public(),
+            },
+        }
+
     def create(self, *, dataset: str, request: ModelRequest, actor_role: str) -> dict[str, Any]:
         """Fit, then spend and store in one transaction; returns the metadata and the message."""
         request = check_request(request)

@@ -385,6 +385,11 @@ class ModelReleaseCreate(BaseModel):
         pattern=r"^pf_[0-9a-f]{24}$",
         description="the feature set (default: the dataset's latest upload)",
     )
+    dry_run: bool = Field(
+        default=False,
+        description="true: answer 200 with what it would charge and leave (every check made, "
+        "no label read, nothing spent)",
+    )
 
 
 # ---- listings and audit views (the operator console) ----------------------------------------

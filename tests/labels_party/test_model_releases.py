@@ -453,3 +453,31 @@ def test_the_dataset_listing_counts_model_releases(client: Any) -> None:
         )
     (item,) = client.get("/v1/datasets", headers=OPS).json()["datasets"]
     assert (item["n_releases"], item["n_model_releases"], item["epsilon_spent"]) == (0, 2, "2")
+
+
+def test_dry_run_previews_the_charge_and_spends_nothing(client: Any) -> None:
+    """Issue 22, item 2: a model release's preview makes every check a release makes before
+    it reads a label, answers the charge in epsilon and delta and the budget after it, and
+    spends nothing; a bad request is the same 4xx as without dry_run."""
+    setup_dataset(client)
+    before = state(client)
+    body = {"estimator": "ols", "privacy": "eptr", "epsilon": "0.5", "delta": "0.0001",
+            "params": GOOD_EPTR, "dry_run": True}  # fmt: skip
+    answer = model_release(client, **body)
+    assert answer.status_code == 200, answer.text
+    preview = answer.json()
+    assert preview["dry_run"] is True and preview["charge"] == {"epsilon": "0.5", "delta": "0.0001"}
+    assert preview["budget"]["fits"] is True and preview["intercept"] is True
+    assert preview["budget"]["after"]["epsilon_spent"] == "0.5"
+    assert preview["budget"]["after"]["delta_left"] == "0.0009"
+    assert state(client) == before
+    too_much = model_release(client, **{**body, "delta": "0.01"})
+    assert too_much.status_code == 200 and too_much.json()["budget"]["fits"] is False
+    bad = model_release(client, **{**body, "params": {**GOOD_EPTR, "r_x": 1.0}})
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "params.r_x"
+    assert state(client) == before
+    # The same request without dry_run is charged exactly what the preview said.
+    done = model_release(client, **{**body, "dry_run": False})
+    assert done.status_code == 201, done.text
+    view = client.get("/v1/datasets/ds", headers=ADV).json()
+    assert (view["epsilon_spent"], view["delta_spent"]) == ("0.5", "0.0001")

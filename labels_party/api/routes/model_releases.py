@@ -55,16 +55,30 @@ async def upload_public_features(request: Request, call: PublisherOn) -> Any:
     return await run_in_threadpool(store, call.services.db, call.name, table)
 
 
-@router.post("/v1/datasets/{name}/model-releases", status_code=201)
+@router.post(
+    "/v1/datasets/{name}/model-releases",
+    status_code=201,
+    responses={200: {"description": "dry_run: what it would charge and leave, nothing spent"}},
+)
 async def create_model_release(
-    call: AdvertiserOn, body: Annotated[ModelReleaseCreate, json_body(ModelReleaseCreate)]
+    response: Response,
+    call: AdvertiserOn,
+    body: Annotated[ModelReleaseCreate, json_body(ModelReleaseCreate)],
 ) -> Any:
-    """Fit ``estimator`` on the labels joined with the public features; spend (epsilon, delta)."""
+    """Fit ``estimator`` on the labels joined with the public features; spend (epsilon, delta).
+
+    With ``dry_run``: every check, then what it would charge and leave (200), nothing spent."""
     model_request = mr.ModelRequest(
-        **body.model_dump(exclude={"params"}), params=body.params.model_dump(exclude_none=True)
+        **body.model_dump(exclude={"params", "dry_run"}),
+        params=body.params.model_dump(exclude_none=True),
     )
-    create = partial(call.services.model_releases.create, request=model_request)
+    service = call.services.model_releases
     try:
+        if body.dry_run:
+            response.status_code = 200
+            preview = partial(service.preview, request=model_request)
+            return await run_in_threadpool(preview, dataset=call.name)
+        create = partial(service.create, request=model_request)
         return await run_in_threadpool(create, dataset=call.name, actor_role=call.role)
     except InvalidParameterError as exc:  # an estimator refused a parameter: name it
         message = str(exc)
