@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -26,7 +27,13 @@ from features_party.db.models import StoredMessage
 from shared.client import LabelsPartyClient
 from shared.errors import IntegrityError
 from shared.message import BINARY_MEDIA_TYPE, MessageHeader, decode_binary
-from shared.receipt import check_header, load_key_validity, load_public_keys
+from shared.receipt import (
+    ReceiptError,
+    check_header,
+    check_model_header,
+    load_key_validity,
+    load_public_keys,
+)
 from shared.receipt import verify as verify_receipt
 
 log = logging.getLogger("features_party.pull")
@@ -120,6 +127,24 @@ def check_receipt(settings: Settings, header: MessageHeader, *, raw: bytes | Non
         body, header, binary_sha256=None if raw is None else hashlib.sha256(raw).hexdigest()
     )
     log.info("receipt of release %s verified (key %s)", header.release_id, body["key_id"])
+
+
+def check_model_receipt(settings: Settings, model_release_id: str, header_json: Any) -> None:
+    """With a pinned key: the model release's receipt verifies and states exactly this model
+    message's header (``shared.receipt.check_model_header``), else raise."""
+    if settings.labels_public_key is None:
+        return
+    keys = load_public_keys(settings.labels_public_key)
+    validity = load_key_validity(settings.labels_public_key)
+    with labels_client(settings) as client:
+        receipt = client.request(
+            "GET", f"/v1/model-releases/{model_release_id}/receipt", idempotent=True
+        ).json()
+    body = verify_receipt(receipt, keys, validity=validity)
+    if body.get("model_release_id") != model_release_id:
+        raise ReceiptError("the receipt is about another model release")
+    check_model_header(body, header_json)
+    log.info("receipt of model release %s verified (key %s)", model_release_id, body["key_id"])
 
 
 def _check_dataset(header: MessageHeader, dataset: str) -> None:

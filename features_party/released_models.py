@@ -24,7 +24,7 @@ from features_party.api.errors import FieldHTTPError
 from features_party.config import Settings
 from features_party.db.models import FeatureRow, ReleasedModelMessage, TrainedModel
 from features_party.features import FeatureInputError, load_schema
-from features_party.pull import labels_client
+from features_party.pull import check_model_receipt, labels_client
 from features_party.schemas import ModelCreate, PredictIn, PredictOut, new_model_id
 from shared.client import ServiceError
 from shared.errors import IntegrityError
@@ -76,6 +76,9 @@ def pull(
                 f"the labels party answered model release {message.header.model_release_id!r} "
                 f"for {model_release_id!r}"
             )
+        check_model_receipt(
+            settings, model_release_id, json.loads(message.header.model_dump_json())
+        )
         if message.header.dataset == dataset:
             session.add(
                 ReleasedModelMessage(

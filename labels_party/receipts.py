@@ -15,6 +15,7 @@ See ``shared.receipt`` for the format.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -32,7 +33,8 @@ from labels_party import ledger
 from labels_party.catalog import release_header
 from labels_party.db.engine import Database
 from labels_party.db.models import ledger as ledger_table
-from labels_party.db.models import receipts, signing_keys
+from labels_party.db.models import model_receipts, receipts, signing_keys
+from labels_party.model_releases import stored_model
 from labels_party.releases import release_metadata
 from shared import epsilon as amounts
 from shared import receipt as rc
@@ -181,34 +183,43 @@ class ReceiptService:
 
     def get(self, release_id: str) -> dict[str, Any]:
         """The stored signed receipt, signing it now if it has none (404 for an unknown id)."""
+        return self._stored_or_signed(receipts, receipts.c.release_id, release_id, self.payload)
+
+    def get_model(self, model_release_id: str) -> dict[str, Any]:
+        """A model release's stored signed receipt, signed now if it has none (404 unknown)."""
+        column = model_receipts.c.model_release_id
+        return self._stored_or_signed(model_receipts, column, model_release_id, self.model_payload)
+
+    def _stored_or_signed(
+        self, table: Any, column: Any, key: str, payload_of: Any
+    ) -> dict[str, Any]:
         with self._db.read() as conn:
-            stored = conn.execute(
-                select(receipts.c.receipt).where(receipts.c.release_id == release_id)
-            ).scalar()
+            stored = conn.execute(select(table.c.receipt).where(column == key)).scalar()
         if stored is not None:
             return json.loads(stored)  # type: ignore[no-any-return]
-        payload = self.payload(release_id)
+        payload = payload_of(key)
         signed = rc.sign(payload, self.keys.current())
         with self._db.write() as conn:  # first signer wins; a concurrent second one is dropped
-            stored = conn.execute(
-                select(receipts.c.receipt).where(receipts.c.release_id == release_id)
-            ).scalar()
+            stored = conn.execute(select(table.c.receipt).where(column == key)).scalar()
             if stored is not None:
                 return json.loads(stored)  # type: ignore[no-any-return]
             conn.execute(
-                insert(receipts).values(
-                    release_id=release_id,
-                    key_id=signed["key_id"],
-                    receipt=rc.canonical(signed).decode("ascii"),
-                    signed_at=payload["signed_at"],
+                insert(table).values(
+                    {
+                        column.name: key,
+                        "key_id": signed["key_id"],
+                        "receipt": rc.canonical(signed).decode("ascii"),
+                        "signed_at": payload["signed_at"],
+                    }
                 )
             )
         return signed
 
-    def sign_after_release(self, release_id: str) -> None:
-        """Sign right after a release; a failure is logged (the receipt is signed on request)."""
+    def sign_after_release(self, release_id: str, *, model: bool = False) -> None:
+        """Sign right after a (label or ``model``) release; a failure is logged (the receipt is
+        signed on request)."""
         try:
-            self.get(release_id)
+            (self.get_model if model else self.get)(release_id)
         except Exception as exc:  # noqa: BLE001 - the release is committed; never fail it here
             log.error("could not sign the receipt of %s: %s", release_id, type(exc).__name__)
 
@@ -252,6 +263,49 @@ class ReceiptService:
                 for e in entries
             ],
             "released_at": meta["created"],
+            "signed_at": _now(),
+            "product": "labeldp",
+            "product_version": product_version(),
+        }
+
+    def model_payload(self, model_release_id: str) -> dict[str, Any]:
+        """What a model release's receipt states: its whole header, its charge (epsilon,
+        delta), the sha256 of its stored message and its ledger entry (public data only)."""
+        text = stored_model(self._db, model_release_id)  # 404 for an unknown model release
+        message = json.loads(text)
+        header = message["header"]
+        with self._db.read() as conn:
+            entries = [
+                dict(entry._mapping)
+                for entry in conn.execute(
+                    select(ledger_table)
+                    .where(
+                        ledger_table.c.kind == ledger.KIND_MODEL,
+                        ledger_table.c.dataset == header["dataset"],
+                        ledger_table.c.parameters.contains(
+                            f'"model_release_id":"{model_release_id}"'
+                        ),
+                    )
+                    .order_by(ledger_table.c.seq)
+                )
+            ]
+        return {
+            "receipt_version": rc.RECEIPT_VERSION,
+            "kind": "model",
+            "model_release_id": model_release_id,
+            "dataset": header["dataset"],
+            "estimator": header["estimator"],
+            "privacy": header["privacy"],
+            "epsilon": header["epsilon"],
+            "delta": header["delta"] or "0",
+            "message_sha256": header["body_sha256"],
+            "stored_message_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "header": header,
+            "ledger_entries": [
+                {"seq": int(e["seq"]), "kind": e["kind"], "entry_hash": e["entry_hash"]}
+                for e in entries
+            ],
+            "released_at": header["created"],
             "signed_at": _now(),
             "product": "labeldp",
             "product_version": product_version(),

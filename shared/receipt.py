@@ -208,6 +208,21 @@ def check_header(
     check_matches(receipt, **fields, message_sha256=header.body_sha256, binary_sha256=binary_sha256)
 
 
+def check_model_header(receipt: Mapping[str, Any], header: Mapping[str, Any]) -> None:
+    """Raise :class:`ReceiptError` unless the (verified) receipt is about this model message:
+    its whole header (a ``ModelHeader`` as JSON) equal to the receipt's, naming what differs."""
+    if receipt.get("kind") != "model":
+        raise ReceiptError("the receipt is not a model release's")
+    stated = receipt.get("header")
+    if not isinstance(stated, Mapping):
+        raise ReceiptError("the receipt states no header")
+    differ = sorted(k for k in set(stated) | set(header) if stated.get(k) != header.get(k))
+    if differ:
+        raise ReceiptError(
+            f"the model message's header differs from the receipt's in: {', '.join(differ)}"
+        )
+
+
 def check_matches(
     receipt: Mapping[str, Any],
     *,

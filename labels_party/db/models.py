@@ -221,3 +221,13 @@ model_releases = Table(
     Column("created", String(40), nullable=False),
     Column("actor_role", String(16), nullable=False),
 )
+
+# Each model release's signed receipt (labels_party.receipts), as ``receipts`` for label releases.
+model_receipts = Table(
+    "model_receipts",
+    metadata,
+    Column("model_release_id", String(40), ForeignKey("model_releases.id"), primary_key=True),
+    Column("key_id", String(32), nullable=False),
+    Column("receipt", Text, nullable=False),  # the signed receipt as canonical JSON
+    Column("signed_at", String(40), nullable=False),
+)

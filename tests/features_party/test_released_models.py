@@ -227,3 +227,26 @@ def test_a_released_model_is_not_finished_before_it_is_created(
     model = _released(features, ols_release).json()
     shown = features.get(f"/v1/models/{model['id']}").json()
     assert shown["created"] <= shown["finished"], shown
+
+
+def test_a_pinned_key_checks_the_model_releases_receipt(
+    labels_party: LabelsParty, features_factory: Callable[..., Any], tmp_path: Any
+) -> None:
+    """Model releases carry signed receipts too (issue 22, item 2): with the labels party's key
+    pinned the pull verifies the receipt and its whole header; pinned to another key it fails."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from shared import receipt as rc
+    from tests.features_party.test_receipts import pin
+
+    release = _labels_party_model(
+        labels_party, "fp-rcpt", estimator="ols", privacy="label", epsilon="1"
+    )
+    pinned = features_factory(labels_public_key=pin(labels_party, tmp_path / "labels.pub"))
+    answer = _released(pinned, release)
+    assert answer.status_code == 201, answer.text
+    other = tmp_path / "other.pub"
+    other.write_text(rc.public_pem(Ed25519PrivateKey.generate().public_key()))
+    wrong = features_factory(labels_public_key=other, db_path=tmp_path / "wrong.db")
+    refused = _released(wrong, release)
+    assert refused.status_code >= 400 and "not a pinned key" in refused.text, refused.text

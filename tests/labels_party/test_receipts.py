@@ -353,3 +353,33 @@ def _pem_file(tmp_path: Path, keys: dict[str, Any]) -> Path:
     path = tmp_path / "keys.pem"
     path.write_text("".join(rc.public_pem(key) for key in keys.values()))
     return path
+
+
+def test_model_releases_have_signed_receipts_binding_their_whole_header(
+    client: Any, db_path: Path
+) -> None:
+    """Issue 22, item 2 / issue 24, item 1: a model release is signed right after it is made;
+    its receipt states the whole model header, the charge and the ledger entry that paid it, the
+    same bytes on every request; a changed header field fails and is named."""
+    from tests.labels_party.test_model_releases import model_release, setup_dataset
+
+    setup_dataset(client)
+    made = model_release(client, estimator="ols", privacy="label", epsilon="1")
+    assert made.status_code == 201, made.text
+    model_id = made.json()["id"]
+    answer = client.get(f"/v1/model-releases/{model_id}/receipt", headers=PUB)
+    assert answer.status_code == 200, answer.text
+    body = rc.verify(answer.json(), keys_of(client))
+    message = json.loads(client.get(f"/v1/model-releases/{model_id}", headers=PUB).text)
+    assert body["kind"] == "model" and body["model_release_id"] == model_id
+    assert body["header"] == message["header"] and body["epsilon"] == "1"
+    (entry,) = [row for row in ledger_rows(db_path) if row["kind"] == "model"]
+    assert body["ledger_entries"] == [
+        {"seq": entry["seq"], "kind": "model", "entry_hash": entry["entry_hash"]}
+    ]
+    assert client.get(f"/v1/model-releases/{model_id}/receipt", headers=PUB).json() == answer.json()
+    rc.check_model_header(body, message["header"])
+    with pytest.raises(rc.ReceiptError, match="differs from the receipt's in: epsilon"):
+        rc.check_model_header(body, {**message["header"], "epsilon": "2"})
+    missing = client.get(f"/v1/model-releases/mrel_{'0' * 24}/receipt", headers=PUB)
+    assert missing.status_code == 404

@@ -79,13 +79,18 @@ async def create_model_release(
             preview = partial(service.preview, request=model_request)
             return await run_in_threadpool(preview, dataset=call.name)
         create = partial(service.create, request=model_request)
-        return await run_in_threadpool(create, dataset=call.name, actor_role=call.role)
+        meta = await run_in_threadpool(create, dataset=call.name, actor_role=call.role)
     except InvalidParameterError as exc:  # an estimator refused a parameter: name it
         message = str(exc)
         field = next((f"params.{p}" for p in _PARAMS if message.startswith(f"{p} (")), "params")
         if message.startswith("delta ("):
             field = "delta"
         raise BadInputError(message, [FieldError(field=field, message=message)]) from None
+    receipts = call.services.receipts
+    if receipts is not None:
+        sign = partial(receipts.sign_after_release, model=True)
+        await run_in_threadpool(sign, meta["id"])
+    return meta
 
 
 @router.get("/v1/model-releases/{model_release_id}")

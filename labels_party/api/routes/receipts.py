@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from labels_party.api.deps import AnyRole, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
+from labels_party.api.routes.model_releases import ModelReleasePath
 from labels_party.api.routes.releases import ReleasePath
 from labels_party.receipts import ReceiptService
 
@@ -47,3 +48,12 @@ def list_keys(role: AnyRole, services: ServicesDep) -> Any:
 async def get_receipt(role: AnyRole, services: ServicesDep, release_id: str = ReleasePath) -> Any:
     """The release's signed receipt (signed on first request for an older release)."""
     return await run_in_threadpool(_receipts(services).get, release_id)
+
+
+@router.get("/v1/model-releases/{model_release_id}/receipt", response_model=dict[str, Any])
+async def get_model_receipt(
+    role: AnyRole, services: ServicesDep, model_release_id: str = ModelReleasePath
+) -> Any:
+    """A model release's signed receipt: its whole header, charge, message sha256, ledger
+    entry (signed on first request for an older model release)."""
+    return await run_in_threadpool(_receipts(services).get_model, model_release_id)
