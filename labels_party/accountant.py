@@ -46,12 +46,23 @@ class Budget:
 
     @classmethod
     def of(cls, row: Any) -> Budget:
-        """From a ``datasets`` row (or a ``DatasetRow``); NULL delta columns read as 0."""
+        """From a ``datasets`` row (or a ``DatasetRow``); NULL delta columns read as 0. An
+        amount outside the accepted range (a database written before the range was enforced)
+        is read conservatively into it (``shared.epsilon.budget_as_read`` / ``spent_as_read``),
+        so one such row never fails a view or a listing."""
         return cls(
-            budget=ledger.stored_amount(row.epsilon_budget_exact, row.epsilon_budget),
-            spent=ledger.stored_amount(row.epsilon_spent_exact, row.epsilon_spent),
-            delta_budget=ledger.stored_amount(getattr(row, "delta_budget_exact", None), None),
-            delta_spent=ledger.stored_amount(getattr(row, "delta_spent_exact", None), None),
+            budget=amounts.budget_as_read(
+                ledger.stored_amount(row.epsilon_budget_exact, row.epsilon_budget)
+            ),
+            spent=amounts.spent_as_read(
+                ledger.stored_amount(row.epsilon_spent_exact, row.epsilon_spent)
+            ),
+            delta_budget=amounts.budget_as_read(
+                ledger.stored_amount(getattr(row, "delta_budget_exact", None), None)
+            ),
+            delta_spent=amounts.spent_as_read(
+                ledger.stored_amount(getattr(row, "delta_spent_exact", None), None)
+            ),
         )
 
     @property

@@ -99,6 +99,23 @@ def check_range(amount: Decimal, *, name: str = "epsilon") -> Decimal:
     )
 
 
+def budget_as_read(amount: Decimal) -> Decimal:
+    """A stored budget read conservatively into the range: above ``MAX_AMOUNT`` (or not
+    finite) as ``MAX_AMOUNT``, below ``MIN_AMOUNT`` as 0. Only databases written before
+    :func:`check_range` existed can hold such amounts (the ledger, hash-chained, keeps them)."""
+    if not amount.is_finite() or amount > MAX_AMOUNT:
+        return MAX_AMOUNT
+    return amount if amount == 0 or amount >= MIN_AMOUNT else ZERO
+
+
+def spent_as_read(amount: Decimal) -> Decimal:
+    """A stored spend read conservatively into the range: above ``MAX_AMOUNT`` (or not finite)
+    as ``MAX_AMOUNT``, a positive amount below ``MIN_AMOUNT`` as ``MIN_AMOUNT``."""
+    if not amount.is_finite() or amount > MAX_AMOUNT:
+        return MAX_AMOUNT
+    return MIN_AMOUNT if ZERO < amount < MIN_AMOUNT else amount
+
+
 def add(*amounts: Decimal) -> Decimal:
     """The exact sum (raises if it could not be exact: never, for float-sized amounts)."""
     total = ZERO
