@@ -76,6 +76,8 @@ class Cell:
     variance: float
     n_train: int
     extras: tuple[dict[str, Any], ...]
+    # (trial, test MSE) of every split behind the mean: run-by-run ratios pair them by trial.
+    by_trial: tuple[tuple[int, float], ...] = ()
 
 
 def column_name(variant: str, transform: str) -> str:
@@ -120,8 +122,17 @@ def aggregate(records: Sequence[Record]) -> dict[tuple, Cell]:
             variance=_nanmean(r.variance for r in rs),
             n_train=key[1],
             extras=tuple(r.extra for r in rs),
+            by_trial=tuple((int(r.trial), float(r.test_mse)) for r in rs),
         )
     return out
+
+
+def paired_ratios(numerator: Cell | None, denominator: Cell | None) -> list[float]:
+    """numerator / denominator test MSE split by split, on the splits both ran."""
+    if numerator is None or denominator is None:
+        return []
+    below = dict(denominator.by_trial)
+    return [mse / below[t] for t, mse in numerator.by_trial if below.get(t, 0.0) > 0.0]
 
 
 def json_rows(records: Sequence[Record]) -> list[dict[str, Any]]:
@@ -311,19 +322,36 @@ def headline(cells: dict[tuple, Cell], dataset: str) -> str:
 
     head = ["eps", "product out of the box (labels `auto` + features `auto`)"]
     head += [titles[m] for m in models] + (["papers' best"] if paper_best else []) + ["DP constant"]
+    head += ["out of the box / best", "out of the box / DP constant: mean / worst split"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     product_n = sizes.get(PRODUCT_MODEL, -1)
     for eps in _epsilons(cells, reference, sizes[reference]):
         if math.isinf(eps):
             continue
-        row = [_eps(eps), mean(cells.get((PRODUCT_MODEL, product_n, "auto", "auto", eps)))]
+        product = cells.get((PRODUCT_MODEL, product_n, "auto", "auto", eps))
+        row = [_eps(eps), mean(product)]
         for m in models:
             best = best_cell(cells, m, sizes[m], eps, exclude=(mech.CONSTANT,))
             row.append(f"{_fmt(best[1].mean)}, {column_name(*best[0])}" if best else "-")
         constant = cells.get((reference, sizes[reference], mech.CONSTANT, "raw", eps))
-        lines.append("| " + " | ".join([*row, *paper(eps), mean(constant)]) + " |")
+        own_best = best_cell(cells, PRODUCT_MODEL, product_n, eps, exclude=(mech.CONSTANT,))
+        to_best = (
+            f"{product.mean / own_best[1].mean:.3f}"
+            if product is not None and own_best is not None
+            else "-"
+        )
+        own_constant = cells.get((PRODUCT_MODEL, product_n, mech.CONSTANT, "raw", eps))
+        runs = paired_ratios(product, own_constant)
+        to_constant = (
+            f"{product.mean / own_constant.mean:.3f} / {max(runs):.3f}"
+            if product is not None and own_constant is not None and runs
+            else "-"
+        )
+        cells_out = [*row, *paper(eps), mean(constant), to_best, to_constant]
+        lines.append("| " + " | ".join(cells_out) + " |")
     exact = [mean(cells.get((m, sizes[m], mech.NONPRIVATE, "raw", math.inf))) for m in models]
-    lines.append("| " + " | ".join(["no privacy", "-", *exact, *paper(math.inf), "-"]) + " |")
+    tail = ["no privacy", "-", *exact, *paper(math.inf), "-", "-", "-"]
+    lines.append("| " + " | ".join(tail) + " |")
     return "\n".join(lines)
 
 
@@ -348,8 +376,15 @@ def headline_legend(cells: dict[tuple, Cell], dataset: str) -> str:
         "comma, legend below); "
         + papers_text
         + "DP constant = predicting the epsilon-DP mean of the training labels; no privacy = "
-        "the model trained on the exact labels. Standard deviations, every mechanism and the "
-        "label MSE per model follow below."
+        "the model trained on the exact labels. The last two columns put the product at a "
+        "glance: out of the box over the best cell of the features party's `auto` (1 = the "
+        "product's automatic choice is the best the product has), and over the same splits' "
+        "DP constant: the mean ratio and the worst single split (above 1: worse than "
+        "releasing the mean). Every cell is from the records' runs (their commands below); "
+        "the product as the code stands now, run by run on fresh splits, is in "
+        "[worst_case.md](worst_case.md) and, with public segments, "
+        "[segments.md](segments.md). Standard deviations, every mechanism and the label MSE "
+        "per model follow below."
     )
 
 

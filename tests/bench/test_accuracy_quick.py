@@ -431,7 +431,8 @@ def test_the_features_partys_auto_row_averages_every_split() -> None:
 def test_headline_table_reads_the_cells_and_skips_retired_variants() -> None:
     """The table a results file opens with: at most 8 columns; the product row, the best
     non-constant mechanism per model, the DP constant and the exact-label row come from the
-    cells; records of retired variants (auto_k) are ignored, not deleted."""
+    cells, then the product over its best cell and over the DP constant (mean / worst split,
+    paired by split); records of retired variants (auto_k) are ignored, not deleted."""
 
     def rec(model: str, variant: str, transform: str, eps: float, mse: float) -> runner.Record:
         return runner.Record(
@@ -451,13 +452,16 @@ def test_headline_table_reads_the_cells_and_skips_retired_variants() -> None:
     ]
     assert [r.variant for r in report.reported(records)].count("auto_k") == 0
     lines = report.headline(report.aggregate(report.reported(records)), "crime").splitlines()
-    assert len(lines[0].strip("|").split("|")) == 6 <= 8
-    assert lines[2] == "| 1 | 0.04 | 0.03, RRoB | 0.035, RP-T5 deb | 0.0411 (RPWithPrior) | 0.05 |"
-    assert lines[3] == "| no privacy | - | 0.02 | 0.018 | 0.0177 (RPWithPrior) | - |"
+    assert len(lines[0].strip("|").split("|")) == 8
+    assert lines[2] == (
+        "| 1 | 0.04 | 0.03, RRoB | 0.035, RP-T5 deb | 0.0411 (RPWithPrior) | 0.05 | 1.333 | "
+        "4.000 / 4.000 |"
+    )
+    assert lines[3] == "| no privacy | - | 0.02 | 0.018 | 0.0177 (RPWithPrior) | - | - | - |"
     # Without the papers' network and without paper numbers, those columns go.
     ads = [r for r in records if r.model == "auto"]
     head = report.headline(report.aggregate(report.reported(ads)), "ads").splitlines()[0]
-    assert head.count("|") - 1 == 4 and "papers'" not in head
+    assert head.count("|") - 1 == 6 and "papers'" not in head
 
 
 def test_records_are_kept_compressed_and_a_rerun_replaces_its_cell(tmp_path, monkeypatch):
