@@ -235,13 +235,7 @@ def parse_example_batch(body: bytes) -> ExampleBatch:
     """``{"example_ids": [str, ...], "segments": [str, ...]}``; ``segments`` is optional and,
     when given, one segment (``shared.segments.SEGMENT_PATTERN``) per id, in the same order."""
     ids, optional = _batch_with(body, "example_ids", "segments")
-    errors = [
-        FieldError(field=f"example_ids[{i}]", message=_ID_RULE)
-        for i, example_id in enumerate(ids)
-        if not isinstance(example_id, str) or not ID_RE.fullmatch(example_id)
-    ]
-    if errors:
-        _raise(errors, what="example ids")
+    _check_strings(ids, "example_ids", ID_RE, _ID_RULE, what="example ids")
     if "segments" not in optional or optional["segments"] is None:
         return ExampleBatch(ids=ids)
     segments = optional["segments"]
@@ -249,14 +243,21 @@ def parse_example_batch(body: bytes) -> ExampleBatch:
         raise BadInputError(
             "segments must be a list", [FieldError(field="segments", message="must be a list")]
         )
+    _check_strings(segments, "segments", SEGMENT_RE, _SEGMENT_RULE, what="segments")
+    return ExampleBatch(ids=ids, segments=segments)
+
+
+def _check_strings(
+    items: list[Any], key: str, pattern: re.Pattern[str], rule: str, *, what: str
+) -> None:
+    """Refuse every item of ``items`` that is not a string matching ``pattern`` (``key[i]``)."""
     errors = [
-        FieldError(field=f"segments[{i}]", message=_SEGMENT_RULE)
-        for i, segment in enumerate(segments)
-        if not isinstance(segment, str) or not SEGMENT_RE.fullmatch(segment)
+        FieldError(field=f"{key}[{i}]", message=rule)
+        for i, item in enumerate(items)
+        if not isinstance(item, str) or not pattern.fullmatch(item)
     ]
     if errors:
-        _raise(errors, what="segments")
-    return ExampleBatch(ids=ids, segments=segments)
+        _raise(errors, what=what)
 
 
 class _LineStream:
