@@ -22,7 +22,8 @@ from labels_party import ledger
 from labels_party.db.models import datasets
 from labels_party.errors import BadInputError, FieldError
 from shared import epsilon as amounts
-from shared.errors import BudgetExceededError, InvalidParameterError, LabelDPError
+from shared.budget import Budget
+from shared.errors import InvalidParameterError
 
 
 def columns(prefix: str, amount: Decimal) -> dict[str, Any]:
@@ -30,115 +31,25 @@ def columns(prefix: str, amount: Decimal) -> dict[str, Any]:
     return {prefix: float(amount), f"{prefix}_exact": amounts.text(amount)}
 
 
-@dataclass(frozen=True, kw_only=True)
-class Budget:
-    """A dataset's budget and what its ledger has spent, exactly: epsilon and delta.
-
-    Basic composition holds both: the epsilons of all spends add up to at most ``budget`` and
-    their deltas to at most ``delta_budget`` (0 for a dataset created without one: no
-    (epsilon, delta) release fits).
-    """
-
-    budget: Decimal
-    spent: Decimal
-    delta_budget: Decimal = amounts.ZERO
-    delta_spent: Decimal = amounts.ZERO
-
-    @classmethod
-    def of(cls, row: Any) -> Budget:
-        """From a ``datasets`` row (or a ``DatasetRow``); NULL delta columns read as 0. An
-        amount outside the accepted range (a database written before the range was enforced)
-        is read conservatively into it (``shared.epsilon.budget_as_read`` / ``spent_as_read``),
-        so one such row never fails a view or a listing."""
-        return cls(
-            budget=amounts.budget_as_read(
-                ledger.stored_amount(row.epsilon_budget_exact, row.epsilon_budget)
-            ),
-            spent=amounts.spent_as_read(
-                ledger.stored_amount(row.epsilon_spent_exact, row.epsilon_spent)
-            ),
-            delta_budget=amounts.budget_as_read(
-                ledger.stored_amount(getattr(row, "delta_budget_exact", None), None)
-            ),
-            delta_spent=amounts.spent_as_read(
-                ledger.stored_amount(getattr(row, "delta_spent_exact", None), None)
-            ),
-        )
-
-    @property
-    def left(self) -> Decimal:
-        """What is left (never below 0)."""
-        return max(amounts.subtract(self.budget, self.spent), amounts.ZERO)
-
-    @property
-    def delta_left(self) -> Decimal:
-        """The delta left (never below 0)."""
-        return max(amounts.subtract(self.delta_budget, self.delta_spent), amounts.ZERO)
-
-    def fits(self, requested: Decimal, *, delta: Decimal = amounts.ZERO) -> bool:
-        """Whether ``requested`` (and ``delta``) more keep both totals within budget: exact."""
-        return (
-            amounts.add(self.spent, requested) <= self.budget
-            and amounts.add(self.delta_spent, delta) <= self.delta_budget
-        )
-
-    def check(self, requested: Decimal, *, delta: Decimal = amounts.ZERO) -> None:
-        """Raise :class:`BudgetExceededError` (spent, requested, left) unless the spend fits.
-
-        The epsilon is checked first; a delta that does not fit raises
-        :class:`DeltaBudgetExceededError` (its ``field`` is ``"delta"``).
-        """
-        if not amounts.add(self.spent, requested) <= self.budget:
-            raise BudgetExceededError(spent=self.spent, requested=requested, budget=self.budget)
-        if not amounts.add(self.delta_spent, delta) <= self.delta_budget:
-            raise DeltaBudgetExceededError(
-                spent=self.delta_spent, requested=delta, budget=self.delta_budget
-            )
-
-    def after(self, *, epsilon: Decimal, delta: Decimal = amounts.ZERO) -> Budget:
-        """This budget once ``epsilon`` and ``delta`` more are spent."""
-        return Budget(
-            budget=self.budget,
-            spent=amounts.add(self.spent, epsilon),
-            delta_budget=self.delta_budget,
-            delta_spent=amounts.add(self.delta_spent, delta),
-        )
-
-    def public(self) -> dict[str, str]:
-        """Budget, spent and left of epsilon and delta as exact decimal strings."""
-        return {
-            "epsilon_budget": amounts.text(self.budget),
-            "epsilon_spent": amounts.text(self.spent),
-            "epsilon_left": amounts.text(self.left),
-            "delta_budget": _text(self.delta_budget),
-            "delta_spent": _text(self.delta_spent),
-            "delta_left": _text(self.delta_left),
-        }
-
-
-def _text(value: Decimal) -> str:
-    return "0" if value == 0 else amounts.text(value)
-
-
-class DeltaBudgetExceededError(BudgetExceededError):
-    """An (epsilon, delta) spend whose delta does not fit the dataset's delta budget."""
-
-    field = "delta"
-
-    def __init__(self, *, spent: Decimal, requested: Decimal, budget: Decimal) -> None:
-        self.spent, self.requested, self.budget = spent, requested, budget
-        self.left = max(amounts.subtract(budget, spent), amounts.ZERO)
-        LabelDPError.__init__(
-            self,
-            f"delta budget exceeded: spent {_text(spent)}, requested {_text(requested)}, left "
-            f"{_text(self.left)} of {_text(budget)}; "
-            + (
-                f"request at most delta {_text(self.left)}, or ask the operator for a delta budget"
-                if self.left > 0
-                else "no delta is left: use label privacy (no delta), or ask the operator "
-                "for a dataset with a delta budget"
-            ),
-        )
+def budget_of(row: Any) -> Budget:
+    """A ``datasets`` row's (or a ``DatasetRow``'s) budget; NULL delta columns read as 0. An
+    amount outside the accepted range (a database written before the range was enforced) is
+    read conservatively into it (``shared.epsilon.budget_as_read`` / ``spent_as_read``), so one
+    such row never fails a view or a listing."""
+    return Budget(
+        budget=amounts.budget_as_read(
+            ledger.stored_amount(row.epsilon_budget_exact, row.epsilon_budget)
+        ),
+        spent=amounts.spent_as_read(
+            ledger.stored_amount(row.epsilon_spent_exact, row.epsilon_spent)
+        ),
+        delta_budget=amounts.budget_as_read(
+            ledger.stored_amount(getattr(row, "delta_budget_exact", None), None)
+        ),
+        delta_spent=amounts.spent_as_read(
+            ledger.stored_amount(getattr(row, "delta_spent_exact", None), None)
+        ),
+    )
 
 
 def exact_delta(value: Any, *, name: str = "delta") -> Decimal:
@@ -182,7 +93,7 @@ def spend(
     do not fit.
     """
     items = list(charges)
-    budget = Budget.of(row)
+    budget = budget_of(row)
     total = amounts.add(*(charge.epsilon for charge in items))
     total_delta = amounts.add(*(charge.delta for charge in items if charge.delta is not None))
     budget.check(total, delta=total_delta)
@@ -213,7 +124,7 @@ def top_up(
     ``topup``, epsilon 0: it spends nothing) records the budget before and after, so verify
     recomputes the budget from the creation entry plus every top-up.
     """
-    before = Budget.of(row)
+    before = budget_of(row)
     after = Budget(budget=amounts.add(before.budget, add), spent=before.spent)
     if after.budget > amounts.MAX_AMOUNT:
         message = (

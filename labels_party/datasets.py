@@ -260,7 +260,7 @@ def public_view(row: DatasetRow, release_ids: list[str], *, role: str) -> dict[s
         "label_min": row.label_min,
         "label_max": row.label_max,
         "default_label": row.default_label,
-        **accountant.Budget.of(row).public(),
+        **accountant.budget_of(row).public(),
         "state": row.state,
         "n_examples": row.n_examples,
         "releases": release_ids,

@@ -479,7 +479,7 @@ class ModelReleaseService:
             n = len(features.ids.split("\n"))
             matrix = np.frombuffer(features.matrix, dtype="<f8").reshape(n, len(columns))
             design = public_design(request, matrix, columns)
-        budget = accountant.Budget.of(row)
+        budget = accountant.budget_of(row)
         delta = request.delta or amounts.ZERO
         return {
             "dry_run": True,
@@ -512,7 +512,7 @@ class ModelReleaseService:
         with self._db.read() as conn:
             row = ds.load(conn, name)
             ds.refuse_archived(row)
-            accountant.Budget.of(row).check(request.epsilon, delta=request.delta or amounts.ZERO)
+            accountant.budget_of(row).check(request.epsilon, delta=request.delta or amounts.ZERO)
             features = _load_features(conn, row, request.public_features)
             columns = json.loads(features.columns)
             ids = features.ids.split("\n")

@@ -128,7 +128,7 @@ class ReleaseService:
         _check_releasable(row)
         plan = plan_for(row, request, n=row.n_examples)
         segmented = segmented_plan_for(row, request, counts)
-        budget = accountant.Budget.of(row)
+        budget = accountant.budget_of(row)
         return {
             "dry_run": True,
             "dataset": row.name,
@@ -139,11 +139,7 @@ class ReleaseService:
                 "spent": amounts.text(budget.spent),
                 "requested": amounts.text(plan.epsilon),
                 "fits": budget.fits(plan.epsilon),
-                "left_after": amounts.text(
-                    accountant.Budget(
-                        budget=budget.budget, spent=amounts.add(budget.spent, plan.epsilon)
-                    ).left
-                ),
+                "left_after": amounts.text(budget.after(epsilon=plan.epsilon).left),
             },
         }
 
@@ -158,7 +154,7 @@ class ReleaseService:
     def _snapshot(self, name: str, request: ReleaseRequest) -> _Snapshot:
         with self._db.read() as conn:
             row = ds.load(conn, name)
-            accountant.Budget.of(row).check(request.epsilon)
+            accountant.budget_of(row).check(request.epsilon)
             _check_releasable(row)
             cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
             try:
@@ -338,7 +334,7 @@ def store_and_spend(
 ) -> None:
     """Store the release row and spend its charges at ``time``, in the caller's write
     transaction (``row`` read for update): the spend is refused if it does not fit."""
-    accountant.Budget.of(row).check(plan.epsilon)
+    accountant.budget_of(row).check(plan.epsilon)
     conn.execute(insert(releases).values(dataset_id=row.id, **record))
     accountant.spend(
         conn,

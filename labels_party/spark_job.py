@@ -57,6 +57,7 @@ import numpy as np
 
 from labels_party.releases import new_release_id
 from shared import epsilon as amounts
+from shared.budget import Budget
 from shared.client import LabelsPartyClient, ServiceError, _segment
 from shared.domain import LabelDomain
 from shared.errors import LabelDPError
@@ -156,12 +157,13 @@ def make_plan(config: JobConfig, info: dict[str, Any], *, n: int) -> ReleasePlan
 
 
 def check_budget(info: dict[str, Any], plan: ReleasePlan) -> None:
-    """Refuse a release the dataset's budget cannot pay (checked again at the spend)."""
-    budget, spent = Decimal(str(info["epsilon_budget"])), Decimal(str(info["epsilon_spent"]))
-    if amounts.add(spent, plan.epsilon) > budget:
+    """Refuse a release the dataset's budget cannot pay (``shared.budget``, on the dataset's
+    view; checked again at the spend)."""
+    budget = Budget.from_public(info)
+    if not budget.fits(plan.epsilon):
         raise SparkJobError(
-            f"budget too small: dataset {info['name']!r} has spent {amounts.text(spent)} of "
-            f"{amounts.text(budget)}; this release needs {amounts.text(plan.epsilon)}"
+            f"budget too small: dataset {info['name']!r} has spent {amounts.text(budget.spent)} "
+            f"of {amounts.text(budget.budget)}; this release needs {amounts.text(plan.epsilon)}"
         )
 
 

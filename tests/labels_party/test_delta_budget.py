@@ -13,11 +13,12 @@ from sqlalchemy import update
 from labels_party import accountant, ledger
 from labels_party import datasets as ds
 from labels_party.db.models import datasets
+from shared.budget import Budget, DeltaBudgetExceededError
 from shared.errors import BudgetExceededError, InvalidParameterError
 from tests.labels_party.conftest import ADV, OPS, create_dataset
 
 
-def _spend(client: Any, name: str, *, epsilon: str, delta: str | None) -> accountant.Budget:
+def _spend(client: Any, name: str, *, epsilon: str, delta: str | None) -> Budget:
     """One model-kind charge through the accountant, in a write transaction."""
     db = client.app.state.services.db
     with db.write() as conn:
@@ -92,7 +93,7 @@ def test_delta_spends_add_up_exactly_and_verify(client: Any) -> None:
     assert (view["epsilon_spent"], view["delta_spent"], view["delta_left"]) == ("0.3", "0.3", "0")
     # Three spends of 0.1 fill 0.3 exactly: one more of any delta is refused, nothing written.
     before = ledger_rows(client)
-    with pytest.raises(accountant.DeltaBudgetExceededError) as info:
+    with pytest.raises(DeltaBudgetExceededError) as info:
         _spend(client, "d", epsilon="0.1", delta="0.000000001")
     assert info.value.field == "delta" and "delta budget exceeded" in str(info.value)
     assert ledger_rows(client) == before
@@ -104,7 +105,7 @@ def test_delta_spends_add_up_exactly_and_verify(client: Any) -> None:
 
 def test_no_delta_budget_refuses_any_delta(client: Any) -> None:
     create_dataset(client, "d")
-    with pytest.raises(accountant.DeltaBudgetExceededError):
+    with pytest.raises(DeltaBudgetExceededError):
         _spend(client, "d", epsilon="0.1", delta="0.01")
     assert _verify(client).ok, "nothing was written"
 
@@ -146,9 +147,7 @@ def test_budget_fits_exactly_on_both_axes(
     eps: Decimal,
     d: Decimal,
 ) -> None:
-    b = accountant.Budget(
-        budget=budget, spent=spent, delta_budget=delta_budget, delta_spent=delta_spent
-    )
+    b = Budget(budget=budget, spent=spent, delta_budget=delta_budget, delta_spent=delta_spent)
     expected = spent + eps <= budget and delta_spent + d <= delta_budget
     assert b.fits(eps, delta=d) is expected
     if expected:
@@ -157,6 +156,6 @@ def test_budget_fits_exactly_on_both_axes(
         with pytest.raises(BudgetExceededError) as info:
             b.check(eps, delta=d)
         epsilon_fits = spent + eps <= budget
-        assert isinstance(info.value, accountant.DeltaBudgetExceededError) is epsilon_fits
+        assert isinstance(info.value, DeltaBudgetExceededError) is epsilon_fits
     # The old API: epsilon only, delta 0.
     assert b.fits(eps) is (spent + eps <= budget and delta_spent <= delta_budget)
