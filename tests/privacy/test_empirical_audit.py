@@ -10,6 +10,8 @@ mechanisms (the self-test) must be flagged. Method and measured bounds: docs/pri
 Sample sizes (per label set; selection + test):
 - RR-on-Bins and RPWithPrior (vectorised): 200,000 + 1,000,000 outputs;
 - the discrete-Laplace histogram: 1,000 + 5,000 releases; the DP mean: 2,000 + 10,000;
+- ePTR's release step (Algorithm 2, its Gaussian calibrated on the exact delta): 4,000 + 20,000,
+  at the test's boundary (gamma = M against M - 1, estimates alpha apart), against (eps, delta);
 - the whole release (``label_randomizer``): 500 + 2,500 releases, each audited four ways
   (joint output, the changed example's noisy label, histogram cell, DP mean) from the same
   samples; a segmented release (``shared.segments``, two one-example groups) two ways (joint
@@ -17,7 +19,7 @@ Sample sizes (per label set; selection + test):
 
 Flake budget: the family-wise probability that any product audit fails although the product is
 as private as claimed is at most ``FAMILY_ALPHA`` = 0.001, split evenly (Bonferroni) over the
-``PRODUCT_AUDITS`` audits: each is a test at confidence 1 - 0.001 / 29 (stricter than 99%).
+``PRODUCT_AUDITS`` audits: each is a test at confidence 1 - 0.001 / 31 (stricter than 99%).
 The seeds are fixed, so a given tree either passes or fails every time; the budget bounds the
 chance that a seed (or a numpy stream change) trips a false alarm. The self-test uses the same
 per-audit alpha; its failure mode (a broken mechanism NOT flagged) is measured, not bounded:
@@ -36,6 +38,7 @@ import numpy as np
 import pytest
 
 from shared import segments as seg
+from shared.estimators.eptr import eptr_release, eptr_threshold
 from shared.mechanisms import histogram as histogram_module
 from shared.mechanisms import rr_on_bins as rr_module
 from shared.mechanisms.histogram import Prior, private_histogram
@@ -77,6 +80,7 @@ class Case:
     epsilon: float
     n_select: int
     n_test: int
+    delta: float = 0.0
 
     def run(self, *, alpha: float, seed: int) -> AuditResult:
         return audit(
@@ -88,6 +92,7 @@ class Case:
             n_select=self.n_select,
             n_test=self.n_test,
             seed=seed,
+            delta=self.delta,
         )
 
 
@@ -124,6 +129,20 @@ def histogram_sampler(*, bins: int, epsilon: float) -> Sampler:
     )
 
 
+def eptr_sampler(*, epsilon: float, delta: float, alpha: float = 1.0) -> Sampler:
+    """ePTR's release step (``shared.estimators.eptr.eptr_release``, Algorithm 2) on a data set
+    summarised by its SaLBo value and its estimate: "labels" = (gamma, estimate). The output is
+    the released value (the no-reply, -100, is an atom of its own)."""
+    return repeat(
+        lambda point, rng: float(
+            eptr_release(
+                np.array([point[1]]), gamma=float(point[0]), alpha=alpha, epsilon=epsilon,
+                delta=delta, no_reply=-100.0, rng=rng,
+            ).value[0]
+        )
+    )  # fmt: skip
+
+
 def mean_sampler(*, epsilon: float) -> Sampler:
     return repeat(lambda labels, rng: private_mean(labels, lo=LO, hi=HI, epsilon=epsilon, rng=rng))
 
@@ -131,6 +150,11 @@ def mean_sampler(*, epsilon: float) -> Sampler:
 VECTOR = {"n_select": 200_000, "n_test": 1_000_000}
 HISTOGRAM = {"n_select": 1_000, "n_test": 5_000}
 MEAN = {"n_select": 2_000, "n_test": 10_000}
+EPTR = {"n_select": 4_000, "n_test": 20_000}
+# ePTR's release test at its boundary: gamma = M against gamma = M - 1 (one example changed moves
+# the SaLBo by at most 1), estimates alpha apart (what gamma > 0 certifies).
+EPTR_M1 = eptr_threshold(epsilon=1.0, delta=1e-3)
+EPTR_M4 = eptr_threshold(epsilon=4.0, delta=0.01)
 RELEASE = {"n_select": 500, "n_test": 2_500}
 # Few categories per column of a release: a joint event of three columns stays estimable.
 RELEASE_LEVELS = 8
@@ -178,6 +202,11 @@ MECHANISM_CASES = [
     Case("mean bounds", mean_sampler(epsilon=1.0), (LO,), (HI,), 1.0, **MEAN),
     Case("mean beyond bounds", mean_sampler(epsilon=0.5), (BELOW,), (ABOVE,), 0.5, **MEAN),
     Case("mean ties", mean_sampler(epsilon=1.0), (HI, LO), (HI, HI), 1.0, **MEAN),
+    # ePTR's whole release step (test + calibrated Gaussian) at the test's boundary.
+    Case("eptr boundary eps 1", eptr_sampler(epsilon=1.0, delta=1e-3), (EPTR_M1, 0.0),
+         (EPTR_M1 - 1.0, 1.0), 1.0, delta=1e-3, **EPTR),
+    Case("eptr boundary eps 4", eptr_sampler(epsilon=4.0, delta=0.01), (EPTR_M4 - 1.0, 1.0),
+         (EPTR_M4, 0.0), 4.0, delta=0.01, **EPTR),
 ]  # fmt: skip
 
 
@@ -316,7 +345,7 @@ def test_whole_release_passes_audit(case: ReleaseCase, column: str) -> None:
 
 
 def test_flake_budget_is_split_over_every_product_audit() -> None:
-    assert PRODUCT_AUDITS == 29  # the module docstring and docs/privacy_audit.md say 29
+    assert PRODUCT_AUDITS == 31  # the module docstring and docs/privacy_audit.md say 31
     assert ALPHA * PRODUCT_AUDITS <= FAMILY_ALPHA
 
 
