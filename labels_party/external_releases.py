@@ -113,6 +113,7 @@ def record(
     request: ReleaseRequest,
     n: int,
     universe_sha256: str,
+    labels_sha256: str | None = None,
     plan_given: dict[str, Any],
     header_raw: dict[str, Any],
     actor_role: str,
@@ -142,7 +143,11 @@ def record(
         external_header=text.decode("utf-8"),
     )
     charges = release_charges(
-        plan, requested_mechanism=request.mechanism, header=header, bins=plan.bins
+        plan,
+        requested_mechanism=request.mechanism,
+        header=header,
+        bins=plan.bins,
+        inputs={"labels_input_sha256": labels_sha256} if labels_sha256 else None,
     )
     with db.write() as conn:
         current = ds.load(conn, row.name, for_update=True)

@@ -225,6 +225,7 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
     model_entries: dict[str, dict[str, Any]] = {}
     created: dict[str, dict[str, Any]] = {}
     by_release: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    labels_inputs: dict[str, set[str]] = defaultdict(set)  # labels input digest -> datasets
     for entry in _iter_ledger(conn):
         report.entries += 1
         seq = entry["seq"]
@@ -276,6 +277,9 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
                 problems.append(f"entry seq {seq}: release {release_id} has two {kind} entries")
             else:
                 by_release[release_id][kind] = entry
+            digest = json.loads(entry["parameters"]).get("labels_input_sha256")
+            if isinstance(digest, str):
+                labels_inputs[digest].add(entry["dataset"])
         elif kind == KIND_MODEL:
             spends[entry["dataset"]].append(epsilon)
             delta_spends[entry["dataset"]].append(delta(entry))
@@ -287,6 +291,13 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
         else:
             problems.append(f"entry seq {seq}: unknown kind {kind!r}")
     report.head_hash = prev
+    for digest, charged in sorted(labels_inputs.items()):
+        if len(charged) > 1:
+            # One set of labels paid from two budgets: each budget holds, their sum is not.
+            problems.append(
+                f"labels input {digest[:16]} was charged to {len(charged)} datasets: "
+                + ", ".join(repr(name) for name in sorted(charged))
+            )
 
     stored = {row.name: row for row in conn.execute(select(datasets))}
     for name, row in stored.items():

@@ -348,11 +348,16 @@ def store_and_spend(
 
 
 def release_charges(
-    plan: ReleasePlan, *, requested_mechanism: str, header: MessageHeader, bins: int
+    plan: ReleasePlan,
+    *,
+    requested_mechanism: str,
+    header: MessageHeader,
+    bins: int,
+    inputs: dict[str, Any] | None = None,
 ) -> list[accountant.Charge]:
     """The two ledger entries of a release of ``plan`` (the service's or an external one):
     epsilon1 (histogram + DP mean, split exactly in its parameters) and epsilon2 (the
-    randomizer and its public parameters)."""
+    randomizer and its public parameters, and ``inputs``: what an external job read)."""
     mechanism, params = header.mechanism, json_safe(header.params)
     recommended_transform = header.recommended_transform
     if header.segments is not None:
@@ -399,6 +404,9 @@ def release_charges(
                 "params": params,
                 "n": plan.n,
                 "recommended_transform": recommended_transform,
+                # An external release's input digests (``labels_input_sha256``): ``ledger verify``
+                # names datasets charged for the same labels.
+                **(inputs or {}),
             },
         ),
     ]

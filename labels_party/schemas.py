@@ -167,6 +167,13 @@ class ExternalReleaseCreate(ReleaseRequestBody):
         "the registered examples' (when the dataset has some), else the dataset's first "
         "external release's",
     )
+    labels_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the labels input the job read (its files, by relative path): "
+        "recorded in the randomizer's ledger entry; `ledger verify` names datasets charged "
+        "for the same labels",
+    )
     plan: dict[str, object] = Field(description="the plan the job ran (ReleasePlan.public())")
     header: dict[str, object] = Field(
         description="the message header the job wrote (header.json), body_sha256 included"

@@ -123,6 +123,25 @@ class JobResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+def input_digest(source: str) -> str | None:
+    """sha256 of a local input (a file, or a directory's files by relative path, sorted): what
+    names the labels a release read; None for a table name or a remote path."""
+    root = Path(source)
+    if not root.exists():
+        return None
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    digest = hashlib.sha256(b"labeldp-input-v1\n")
+    for path in files:
+        if path.name.startswith((".", "_")):  # Spark's _SUCCESS and .crc side files
+            continue
+        name = path.name if path == root else path.relative_to(root).as_posix()
+        digest.update(name.encode("utf-8") + b"\n")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def request_body(
     config: JobConfig, plan: ReleasePlan, header: MessageHeader, *, universe_sha256: str
 ) -> dict[str, Any]:
@@ -140,6 +159,7 @@ def request_body(
         "params": dict(config.params),
         "n": plan.n,
         "universe_sha256": universe_sha256,
+        **({"labels_sha256": labels} if (labels := input_digest(config.labels)) else {}),
         "plan": json_safe(plan.public()),
         "header": json.loads(header.model_dump_json()),
     }

@@ -156,9 +156,10 @@ def test_a_failed_task_is_retried_and_the_published_body_is_one_randomization(
     ids, labelled = _data(3000, seed=4)
     examples, labels = write_inputs(tmp_path / "in", ids, labelled)
     bodies = []
+    # One dataset charged twice: the same labels in two datasets would fail `ledger verify`.
+    name = next(_names)
+    labels_party.create_dataset(name)
     for fail in (False, True):
-        name = next(_names)
-        labels_party.create_dataset(name)
         config = _config(labels_party, tmp_path / f"run{fail}", name, examples, labels,
                          mechanism="rr_on_bins", fail_first_attempt=fail)  # fmt: skip
         (tmp_path / f"run{fail}").mkdir()
@@ -166,7 +167,7 @@ def test_a_failed_task_is_retried_and_the_published_body_is_one_randomization(
         header, got_ids, noisy = read_parquet_message(result.out)  # hash and order verified
         assert got_ids == sorted(ids)
         bodies.append(noisy)
-        assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
+        assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal(len(bodies))
     # Seeds are per (partition, attempt): the retried task drew afresh (as in production), so
     # the bodies differ; the published one still has every id exactly once and matches the
     # header's hash, i.e. it is the output of the ONE committed attempt per partition, never a
@@ -381,6 +382,10 @@ def test_external_releases_are_bound_to_the_datasets_universe(
     labels_party.create_dataset(registered)
     with labels_party.client("publisher") as publisher:
         publisher.register_examples(registered, ids[:-1])  # one id short of the job's
+    # Other labels over the same ids (the same labels would be flagged: see below).
+    _, relabelled = _data(800, seed=23)
+    relabelled = {ids[i]: v for i, v in enumerate(relabelled.values())}
+    examples, labels = write_inputs(tmp_path / "relabelled", ids, relabelled)
     mismatch = _config(labels_party, tmp_path, registered, examples, labels, out=tmp_path / "r")
     with pytest.raises(SparkJobError, match="registered examples"):
         run(mismatch, spark=spark)
@@ -392,3 +397,29 @@ def test_external_releases_are_bound_to_the_datasets_universe(
         spark=spark)  # fmt: skip
     assert Decimal(labels_party.dataset(registered)["epsilon_spent"]) == Decimal("1")
     _verify_ledger(labels_party)
+
+
+def test_ledger_verify_names_datasets_charged_for_the_same_labels(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path
+) -> None:
+    """Issue 24, item 2: each external release records the digest of the labels input it read
+    (``labels_input_sha256`` in its randomizer entry); the same labels charged to two datasets
+    (each budget holds, their sum does not) make ``ledger verify`` fail, naming both."""
+    first, second = next(_names), next(_names)
+    ids, labelled = _data(600, seed=31)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    for name in (first, second):
+        labels_party.create_dataset(name)
+        run(_config(labels_party, tmp_path, name, examples, labels, out=tmp_path / name),
+            spark=spark)  # fmt: skip
+    entries = [e for e in labels_party.ledger(first) if e["kind"] == "randomizer"]
+    digest = entries[0]["parameters"]["labels_input_sha256"]
+    assert digest == spark_job.input_digest(str(labels))
+    done = subprocess.run(
+        [sys.executable, "-m", "labels_party", "ledger", "verify", "--db",
+         str(labels_party.service.db_path)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert f"labels input {digest[:16]} was charged to 2 datasets" in done.stdout + done.stderr
+    assert repr(first) in done.stdout + done.stderr and repr(second) in done.stdout + done.stderr

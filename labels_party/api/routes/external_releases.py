@@ -42,6 +42,7 @@ async def create_external_release(
         request=release_request(body),
         n=body.n,
         universe_sha256=body.universe_sha256,
+        labels_sha256=body.labels_sha256,
         plan_given=body.plan,
         header_raw=body.header,
         actor_role=call.role,
