@@ -25,64 +25,30 @@ from sqlalchemy.orm import Session
 from features_party.db.models import StoredMessage
 from shared.client import LabelsPartyClient
 from shared.errors import IntegrityError
-from shared.message import (
-    BINARY_MEDIA_TYPE,
-    MessageHeader,
-    check_example_id,
-    encode_binary,
-    verify,
-)
-
-HEADER, BODY = "header.json", "body"
+from shared.message import BINARY_MEDIA_TYPE, MessageHeader, encode_binary
+from shared.parquet_message import read_parquet_message as read_verified
 
 
 def read_parquet_message(
     directory: Path | str, *, labels_party: LabelsPartyClient | None = None
 ) -> tuple[MessageHeader, list[str], np.ndarray]:
-    """(header, example ids, noisy labels) of a Parquet message, verified; else IntegrityError.
+    """(header, example ids, noisy labels) of a Parquet message, verified
+    (``shared.parquet_message.read_parquet_message``); else IntegrityError.
 
     ``labels_party``: also require the labels party's release metadata to carry this header's
     sha256 (``binary_sha256`` of an external release) and body sha256, i.e. that the release's
     spend is in its ledger.
     """
-    import pyarrow.parquet as pq
-
-    root = Path(directory)
-    try:
-        raw_header = (root / HEADER).read_bytes()
-        header = MessageHeader.model_validate_json(raw_header)
-    except FileNotFoundError:
-        raise IntegrityError(f"{root}: no {HEADER}") from None
-    except ValueError as exc:
-        raise IntegrityError(f"{root}/{HEADER} is not a valid message header: {exc}") from None
-    files = sorted((root / BODY).glob("part-*.parquet"))
-    if not files and header.n:
-        raise IntegrityError(f"{root}/{BODY}: no Parquet part files")
-    ids: list[str] = []
-    pieces: list[np.ndarray] = []
-    for path in files:
-        table = pq.read_table(path)
-        if table.column_names != ["example_id", "noisy_label"]:
-            raise IntegrityError(f"{path}: columns must be example_id, noisy_label")
-        ids.extend(table.column("example_id").to_pylist())
-        pieces.append(table.column("noisy_label").to_numpy().astype(np.float64))
-    labels = np.concatenate(pieces) if pieces else np.empty(0)
-    for example_id in ids:
-        try:
-            check_example_id(example_id)
-        except ValueError as exc:
-            raise IntegrityError(f"{root}: {exc}") from None
-    if any(b <= a for a, b in zip(ids, ids[1:], strict=False)):
-        raise IntegrityError(f"{root}: body is not sorted by example_id (or has duplicates)")
-    verify(header, ids, labels)
+    message = read_verified(directory)
+    header = message.header
     if labels_party is not None:
         release = labels_party.release(header.release_id)
         recorded = getattr(release, "binary_sha256", None)
-        if release.message_sha256 != header.body_sha256 or recorded != _sha256(raw_header):
+        if release.message_sha256 != header.body_sha256 or recorded != _sha256(message.raw_header):
             raise IntegrityError(
                 f"release {header.release_id!r}: the labels party recorded another message"
             )
-    return header, ids, labels
+    return header, message.example_ids, message.noisy_labels
 
 
 def _sha256(data: bytes) -> str:

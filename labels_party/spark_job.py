@@ -60,8 +60,9 @@ from shared import epsilon as amounts
 from shared.budget import Budget
 from shared.client import LabelsPartyClient, ServiceError, _segment
 from shared.domain import LabelDomain
-from shared.errors import LabelDPError
+from shared.errors import IntegrityError, LabelDPError
 from shared.message import EXAMPLE_ID_PATTERN, MessageHeader, header_for, json_safe
+from shared.parquet_message import BODY, HEADER, hash_body_and_universe
 from shared.plan import AUTO, ReleasePlan, ReleaseRequest
 from shared.randomizer import (
     LabelCounts,
@@ -73,7 +74,7 @@ from shared.randomizer import (
 )
 from shared.rng import Rng, SystemRandom
 
-BODY, HEADER, REQUEST = "body", "header.json", "request.json"
+REQUEST = "request.json"  # beside the message in staging: what --resume replays
 # Test hooks (never set in production): stop the job at a step, as a crash would.
 CRASH_POINTS = ("before_spend", "after_spend")
 
@@ -212,71 +213,12 @@ def build_header(
 # ---- the body: writing once, reading back, hashing ------------------------------------------
 
 
-def body_files(directory: Path) -> list[Path]:
-    """The Parquet part files of a body, in the order Spark wrote its sorted partitions."""
-    return sorted(p for p in directory.glob("part-*") if p.suffix == ".parquet")
-
-
-def hash_body(directory: Path, *, n: int) -> str:
-    """``shared.message.body_sha256`` of a written body (:func:`hash_body_and_universe`)."""
-    return hash_body_and_universe(directory, n=n)[0]
-
-
-def hash_body_and_universe(directory: Path, *, n: int) -> tuple[str, str]:
-    """(``shared.message.body_sha256``, ``shared.message.universe_digest``) of a written body,
-    in one streamed pass (driver memory ~ one batch).
-
-    Checks the documented order on the way: ids strictly increasing (sorted, no duplicate) and
-    exactly n rows, every label finite.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from shared.message import UniverseDigest, body_digest
-
-    files = body_files(directory)
-    universe = UniverseDigest()
-
-    def ids() -> Iterator[bytes]:
-        last: str | None = None
-        count = 0
-        for path in files:
-            for batch in pq.ParquetFile(path).iter_batches(columns=["example_id"]):
-                column = batch.column(0)
-                if column.null_count or len(column) == 0:
-                    if column.null_count:
-                        raise SparkJobError("the written body has a null example id")
-                    continue
-                first = column[0].as_py()
-                if last is not None and not first > last:
-                    raise SparkJobError("the written body is not sorted by example_id")
-                if (
-                    len(column) > 1
-                    and not pc.all(
-                        pc.greater(column.slice(1), column.slice(0, len(column) - 1))
-                    ).as_py()
-                ):
-                    raise SparkJobError("the written body is not sorted by example_id")
-                last = column[-1].as_py()
-                count += len(column)
-                joined = pc.binary_join(pa.ListArray.from_arrays([0, len(column)], column), "\n")
-                piece = joined[0].as_py().encode("utf-8")
-                universe.update(piece)
-                yield piece
-        if count != n:
-            raise SparkJobError(f"the written body has {count} rows, the plan n = {n}")
-
-    def labels() -> Iterator[np.ndarray]:
-        for path in files:
-            for batch in pq.ParquetFile(path).iter_batches(columns=["noisy_label"]):
-                values = batch.column(0).to_numpy(zero_copy_only=False)
-                if not np.all(np.isfinite(values)):
-                    raise SparkJobError("the written body has a non-finite noisy label")
-                yield values
-
-    body = body_digest(ids(), labels())
-    return body, universe.hexdigest()
+def _hashed(directory: Path, *, n: int) -> tuple[str, str]:
+    """``shared.parquet_message.hash_body_and_universe``, a fault refused as the job's own."""
+    try:
+        return hash_body_and_universe(directory, n=n)
+    except IntegrityError as exc:
+        raise SparkJobError(str(exc)) from None
 
 
 # ---- Spark --------------------------------------------------------------------------------
@@ -386,8 +328,9 @@ def joined_sorted(universe: Any, labelled: Any, *, default_label: float, n: int)
     """Every id of either input with its label (or the default) and how many times each input
     holds it (``in_examples``, ``in_labels``), sorted by id: ONE shuffle (a union, range
     partitioned by id, :func:`sorted_partitions` of them, aggregated per id in place, each
-    partition sorted), so the part files in name order are the global order (``hash_body``
-    checks it). A valid input has in_examples == 1 and in_labels <= 1 on every row."""
+    partition sorted), so the part files in name order are the global order
+    (``shared.parquet_message.hash_body_and_universe`` checks it). A valid input has
+    in_examples == 1 and in_labels <= 1 on every row."""
     from pyspark.sql import functions as F
 
     ids = universe.select(
@@ -574,7 +517,7 @@ def resume(config: JobConfig, client: LabelsPartyClient) -> JobResult:
             "was spent): delete it and run again"
         )
     header = MessageHeader.model_validate_json((staging / HEADER).read_bytes())
-    if hash_body(staging / BODY, n=header.n) != header.body_sha256:
+    if _hashed(staging / BODY, n=header.n)[0] != header.body_sha256:
         raise SparkJobError(f"{staging}/{BODY} does not match its header's body_sha256")
     body = json.loads((staging / REQUEST).read_text())
     if body["header"] != json.loads(header.model_dump_json()):
@@ -650,7 +593,7 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
             lap("randomize_write")
         finally:
             frame.unpersist()
-        digest, universe = hash_body_and_universe(config.staging / BODY, n=plan.n)
+        digest, universe = _hashed(config.staging / BODY, n=plan.n)
         lap("hash")
         header = build_header(
             plan=plan,
