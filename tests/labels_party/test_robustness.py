@@ -8,12 +8,15 @@ and a refused request stores nothing and spends nothing.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import threading
 import warnings
 from decimal import Decimal
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.exceptions import StarletteDeprecationWarning
 
 from labels_party.main import create_app
@@ -507,3 +510,40 @@ def test_a_top_up_past_the_largest_budget_is_refused_naming_add(client, db_path)
     answer = client.post("/v1/datasets/big/budget", headers=OPS, json={"add": 1, "reason": "x"})
     assert answer.status_code == 422 and _fields(answer) == ["add"], answer.text
     assert client.get("/v1/datasets/big", headers=OPS).json()["epsilon_budget"] == "1E+300"
+
+
+_EXPONENTS = st.integers(min_value=-100_000, max_value=100_000)
+_AMOUNT_TEXT = st.one_of(
+    st.builds(lambda m, e: f"{m}e{e}", st.integers(min_value=-9, max_value=9), _EXPONENTS),
+    st.sampled_from(["NaN", "-NaN", "Infinity", "-Infinity", "sNaN", "-0", "0", "1e-400", "1e300"]),
+    st.decimals(allow_nan=False, allow_infinity=False).map(str),
+)
+_NAMES = (f"d{i}" for i in itertools.count())
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(value=_AMOUNT_TEXT)
+def test_any_decimal_amount_is_accepted_or_a_422_naming_it_never_a_500(client, value):
+    """Issue 24, item 4 (the Decimal edges a schema fuzzer reaches): any decimal text as an
+    amount of a dataset, a release or a top-up is either accepted or a 422 naming the field,
+    and the listing keeps answering."""
+    name = next(_NAMES)
+    body = {"name": name, "label_min": 0, "label_max": 1, "default_label": 0}
+    created = client.post("/v1/datasets", headers=OPS, json={**body, "epsilon_budget": value})
+    assert created.status_code in (201, 422), created.text
+    if created.status_code == 422:
+        assert _fields(created) == ["epsilon_budget"]
+        client.post("/v1/datasets", headers=OPS, json={**body, "epsilon_budget": "10"})
+    for path, payload, field in (
+        (f"/v1/datasets/{name}/budget", {"add": value, "reason": "fuzz"}, "add"),
+        (f"/v1/datasets/{name}/releases", {"epsilon": value, "dry_run": True}, "epsilon"),
+    ):
+        answer = client.post(path, headers=ADV if "releases" in path else OPS, json=payload)
+        assert answer.status_code < 500, (path, value, answer.text)
+        if answer.status_code == 422:
+            assert field in _fields(answer), (path, value, answer.text)
+    assert client.get("/v1/datasets", headers=OPS).status_code == 200
