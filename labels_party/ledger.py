@@ -215,17 +215,105 @@ def _iter_ledger(conn: Connection) -> Iterator[dict[str, Any]]:
         yield dict(row._mapping)
 
 
+@dataclass
+class _Walk:
+    """What one pass over the ledger collects for :func:`verify`'s later checks."""
+
+    spends: dict[str, list[Decimal]] = field(default_factory=lambda: defaultdict(list))
+    delta_spends: dict[str, list[Decimal]] = field(default_factory=lambda: defaultdict(list))
+    model_entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    created: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_release: dict[str, dict[str, dict[str, Any]]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    labels_inputs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    def add(self, entry: dict[str, Any], epsilon: Decimal) -> list[str]:
+        """File one valid entry by kind; the problems it shows on its own."""
+        seq, kind, name = entry["seq"], entry["kind"], entry["dataset"]
+        if kind == KIND_DATASET:
+            problems = [f"entry seq {seq}: dataset {name!r} created twice"] * (name in self.created)
+            self.created[name] = json.loads(entry["parameters"])
+            return problems
+        if kind == KIND_TOPUP:
+            return self._top_up(entry, epsilon)
+        if kind == KIND_ARCHIVE:
+            if name not in self.created or epsilon != 0:
+                return [f"entry seq {seq}: an archive of no created dataset, or spending"]
+            return []
+        if kind in (KIND_HISTOGRAM, KIND_RANDOMIZER):
+            return self._release_spend(entry, epsilon)
+        if kind == KIND_MODEL:
+            self.spends[name].append(epsilon)
+            self.delta_spends[name].append(delta(entry))
+            model_id = json.loads(entry["parameters"]).get("model_release_id")
+            if not isinstance(model_id, str) or model_id in self.model_entries:
+                return [f"entry seq {seq}: a model spend without its own model release"]
+            self.model_entries[model_id] = entry
+            return []
+        return [f"entry seq {seq}: unknown kind {kind!r}"]
+
+    def _top_up(self, entry: dict[str, Any], epsilon: Decimal) -> list[str]:
+        seq = entry["seq"]
+        params = json.loads(entry["parameters"])
+        budgets = self.created.get(entry["dataset"])
+        if budgets is None or epsilon != 0:
+            return [f"entry seq {seq}: a top-up of no created dataset, or spending"]
+        before = _param_amount(budgets["epsilon_budget"])
+        raised = amounts.add(before, Decimal(params["add"]))
+        budgets["epsilon_budget"] = params["epsilon_budget"]
+        if raised != Decimal(params["epsilon_budget"]):
+            return [f"entry seq {seq}: the top-up's budgets do not add up"]
+        return []
+
+    def _release_spend(self, entry: dict[str, Any], epsilon: Decimal) -> list[str]:
+        seq, kind = entry["seq"], entry["kind"]
+        self.spends[entry["dataset"]].append(epsilon)
+        digest = json.loads(entry["parameters"]).get("labels_input_sha256")
+        if isinstance(digest, str):
+            self.labels_inputs[digest].add(entry["dataset"])
+        release_id = entry["release_id"]
+        if release_id is None:
+            return [f"entry seq {seq}: a spend without a release id"]
+        if kind in self.by_release[release_id]:
+            return [f"entry seq {seq}: release {release_id} has two {kind} entries"]
+        self.by_release[release_id][kind] = entry
+        return []
+
+    def shared_labels(self) -> list[str]:
+        """One set of labels paid from two budgets: each budget holds, their sum does not."""
+        return [
+            f"labels input {digest[:16]} was charged to {len(charged)} datasets: "
+            + ", ".join(repr(name) for name in sorted(charged))
+            for digest, charged in sorted(self.labels_inputs.items())
+            if len(charged) > 1
+        ]
+
+
 def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
-    """Recompute the chain, the per-dataset totals and the release/message links."""
+    """Recompute the chain, the per-dataset totals and the release/message links: one pass
+    over the ledger (:func:`_walk`), then the datasets, the label releases and the model
+    releases against what it collected."""
     report = VerifyReport()
+    walk = _walk(conn, report)
+    report.problems.extend(walk.shared_labels())
+    stored = {row.name: row for row in conn.execute(select(datasets))}
+    for name, row in stored.items():
+        report.problems.extend(_check_dataset(name, row, walk, report))
+    for name in set(walk.spends) | set(walk.created):
+        if name not in stored:
+            report.problems.append(f"ledger names dataset {name!r}, which does not exist")
+    names_by_id = {row.id: name for name, row in stored.items()}
+    report.problems.extend(_check_releases(conn, walk, names_by_id, check_messages))
+    report.problems.extend(_check_model_releases(conn, walk.model_entries, names_by_id))
+    return report
+
+
+def _walk(conn: Connection, report: VerifyReport) -> _Walk:
+    """The hash chain entry by entry (sequence, links, hashes, amounts), filing each entry."""
+    walk = _Walk()
     problems = report.problems
     prev, expected_seq = GENESIS_HASH, 1
-    spends: dict[str, list[Decimal]] = defaultdict(list)
-    delta_spends: dict[str, list[Decimal]] = defaultdict(list)
-    model_entries: dict[str, dict[str, Any]] = {}
-    created: dict[str, dict[str, Any]] = {}
-    by_release: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    labels_inputs: dict[str, set[str]] = defaultdict(set)  # labels input digest -> datasets
     for entry in _iter_ledger(conn):
         report.entries += 1
         seq = entry["seq"]
@@ -237,108 +325,74 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
         if entry_hash(entry) != entry["entry_hash"]:
             problems.append(f"entry seq {seq}: entry_hash does not match its content")
         prev = entry["entry_hash"]
-        try:
-            epsilon = amount(entry)
-            valid = epsilon.is_finite() and epsilon >= 0 and delta(entry) >= 0
-        except (ArithmeticError, TypeError, ValueError):
-            valid = False
-        if not valid:
+        epsilon = _valid_amount(entry)
+        if epsilon is None:
             problems.append(f"entry seq {seq}: epsilon is not a finite number >= 0")
             continue
         if entry.get("epsilon_exact") is not None and float(epsilon) != entry["epsilon"]:
             problems.append(f"entry seq {seq}: epsilon column disagrees with its exact amount")
         if entry.get("delta_exact") is not None and not 0 < delta(entry) < 1:
             problems.append(f"entry seq {seq}: delta is not in (0, 1)")
-        kind = entry["kind"]
-        if kind == KIND_DATASET:
-            if entry["dataset"] in created:
-                problems.append(f"entry seq {seq}: dataset {entry['dataset']!r} created twice")
-            created[entry["dataset"]] = json.loads(entry["parameters"])
-        elif kind == KIND_TOPUP:
-            params = json.loads(entry["parameters"])
-            budgets = created.get(entry["dataset"])
-            if budgets is None or epsilon != 0:
-                problems.append(f"entry seq {seq}: a top-up of no created dataset, or spending")
-            else:
-                before = _param_amount(budgets["epsilon_budget"])
-                raised = amounts.add(before, Decimal(params["add"]))
-                if raised != Decimal(params["epsilon_budget"]):
-                    problems.append(f"entry seq {seq}: the top-up's budgets do not add up")
-                budgets["epsilon_budget"] = params["epsilon_budget"]
-        elif kind == KIND_ARCHIVE:
-            if entry["dataset"] not in created or epsilon != 0:
-                problems.append(f"entry seq {seq}: an archive of no created dataset, or spending")
-        elif kind in (KIND_HISTOGRAM, KIND_RANDOMIZER):
-            spends[entry["dataset"]].append(epsilon)
-            release_id = entry["release_id"]
-            if release_id is None:
-                problems.append(f"entry seq {seq}: a spend without a release id")
-            elif kind in by_release[release_id]:
-                problems.append(f"entry seq {seq}: release {release_id} has two {kind} entries")
-            else:
-                by_release[release_id][kind] = entry
-            digest = json.loads(entry["parameters"]).get("labels_input_sha256")
-            if isinstance(digest, str):
-                labels_inputs[digest].add(entry["dataset"])
-        elif kind == KIND_MODEL:
-            spends[entry["dataset"]].append(epsilon)
-            delta_spends[entry["dataset"]].append(delta(entry))
-            model_id = json.loads(entry["parameters"]).get("model_release_id")
-            if not isinstance(model_id, str) or model_id in model_entries:
-                problems.append(f"entry seq {seq}: a model spend without its own model release")
-            else:
-                model_entries[model_id] = entry
-        else:
-            problems.append(f"entry seq {seq}: unknown kind {kind!r}")
+        problems.extend(walk.add(entry, epsilon))
     report.head_hash = prev
-    for digest, charged in sorted(labels_inputs.items()):
-        if len(charged) > 1:
-            # One set of labels paid from two budgets: each budget holds, their sum is not.
-            problems.append(
-                f"labels input {digest[:16]} was charged to {len(charged)} datasets: "
-                + ", ".join(repr(name) for name in sorted(charged))
-            )
+    return walk
 
-    stored = {row.name: row for row in conn.execute(select(datasets))}
-    for name, row in stored.items():
-        spent = amounts.add(*spends.get(name, []))
-        report.spent[name] = spent
-        params = created.get(name)
-        budget = stored_amount(row.epsilon_budget_exact, row.epsilon_budget)
-        for key in ("epsilon_budget", "epsilon_spent"):
-            exact_text = getattr(row, f"{key}_exact")
-            if exact_text is not None and float(Decimal(exact_text)) != getattr(row, key):
-                problems.append(f"dataset {name!r}: {key} disagrees with its exact amount")
-        if params is None:
-            problems.append(f"dataset {name!r}: no creation entry in the ledger")
-        else:
-            for key in ("label_min", "label_max", "default_label"):
-                if params.get(key) != getattr(row, key):
-                    problems.append(f"dataset {name!r}: {key} differs from its creation entry")
-            if _param_amount(params.get("epsilon_budget")) != budget:
-                problems.append(f"dataset {name!r}: epsilon_budget differs from its creation entry")
-        if row.epsilon_spent_exact is not None:
-            recorded = Decimal(row.epsilon_spent_exact)
-            agrees = recorded == spent and float(recorded) == row.epsilon_spent
-        else:  # an older database: the float total was the exact sum rounded up
-            recorded = Decimal(row.epsilon_spent)
-            agrees = _rounded_up(spent) == row.epsilon_spent
-        if not agrees:
-            problems.append(
-                f"dataset {name!r}: ledger total {_text(spent)} != recorded epsilon_spent "
-                f"{_text(recorded)}"
-            )
-        if spent > budget:
-            problems.append(
-                f"dataset {name!r}: spent {_text(spent)} exceeds the budget {_text(budget)}"
-            )
-        report.delta_spent[name] = amounts.add(*delta_spends.get(name, []))
-        problems.extend(_check_delta(name, row, params, delta_spends.get(name, [])))
-    for name in set(spends) | set(created):
-        if name not in stored:
-            problems.append(f"ledger names dataset {name!r}, which does not exist")
 
-    names_by_id = {row.id: name for name, row in stored.items()}
+def _valid_amount(entry: dict[str, Any]) -> Decimal | None:
+    """The entry's epsilon if it and its delta are finite numbers >= 0, else None."""
+    try:
+        epsilon = amount(entry)
+        valid = epsilon.is_finite() and epsilon >= 0 and delta(entry) >= 0
+    except (ArithmeticError, TypeError, ValueError):
+        return None
+    return epsilon if valid else None
+
+
+def _check_dataset(name: str, row: Any, walk: _Walk, report: VerifyReport) -> list[str]:
+    """A dataset row against its ledger: exact columns, creation entry, totals, budget."""
+    problems = []
+    spent = amounts.add(*walk.spends.get(name, []))
+    report.spent[name] = spent
+    params = walk.created.get(name)
+    budget = stored_amount(row.epsilon_budget_exact, row.epsilon_budget)
+    for key in ("epsilon_budget", "epsilon_spent"):
+        exact_text = getattr(row, f"{key}_exact")
+        if exact_text is not None and float(Decimal(exact_text)) != getattr(row, key):
+            problems.append(f"dataset {name!r}: {key} disagrees with its exact amount")
+    if params is None:
+        problems.append(f"dataset {name!r}: no creation entry in the ledger")
+    else:
+        for key in ("label_min", "label_max", "default_label"):
+            if params.get(key) != getattr(row, key):
+                problems.append(f"dataset {name!r}: {key} differs from its creation entry")
+        if _param_amount(params.get("epsilon_budget")) != budget:
+            problems.append(f"dataset {name!r}: epsilon_budget differs from its creation entry")
+    if row.epsilon_spent_exact is not None:
+        recorded = Decimal(row.epsilon_spent_exact)
+        agrees = recorded == spent and float(recorded) == row.epsilon_spent
+    else:  # an older database: the float total was the exact sum rounded up
+        recorded = Decimal(row.epsilon_spent)
+        agrees = _rounded_up(spent) == row.epsilon_spent
+    if not agrees:
+        problems.append(
+            f"dataset {name!r}: ledger total {_text(spent)} != recorded epsilon_spent "
+            f"{_text(recorded)}"
+        )
+    if spent > budget:
+        problems.append(
+            f"dataset {name!r}: spent {_text(spent)} exceeds the budget {_text(budget)}"
+        )
+    report.delta_spent[name] = amounts.add(*walk.delta_spends.get(name, []))
+    problems.extend(_check_delta(name, row, params, walk.delta_spends.get(name, [])))
+    return problems
+
+
+def _check_releases(
+    conn: Connection, walk: _Walk, names_by_id: dict[int, str], check_messages: bool
+) -> list[str]:
+    """Every label release has its two entries (amounts, sha256, dataset) and its message
+    (stored chunks, or an external header), and every spend or message a release."""
+    problems: list[str] = []
     chunk_counts = dict(
         conn.execute(
             select(message_chunks.c.release_id, func.count()).group_by(message_chunks.c.release_id)
@@ -347,42 +401,54 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
     seen: set[str] = set()
     for rel in conn.execute(select(releases)):
         seen.add(rel.id)
-        pair = by_release.get(rel.id, {})
-        hist, rand = pair.get(KIND_HISTOGRAM), pair.get(KIND_RANDOMIZER)
-        if hist is None or rand is None:
-            problems.append(f"release {rel.id}: missing its histogram or randomizer entry")
-            continue
-        dataset_name = names_by_id.get(rel.dataset_id)
-        charged = (
-            stored_amount(rel.epsilon1_exact, rel.epsilon1),
-            stored_amount(rel.epsilon2_exact, rel.epsilon2),
-        )
-        if rel.epsilon_exact is not None and amounts.add(*charged) != Decimal(rel.epsilon_exact):
-            problems.append(f"release {rel.id}: epsilon1 + epsilon2 != its epsilon")
-        for entry, eps in ((hist, charged[0]), (rand, charged[1])):
-            if amount(entry) != eps:
-                problems.append(f"release {rel.id}: {entry['kind']} entry epsilon != release")
-            if entry["message_sha256"] != rel.message_sha256:
-                problems.append(f"release {rel.id}: {entry['kind']} entry sha256 != release")
-            if entry["dataset"] != dataset_name:
-                problems.append(f"release {rel.id}: {entry['kind']} entry names another dataset")
-        if rel.storage is not None:  # executed outside (Spark): only its header is kept
-            if chunk_counts.get(rel.id):
-                problems.append(f"release {rel.id}: stored {rel.storage}ly but has chunks")
-            elif check_messages:
-                problems.extend(_check_external_header(rel))
-        elif not chunk_counts.get(rel.id):
-            problems.append(f"release {rel.id}: has ledger entries but no stored message")
-        elif check_messages:
-            problems.extend(_check_message(conn, rel))
-    for release_id in by_release:
+        problems.extend(_check_release(conn, rel, walk, names_by_id, chunk_counts, check_messages))
+    for release_id in walk.by_release:
         if release_id not in seen:
             problems.append(f"ledger spends for release {release_id}, which is not stored")
     for release_id in chunk_counts:
         if release_id not in seen:
             problems.append(f"a message is stored for unknown release {release_id}")
-    problems.extend(_check_model_releases(conn, model_entries, names_by_id))
-    return report
+    return problems
+
+
+def _check_release(
+    conn: Connection,
+    rel: Any,
+    walk: _Walk,
+    names_by_id: dict[int, str],
+    chunk_counts: dict[str, int],
+    check_messages: bool,
+) -> list[str]:
+    """One label release against its two ledger entries and its stored message."""
+    pair = walk.by_release.get(rel.id, {})
+    hist, rand = pair.get(KIND_HISTOGRAM), pair.get(KIND_RANDOMIZER)
+    if hist is None or rand is None:
+        return [f"release {rel.id}: missing its histogram or randomizer entry"]
+    problems = []
+    dataset_name = names_by_id.get(rel.dataset_id)
+    charged = (
+        stored_amount(rel.epsilon1_exact, rel.epsilon1),
+        stored_amount(rel.epsilon2_exact, rel.epsilon2),
+    )
+    if rel.epsilon_exact is not None and amounts.add(*charged) != Decimal(rel.epsilon_exact):
+        problems.append(f"release {rel.id}: epsilon1 + epsilon2 != its epsilon")
+    for entry, eps in ((hist, charged[0]), (rand, charged[1])):
+        if amount(entry) != eps:
+            problems.append(f"release {rel.id}: {entry['kind']} entry epsilon != release")
+        if entry["message_sha256"] != rel.message_sha256:
+            problems.append(f"release {rel.id}: {entry['kind']} entry sha256 != release")
+        if entry["dataset"] != dataset_name:
+            problems.append(f"release {rel.id}: {entry['kind']} entry names another dataset")
+    if rel.storage is not None:  # executed outside (Spark): only its header is kept
+        if chunk_counts.get(rel.id):
+            problems.append(f"release {rel.id}: stored {rel.storage}ly but has chunks")
+        elif check_messages:
+            problems.extend(_check_external_header(rel))
+    elif not chunk_counts.get(rel.id):
+        problems.append(f"release {rel.id}: has ledger entries but no stored message")
+    elif check_messages:
+        problems.extend(_check_message(conn, rel))
+    return problems
 
 
 def _check_delta(
