@@ -12,6 +12,7 @@ Sample sizes (per label set; selection + test):
 - the discrete-Laplace histogram: 1,000 + 5,000 releases; the DP mean: 2,000 + 10,000;
 - ePTR's release step (Algorithm 2, its Gaussian calibrated on the exact delta): 4,000 + 20,000,
   at the test's boundary (gamma = M against M - 1, estimates alpha apart), against (eps, delta);
+  label-DP OLS (one label at either bound): 4,000 + 20,000;
 - the whole release (``label_randomizer``): 500 + 2,500 releases, each audited four ways
   (joint output, the changed example's noisy label, histogram cell, DP mean) from the same
   samples; a segmented release (``shared.segments``, two one-example groups) two ways (joint
@@ -19,7 +20,7 @@ Sample sizes (per label set; selection + test):
 
 Flake budget: the family-wise probability that any product audit fails although the product is
 as private as claimed is at most ``FAMILY_ALPHA`` = 0.001, split evenly (Bonferroni) over the
-``PRODUCT_AUDITS`` audits: each is a test at confidence 1 - 0.001 / 31 (stricter than 99%).
+``PRODUCT_AUDITS`` audits: each is a test at confidence 1 - 0.001 / 32 (stricter than 99%).
 The seeds are fixed, so a given tree either passes or fails every time; the budget bounds the
 chance that a seed (or a numpy stream change) trips a false alarm. The self-test uses the same
 per-audit alpha; its failure mode (a broken mechanism NOT flagged) is measured, not bounded:
@@ -39,6 +40,7 @@ import pytest
 
 from shared import segments as seg
 from shared.estimators.eptr import eptr_release, eptr_threshold
+from shared.estimators.ols import label_dp_ols
 from shared.mechanisms import histogram as histogram_module
 from shared.mechanisms import rr_on_bins as rr_module
 from shared.mechanisms.histogram import Prior, private_histogram
@@ -143,6 +145,25 @@ def eptr_sampler(*, epsilon: float, delta: float, alpha: float = 1.0) -> Sampler
     )  # fmt: skip
 
 
+# A public design for label-DP OLS: 6 rows, an intercept; the changed label is the first row's.
+OLS_X = np.column_stack([np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0]), np.ones(6)])
+
+
+def ols_sampler(*, epsilon: float) -> Sampler:
+    """Label-DP OLS (``shared.estimators.ols.label_dp_ols``): the released coefficients
+    (slope, intercept), for labels that differ in the first row only (the other rows fixed)."""
+    rest = np.array([2.0, 4.0, 6.0, 8.0, 5.0])
+
+    def sampler(labels: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+        full = np.concatenate([labels, rest])
+        return np.array(
+            [label_dp_ols(OLS_X, full, lo=LO, hi=HI, epsilon=epsilon, rng=rng).coef
+             for _ in range(size)]
+        )  # fmt: skip
+
+    return sampler
+
+
 def mean_sampler(*, epsilon: float) -> Sampler:
     return repeat(lambda labels, rng: private_mean(labels, lo=LO, hi=HI, epsilon=epsilon, rng=rng))
 
@@ -202,6 +223,8 @@ MECHANISM_CASES = [
     Case("mean bounds", mean_sampler(epsilon=1.0), (LO,), (HI,), 1.0, **MEAN),
     Case("mean beyond bounds", mean_sampler(epsilon=0.5), (BELOW,), (ABOVE,), 0.5, **MEAN),
     Case("mean ties", mean_sampler(epsilon=1.0), (HI, LO), (HI, HI), 1.0, **MEAN),
+    # Label-DP OLS: one label moved across the whole range (its exact L1 sensitivity).
+    Case("label-dp ols bounds", ols_sampler(epsilon=1.0), (LO,), (HI,), 1.0, **EPTR),
     # ePTR's whole release step (test + calibrated Gaussian) at the test's boundary.
     Case("eptr boundary eps 1", eptr_sampler(epsilon=1.0, delta=1e-3), (EPTR_M1, 0.0),
          (EPTR_M1 - 1.0, 1.0), 1.0, delta=1e-3, **EPTR),
@@ -345,7 +368,7 @@ def test_whole_release_passes_audit(case: ReleaseCase, column: str) -> None:
 
 
 def test_flake_budget_is_split_over_every_product_audit() -> None:
-    assert PRODUCT_AUDITS == 31  # the module docstring and docs/privacy_audit.md say 31
+    assert PRODUCT_AUDITS == 32  # the module docstring and docs/privacy_audit.md say 32
     assert ALPHA * PRODUCT_AUDITS <= FAMILY_ALPHA
 
 
