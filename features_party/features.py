@@ -505,10 +505,7 @@ def segment_values(session: Session, name: str, column: str, ids: Sequence[str])
     out: list[str] = []
     errors: list[tuple[str, str]] = []
     for eid in ids:
-        value = value_of.get(eid)
-        if isinstance(value, float) and value.is_integer():
-            value = str(int(value))
-        text = "" if value is None else str(value)
+        text = _as_category(value_of.get(eid)) or ""
         if not SEGMENT_RE.fullmatch(text):
             errors.append((f"{column}[{eid}]", "not a segment (1-64 of letters, digits, ' _.:-')"))
         out.append(text)

@@ -19,7 +19,7 @@ import traceback
 from collections import OrderedDict
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from sqlalchemy import select
@@ -49,12 +49,21 @@ class JobError(LabelDPError):
     """A training job cannot proceed (its message is clear enough to show the caller)."""
 
 
+class Joined(NamedTuple):
+    """The inner join of a message with the feature rows."""
+
+    rows: list[list[Any]]  # the feature rows of the joined examples, in message order
+    labels: np.ndarray  # their noisy labels
+    stats: dict[str, int]  # what fell out on each side
+    positions: np.ndarray  # their places in the message body
+
+
 def join_on_example_id(
     message_ids: list[str],
     noisy: np.ndarray,
     feature_ids: list[str],
     feature_rows: list[list[Any]],
-) -> tuple[list[list[Any]], np.ndarray, dict[str, int]]:
+) -> Joined:
     """Inner join of the message with the feature rows; counts what fell out on each side."""
     position = {eid: i for i, eid in enumerate(feature_ids)}
     rows: list[list[Any]] = []
@@ -72,13 +81,7 @@ def join_on_example_id(
         "n_labels_without_features": len(message_ids) - joined,
         "n_features_without_label": len(feature_ids) - joined,
     }
-    return rows, noisy[keep], stats
-
-
-def joined_positions(message_ids: list[str], feature_ids: list[str]) -> np.ndarray:
-    """The body positions :func:`join_on_example_id` keeps, in the same order."""
-    known = set(feature_ids)
-    return np.fromiter((j for j, eid in enumerate(message_ids) if eid in known), dtype=np.int64)
+    return Joined(rows, noisy[keep], stats, np.flatnonzero(keep))
 
 
 TRUE_MSE_MIN_Z = 2.0  # standard errors the estimate must stand clear of zero to be reported
@@ -206,7 +209,9 @@ class JobRunner:
             feature_ids, feature_rows = load_rows(session, dataset)
 
         self._update(model_id, stage="joining on example id", progress=0.12)
-        rows, labels, join_stats = join_on_example_id(message_ids, noisy, feature_ids, feature_rows)
+        rows, labels, join_stats, positions = join_on_example_id(
+            message_ids, noisy, feature_ids, feature_rows
+        )
         if join_stats["n_joined"] == 0:
             raise JobError(
                 f"no example of release {release_id!r} has features in dataset {dataset!r} "
@@ -219,7 +224,6 @@ class JobRunner:
             self._update(model_id, stage=stage, progress=round(0.15 + 0.8 * fraction, 4))
 
         requested_transform = transform
-        positions = joined_positions(message_ids, feature_ids) if header.segments else None
         fitted = train_on_message(
             header,
             X,

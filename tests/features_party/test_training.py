@@ -208,7 +208,7 @@ def test_mlp_is_the_papers_network(rng):
 
 
 def test_join_counts_both_sides():
-    rows, labels, stats = join_on_example_id(
+    rows, labels, stats, _positions = join_on_example_id(
         ["a", "b", "c", "d"], np.array([1.0, 2.0, 3.0, 4.0]), ["c", "a", "z"], [["C"], ["A"], ["Z"]]
     )
     assert rows == [["A"], ["C"]]
