@@ -36,7 +36,9 @@ def register_commands(commands: argparse._SubParsersAction) -> None:  # type: ig
         "labels party's split: see shared.plan.default_epsilon1)",
     )
     parser.add_argument("--budget", type=float, help="dataset budget (default max(10, epsilon))")
-    parser.add_argument("--model", default="auto", choices=["auto", "gbm", "ridge", "mlp"])
+    parser.add_argument(
+        "--model", default="auto", choices=["auto", "gbm", "ridge", "mlp", "constant"]
+    )
     parser.add_argument("--label-transform", default="auto", choices=["auto", "raw", "debiased"])
     parser.add_argument(
         "--n", type=int, default=DEFAULT_N, help=f"synthetic rows (default {DEFAULT_N})"

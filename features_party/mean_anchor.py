@@ -150,10 +150,15 @@ def prediction_mean_variance(predictions: np.ndarray, targets: np.ndarray | None
 
 
 def mean_anchor(
-    label_mean: LabelMean, *, predictions: np.ndarray, targets: np.ndarray | None = None
+    label_mean: LabelMean,
+    *,
+    predictions: np.ndarray,
+    targets: np.ndarray | None = None,
+    exact: bool = False,
 ) -> MeanAnchor:
     """The shift of ``predictions``' mean towards the DP label mean: gated shrinkage, floored
-    by inverse-variance pooling.
+    by inverse-variance pooling; ``exact``: all the way (weight 1) unless gated, for the model
+    that is the DP constant itself (``features_party.training.model_for_message``).
 
     ``predictions``: the fitted model on the features of the rows it was fitted on, which must
     be the labels the mean was computed over (all of the message's examples); ``targets``: what
@@ -167,7 +172,7 @@ def mean_anchor(
     gap = float(label_mean.value) - prediction_mean
     gated = not math.sqrt(variance) <= MAX_RELATIVE_SD * math.sqrt(label_mean.max_label_variance())
     shrunk = 0.0 if gated else shrinkage_weight(gap, variance)
-    weight = max(shrunk, pooled_weight(model_variance, variance))
+    weight = 1.0 if exact and not gated else max(shrunk, pooled_weight(model_variance, variance))
     offset = weight * gap
     if not math.isfinite(offset):
         offset, weight = 0.0, 0.0

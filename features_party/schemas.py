@@ -104,7 +104,7 @@ def _optional_id(pattern: str, description: str) -> Any:
 
 class ModelCreate(_Strict):
     dataset: str = Field(pattern=DATASET_LOOKUP_PATTERN)
-    model: Literal["auto", "gbm", "ridge", "mlp", "released"] = "gbm"
+    model: Literal["auto", "gbm", "ridge", "mlp", "constant", "released"] = "auto"
     release_id: str | None = _optional_id(
         RELEASE_ID_PATTERN, 'rel_... of the labels party (every model but "released")'
     )

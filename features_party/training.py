@@ -54,11 +54,12 @@ from features_party.segments import (
 from shared.debias import PublicRandomizer, affine_coefficients, recommended_transform
 from shared.errors import InvalidParameterError
 from shared.message import MessageHeader
+from shared.plan import labels_can_train
 
 Kind = Literal["numeric", "categorical"]
 Progress = Callable[[str, float], None]
 
-MODELS: tuple[str, ...] = ("auto", "gbm", "ridge", "mlp")
+MODELS: tuple[str, ...] = ("auto", "gbm", "ridge", "mlp", "constant")
 TRANSFORMS: tuple[str, ...] = ("auto", "raw", "debiased")
 MIN_EXAMPLES = 20
 VALIDATION_SHARE = 0.2
@@ -299,7 +300,7 @@ def candidates_for(model: str, transform: str, *, identity: bool) -> list[Candid
     else:
         transforms = [transform]  # type: ignore[list-item]
     configs: list[tuple[str, dict[str, Any], float]] = []
-    if model == "auto":
+    if model in ("auto", "constant"):
         configs.append(("constant", {}, 0.0))
     if model in ("auto", "ridge"):
         # Larger penalty = simpler; complexity increases as lambda decreases.
@@ -472,6 +473,25 @@ def criterion_model_dim(header_model_dim: int | None, n_columns: int) -> int:
     return int(header_model_dim) if header_model_dim is not None else max(int(n_columns), 1)
 
 
+def model_for_message(
+    model: str, label_transform: str, *, n: int, epsilon2: float, model_dim: int
+) -> tuple[str, str]:
+    """(model, label_transform), with ``auto`` narrowed to the constant on unbiased targets
+    where ``n`` labels randomized at ``epsilon2`` cannot train a model of dimension
+    ``model_dim`` better than the DP mean (``shared.plan.labels_can_train``, the rule by which
+    the labels party's plan releases mean first).
+
+    Why: there validation cannot tell a model from the constant, and picking the best of 24
+    candidates on noise chose worse models in some runs (up to 1.42x the DP constant's test
+    MSE; bench/results/worst_case.md). The constant of the debiased targets is an unbiased mean,
+    so the anchor pools it with the DP mean by inverse variance (``features_party.mean_anchor``);
+    a raw target's mean is pulled towards the prior and would not pool.
+    """
+    if model != "auto" or labels_can_train(n=n, epsilon2=epsilon2, model_dim=model_dim):
+        return model, label_transform
+    return "constant", "debiased" if label_transform == "auto" else label_transform
+
+
 def resolve_label_transform(
     label_transform: str, message: PublicRandomizer, *, model_dim: int
 ) -> str:
@@ -564,10 +584,16 @@ def train_on_message(
             progress=progress,
             threads=threads,
         )
-    transform = label_transform
+    model_dim = criterion_model_dim(header.model_dim, X.shape[1])
+    model, transform = model_for_message(
+        model,
+        label_transform,
+        n=int(np.asarray(noisy).size),
+        epsilon2=header.epsilon2,
+        model_dim=model_dim,
+    )
     if transform == "auto" and header.recommended_transform is not None:
         transform = header.recommended_transform
-    model_dim = criterion_model_dim(header.model_dim, X.shape[1])
     transform = resolve_label_transform(transform, header, model_dim=model_dim)
     return fit_model(
         X,
@@ -784,6 +810,9 @@ def _fit_model(
             label_mean,
             predictions=np.asarray(estimator.predict(X), dtype=np.float64),
             targets=targets[chosen.transform],
+            # The model named "constant" (asked for, or auto where labels cannot train) IS
+            # the DP constant: the message's DP mean, whatever the noisy labels' own mean.
+            exact=model == "constant",
         )
         offset = anchor.offset
         metrics["mean_anchor"] = anchor.to_dict()

@@ -205,7 +205,9 @@ class ReleasePlanPublic(BaseModel):
     histogram_epsilon: str
     label_mean_epsilon: str | None
     randomizer_epsilon: str
-    split: Literal["default", "given", "segmented"]
+    split: Literal["default", "mean_first", "given", "segmented"] = Field(
+        description='"mean_first": auto spent 96% on the DP mean (shared.plan.labels_can_train)'
+    )
     bins: int = Field(description="histogram cells (segmented: the largest group's)")
     model_dim: int
     options: dict[str, object]

@@ -599,7 +599,7 @@ class FeaturesPartyClient(_ServiceClient):
         *,
         dataset: str,
         release_id: str,
-        model: str = "gbm",
+        model: str = "auto",
         label_transform: str = "auto",
         seed: int | None = None,
     ) -> ModelInfo:

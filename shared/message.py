@@ -188,11 +188,6 @@ class MessageHeader(BaseModel):
     # ``histogram`` is None and ``label_mean`` (if any) is the groups' pooled mean: read
     # :meth:`parts`, never the top-level randomizer fields.
     segments: MessageSegments | None = None
-    # A segmented release (format 5): its groups, each with its own randomizer, prior and DP
-    # mean. Then ``mechanism`` is "segmented", ``params`` is empty, ``histogram`` is None and
-    # ``label_mean`` (if any) is the groups' pooled mean; read :meth:`parts`, never the
-    # top-level randomizer fields.
-    segments: MessageSegments | None = None
 
     @field_validator("mechanism")
     @classmethod

@@ -82,6 +82,21 @@ RP_FLOOR_FADE = (0.1, 0.3)
 # mean biases the raw targets on sparse labels; from 2 on the histogram shapes RR-on-Bins'
 # outputs and nothing is spent on the mean.
 MEAN_SHARE_KNOTS: tuple[tuple[float, float], ...] = ((0.1, 0.9), (0.3, 0.3), (1.0, 0.3), (2.0, 0.0))
+# Mean first (issue 25, item 2). The unbiased targets of an epsilon2-LDP randomizer have noise
+# variance of at least about (hi - lo)^2 / epsilon2^2 at small epsilon2 (randomized response on
+# the two bounds is the best case: Duchi, Jordan & Wainwright 2013's minimax rate for locally
+# private means), so a model of d effective parameters fitted on n of them pays about
+# d (hi - lo)^2 / (n epsilon2^2) of test MSE, while no model gains more over the constant than
+# the labels' variance. For labels whose standard deviation is at most (hi - lo) / sqrt(20)
+# (bounds at 4.5 standard deviations or wider; the benchmark data sets have theirs at 4.3 to 10)
+# the noisy labels cannot beat the DP mean when n epsilon2^2 < LABEL_SIGNAL_MIN d
+# (:func:`labels_can_train`). There ``auto`` releases mean first: the histogram and the
+# randomizer get MEAN_FIRST_SIDE_SHARE of the total each, the DP mean the rest (99%), and the
+# features party's ``auto`` fits the DP constant. Measured: bench/results/worst_case.md.
+LABEL_SIGNAL_MIN = 20.0
+MEAN_FIRST_SIDE_SHARE = 0.005
+MEAN_FIRST_EPSILON1_SHARE = 1.0 - MEAN_FIRST_SIDE_SHARE
+MEAN_FIRST_MEAN_SHARE = (1.0 - 2.0 * MEAN_FIRST_SIDE_SHARE) / MEAN_FIRST_EPSILON1_SHARE
 
 
 def check_mechanism(mechanism: str) -> str:
@@ -190,6 +205,38 @@ def check_mean_share(mean_share: float) -> float:
     return share
 
 
+def labels_can_train(*, n: int, epsilon2: float, model_dim: int) -> bool:
+    """Whether ``n`` labels randomized at ``epsilon2`` can train a model of dimension
+    ``model_dim`` better than the DP mean: n epsilon2^2 >= LABEL_SIGNAL_MIN d (the constants'
+    comment above says why). Public: both parties decide it from the plan or the header."""
+    return n * float(epsilon2) ** 2 >= LABEL_SIGNAL_MIN * check_model_dim(model_dim)
+
+
+def mean_first_epsilon1(
+    total: Decimal, *, n: int, lo: float, hi: float, model_dim: int
+) -> Decimal | None:
+    """epsilon1 of ``auto``'s mean-first release of ``total``, or None for the ordinary split.
+
+    Mean first when the ordinary default split's randomizer could not train a model of
+    dimension ``model_dim`` (:func:`labels_can_train`), unless even 99% of the total buys a
+    mean too noisy for the features party to use (``private_mean.anchor_can_use``). Public
+    inputs only.
+    """
+    if total.is_infinite():
+        return None
+    ordinary = default_epsilon1(total, n=n, mechanism=AUTO)
+    rest = amounts.float_at_most(amounts.subtract(total, ordinary))
+    if labels_can_train(n=n, epsilon2=rest, model_dim=model_dim):
+        return None
+    first = amounts.short_part(MEAN_FIRST_EPSILON1_SHARE * float(total), whole=total)
+    if not _parts_are_floats(first, total):
+        return None
+    mean = MEAN_FIRST_MEAN_SHARE * amounts.float_at_most(first)
+    if not anchor_can_use(lo=lo, hi=hi, epsilon=mean, n=n):
+        return None
+    return first
+
+
 def release_mean_share(
     epsilon1: float, epsilon2: float, *, n: int, lo: float, hi: float, mechanism: str = "auto"
 ) -> float:
@@ -266,7 +313,7 @@ class ReleasePlan:
     bins: int
     model_dim: int
     options: Mapping[str, Any] = field(default_factory=dict)
-    split: str = "default"  # "default" | "given"
+    split: str = "default"  # "default" | "mean_first" | "given" ("segmented": a group's)
     explanation: tuple[str, ...] = ()
 
     @property
@@ -367,13 +414,28 @@ def plan_release(
         if epsilon1 is None:
             if total.is_infinite():
                 raise InvalidParameterError("an infinite epsilon needs epsilon1 and epsilon2")
-            first = default_epsilon1(total, n=count, mechanism=mechanism)
-            split = "default"
-            lines.append(
-                f"epsilon1 {_short(first)} of {_short(total)} by the default split for "
-                f"{mechanism} at n = {count} (histogram ~ sqrt(k / n), with a floor at small "
-                "epsilon)"
+            mean_first = (
+                mean_first_epsilon1(total, n=count, lo=domain.lo, hi=domain.hi, model_dim=dim)
+                if mechanism == AUTO and mean_share is None
+                else None
             )
+            if mean_first is not None:
+                first, split = mean_first, "mean_first"
+                lines.append(
+                    f"mean first: {count} labels randomized at epsilon "
+                    f"{_short(amounts.subtract(total, default_epsilon1(total, n=count)))} could "
+                    f"not train a model of dimension {dim} better than the DP mean (n epsilon2^2 "
+                    f"< {LABEL_SIGNAL_MIN:g} d), so epsilon1 is {_short(first)} of "
+                    f"{_short(total)} and the features party's auto model is the DP constant"
+                )
+            else:
+                first = default_epsilon1(total, n=count, mechanism=mechanism)
+                split = "default"
+                lines.append(
+                    f"epsilon1 {_short(first)} of {_short(total)} by the default split for "
+                    f"{mechanism} at n = {count} (histogram ~ sqrt(k / n), with a floor at small "
+                    "epsilon)"
+                )
         else:
             first = amounts.exact(epsilon1, name="epsilon1", allow_inf=inf_ok)
             split = "given"
@@ -402,11 +464,12 @@ def plan_release(
             f"epsilon1 ({amounts.text(first)}) and epsilon2 ({amounts.text(second)}) must each "
             "be at least the smallest positive float"
         )
-    share = (
-        release_mean_share(f1, f2, n=count, lo=domain.lo, hi=domain.hi, mechanism=mechanism)
-        if mean_share is None
-        else check_mean_share(mean_share)
-    )
+    if split == "mean_first":
+        share = MEAN_FIRST_MEAN_SHARE
+    elif mean_share is None:
+        share = release_mean_share(f1, f2, n=count, lo=domain.lo, hi=domain.hi, mechanism=mechanism)
+    else:
+        share = check_mean_share(mean_share)
     hist_amount, mean_amount = split_prior_amounts(first, share)
     hist_float = amounts.float_at_most(hist_amount)
     mean_float = None if mean_amount is None else amounts.float_at_most(mean_amount)

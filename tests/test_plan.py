@@ -7,14 +7,18 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.plan import (
+    LABEL_SIGNAL_MIN,
+    MEAN_FIRST_EPSILON1_SHARE,
+    MEAN_FIRST_MEAN_SHARE,
     ReleaseRequest,
     default_split,
+    labels_can_train,
     mechanism_options,
     mechanisms,
     plan_release,
@@ -58,8 +62,10 @@ def test_charges_add_up_exactly_and_no_step_runs_above_its_charge(total, n, mech
     mechanism=st.sampled_from(mechanisms()),
 )
 def test_a_float_total_runs_at_the_default_split_floats_exactly(total, n, mechanism) -> None:
-    """The plan of a float total reproduces the engine's float split bit for bit."""
+    """The plan of a float total reproduces the engine's float split bit for bit (auto's
+    mean-first plans are tested below)."""
     plan = plan_release(n=n, lo=0.0, hi=1.0, epsilon=total, mechanism=mechanism)
+    assume(plan.split == "default")
     assert (plan.epsilon1_float, plan.randomizer_float) == default_split(
         total, n=n, mechanism=mechanism
     )
@@ -104,9 +110,13 @@ def test_one_and_a_tenth_split_as_a_person_would_write_them() -> None:
     assert (one.epsilon1, one.epsilon2) == (Decimal("0.0533"), Decimal("0.9467"))
     assert one.public()["histogram_epsilon"] == "0.03731"
     assert one.public()["label_mean_epsilon"] == "0.01599"
-    tenth = plan_release(n=22_524, lo=0.0, hi=4000.0, epsilon="0.1")
+    tenth = plan_release(n=22_524, lo=0.0, hi=4000.0, epsilon="0.1", mechanism="rr_on_bins")
     assert tenth.public()["label_mean_epsilon"] == "0.045"
     assert amounts.add(tenth.histogram_epsilon, tenth.label_mean_epsilon) == tenth.epsilon1
+    # auto releases 0.1 mean first there (22,524 x 0.05^2 = 56 < 20 x 10).
+    first = plan_release(n=22_524, lo=0.0, hi=4000.0, epsilon="0.1").public()
+    assert (first["epsilon1"], first["epsilon2"]) == ("0.0995", "0.0005")
+    assert (first["histogram_epsilon"], first["label_mean_epsilon"]) == ("0.0005", "0.099")
 
 
 @given(
@@ -236,3 +246,86 @@ def test_a_request_plans_what_plan_release_plans_and_splits_its_params() -> None
         "options": {"zeta": 2.5},
     }
     assert ReleaseRequest(epsilon=Decimal(1)).public()["epsilon_histogram"] is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    total=st.decimals(min_value=Decimal("1e-4"), max_value=Decimal(20), places=4),
+    n=st.integers(min_value=1, max_value=10**7),
+    model_dim=st.integers(min_value=1, max_value=1000),
+)
+def test_auto_releases_mean_first_exactly_where_its_labels_could_not_train(
+    total, n, model_dim
+) -> None:
+    """Mean first iff the ordinary split's randomizer fails n eps2^2 >= 20 d and the mean it
+    buys passes the features party's gate; then 99% of the total buys the mean."""
+    assume(total > 0)
+    plan = plan_release(n=n, lo=0.0, hi=1.0, epsilon=total, model_dim=model_dim)
+    ordinary = plan_release(
+        n=n, lo=0.0, hi=1.0, epsilon=total, model_dim=model_dim, mechanism="rr_on_bins"
+    )
+    can_train = ordinary.randomizer_float**2 * n >= LABEL_SIGNAL_MIN * model_dim
+    assert labels_can_train(n=n, epsilon2=ordinary.randomizer_float, model_dim=model_dim) is (
+        can_train
+    )
+    if plan.split == "default":
+        assert (plan.epsilon1, plan.label_mean_epsilon) == (
+            ordinary.epsilon1,
+            ordinary.label_mean_epsilon,
+        )
+        if not can_train:  # only a mean too noisy to use keeps the ordinary split
+            hopeless = plan_release(
+                n=n, lo=0.0, hi=1.0, epsilon1=total * Decimal("0.995"), epsilon2=total * Decimal(
+                    "0.005"), mean_share=MEAN_FIRST_MEAN_SHARE,
+            )  # fmt: skip
+            assert hopeless.label_mean_variance > (0.1 * 0.5) ** 2
+        return
+    assert plan.split == "mean_first" and not can_train
+    assert abs(float(plan.epsilon1) / float(total) - MEAN_FIRST_EPSILON1_SHARE) < 1e-4
+    assert plan.label_mean_epsilon is not None
+    assert plan.histogram_epsilon + plan.label_mean_epsilon == plan.epsilon1
+    assert plan.epsilon1 + plan.epsilon2 == plan.epsilon
+    assert float(plan.label_mean_epsilon) / float(total) > 0.99 - 1e-4
+    # The features party reads the same rule from the header and fits the constant.
+    assert not labels_can_train(n=n, epsilon2=plan.randomizer_float, model_dim=model_dim)
+
+
+@pytest.mark.parametrize(
+    ("n", "epsilon", "split"),
+    [
+        # Crime (1,595 training labels): eps2 0.225 at 0.3 -> 1595 * 0.225^2 = 80.7 < 200.
+        (1595, "0.05", "mean_first"),
+        (1595, "0.3", "mean_first"),
+        (1595, "0.5", "default"),  # eps2 0.375: 224 >= 200
+        # Housing (16,512): eps2 0.05 at 0.1 -> 41 < 200; at 0.3 eps2 0.2377 -> 933.
+        (16512, "0.1", "mean_first"),
+        (16512, "0.3", "default"),
+    ],
+)
+def test_the_mean_first_rule_at_the_benchmark_sizes(n: int, epsilon: str, split: str) -> None:
+    plan = plan_release(n=n, lo=0.0, hi=1.0, epsilon=epsilon)
+    assert plan.split == split
+    assert any(line.startswith("mean first") for line in plan.explanation) is (
+        split == "mean_first"
+    )
+
+
+def test_only_auto_with_its_default_split_releases_mean_first() -> None:
+    """A named mechanism, a given epsilon_histogram or mean share keep what was asked for."""
+    assert plan_release(n=1595, lo=0.0, hi=1.0, epsilon="0.1").split == "mean_first"
+    for mechanism in ("rr_on_bins", "rpwithprior"):
+        plan = plan_release(n=1595, lo=0.0, hi=1.0, epsilon="0.1", mechanism=mechanism)
+        assert plan.split == "default"
+    given = plan_release(n=1595, lo=0.0, hi=1.0, epsilon="0.1", epsilon1="0.05")
+    assert given.split == "given" and given.epsilon1 == Decimal("0.05")
+    shared = plan_release(n=1595, lo=0.0, hi=1.0, epsilon="0.1", mean_share=0.5)
+    assert shared.split == "default"
+    # A model the features party declares smaller needs fewer labels: d = 1 at eps 0.3.
+    assert plan_release(n=1595, lo=0.0, hi=1.0, epsilon="0.3", model_dim=1).split == "default"
+
+
+def test_mean_first_does_not_depend_on_the_bounds() -> None:
+    """The gate it checks (anchor_can_use) scales with hi - lo like the mean's noise."""
+    for lo, hi in ((0.0, 1.0), (-1e6, 1e6), (3.0, 3.5)):
+        assert plan_release(n=500, lo=lo, hi=hi, epsilon="0.3").split == "mean_first"
+        assert plan_release(n=20, lo=lo, hi=hi, epsilon="0.3").split == "default"

@@ -48,6 +48,7 @@ class Message:
     n: int  # number of labels in the message
     model_dim: int | None = None  # the d the labels party chose the randomizer for
     label_mean: LabelMean | None = None  # the DP label mean the features party anchors on
+    epsilon2: float | None = None  # the randomizer's epsilon (header field epsilon2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +153,10 @@ def fit_features_party(
     if message is not None:
         # As the service's job (one encoded column per numeric feature).
         model_dim = training.criterion_model_dim(message.model_dim, d)
+        if message.epsilon2 is not None:
+            model, transform = training.model_for_message(
+                model, transform, n=int(noisy.size), epsilon2=message.epsilon2, model_dim=model_dim
+            )
         transform = training.resolve_label_transform(transform, message, model_dim=model_dim)
     fitted = training.fit_model(
         split.x_train,

@@ -258,6 +258,7 @@ def message_of(built: mech.Built, n: int) -> models.Message | None:
         n=n,
         model_dim=built.message_model_dim,
         label_mean=built.message_label_mean,
+        epsilon2=built.epsilon2,
     )
 
 

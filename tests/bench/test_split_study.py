@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bench.accuracy import data, split_study
-from shared.plan import default_mean_share
+from shared.plan import plan_release
 
 
 def test_the_oracle_is_never_beaten_on_the_grid_and_the_report_names_both_rules(
@@ -42,13 +42,13 @@ def test_the_prior_mean_study_measures_a_bias_that_vanishes_with_epsilon1(tmp_pa
     )  # fmt: skip
     small, large = prior_mean_bias.study(zeros, epsilons=[0.05, 8.0], draws=60)
     assert small.bias > 0 and small.mse_share > 5 * small.dp_constant_share
-    # The message's own DP mean costs default_mean_share of epsilon1, the constant all of
-    # epsilon: the same Laplace error at another epsilon (variance ~ 1 / epsilon^2). From
-    # epsilon 2 on the release buys none.
+    # The message's own DP mean costs the plan's part of epsilon1 (96% of epsilon where auto
+    # releases mean first), the constant all of epsilon: the same Laplace error at another
+    # epsilon (variance ~ 1 / epsilon^2). From epsilon 2 on the release buys none.
     assert np.isnan(large.message_mean_share)
     for row in (small,):
-        eps_mean = default_mean_share(row.epsilon) * row.epsilon1
-        expected = row.dp_constant_share * (row.epsilon / eps_mean) ** 2
+        plan = plan_release(n=row.n, lo=0.0, hi=400.0, epsilon=row.epsilon, mechanism="auto")
+        expected = row.dp_constant_share * (row.epsilon / plan.label_mean_float) ** 2
         assert row.message_mean_share == pytest.approx(expected, rel=1e-3)
     assert large.mse_share < small.mse_share
     text = prior_mean_bias.render([small, large], draws=60)

@@ -284,3 +284,14 @@ def test_fit_model_pools_a_noisy_debiased_mean_with_the_label_mean() -> None:
     assert anchor["prediction_mean_variance"] == pytest.approx(100.0 / n, rel=0.2)
     assert anchor["weight"] > 0.99
     assert np.mean(fitted.predict_matrix(X)) == pytest.approx(5.01, abs=0.01)
+
+
+def test_the_constant_model_is_the_dp_mean_itself_unless_gated():
+    """exact=True (the model named "constant"): weight 1, whatever the targets' own mean."""
+    label_mean = LabelMean(value=10.0, variance=0.01, lo=0.0, hi=100.0)
+    predictions = np.full(50, 12.0)
+    targets = np.linspace(-100.0, 124.0, 50)  # very noisy: pooling alone would not move far
+    exact = mean_anchor(label_mean, predictions=predictions, targets=targets, exact=True)
+    assert (exact.weight, exact.offset) == (1.0, -2.0)
+    gated = LabelMean(value=10.0, variance=1e6, lo=0.0, hi=100.0)
+    assert mean_anchor(gated, predictions=predictions, targets=targets, exact=True).weight < 1.0

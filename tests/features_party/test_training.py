@@ -269,3 +269,64 @@ def test_criterion_model_dim_is_the_headers_else_the_column_count(
     from features_party.training import criterion_model_dim
 
     assert criterion_model_dim(header, columns) == expected
+
+
+@pytest.mark.parametrize(
+    ("model", "transform", "n", "epsilon2", "expected"),
+    [
+        ("auto", "auto", 1595, 0.225, ("constant", "debiased")),  # 1595 x 0.225^2 = 80.7 < 200
+        ("auto", "raw", 1595, 0.225, ("constant", "raw")),  # a transform asked for by name
+        ("auto", "auto", 1595, 0.375, ("auto", "auto")),  # 224 >= 200
+        ("gbm", "auto", 1595, 0.002, ("gbm", "auto")),  # a model asked for by name is fitted
+        ("ridge", "raw", 10, 0.001, ("ridge", "raw")),
+    ],
+)
+def test_model_for_message_narrows_auto_by_the_plans_rule(model, transform, n, epsilon2, expected):
+    from features_party.training import model_for_message
+
+    assert model_for_message(model, transform, n=n, epsilon2=epsilon2, model_dim=10) == expected
+
+
+def test_a_mean_first_release_trains_the_dp_constant(rng):
+    """auto's mean-first release (labels that cannot train a model): the features party's auto
+    fits the constant and anchors it on the DP mean bought with 99% of epsilon."""
+    from datetime import UTC, datetime
+
+    from features_party.training import train_on_message
+    from shared.message import header_for
+    from shared.plan import plan_release
+    from shared.randomizer import execute
+
+    columns, y = make_data(1500, rng)
+    plan = plan_release(n=y.size, lo=0.0, hi=100.0, epsilon="0.3")
+    assert plan.split == "mean_first"
+    release = execute(plan, y, rng)
+    header = header_for(
+        release,
+        release_id="rel_x",
+        dataset="d",
+        default_label=0.0,
+        n=y.size,
+        body_sha256="0" * 64,
+        created=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    assert header.label_mean is not None and header.label_mean_epsilon == 0.297
+    encoder = fit_encoder(KINDS, columns)
+    fitted = train_on_message(
+        header, encoder.encode_columns(columns), release.noisy_labels, encoder=encoder
+    )
+    assert fitted.candidate.family == "constant"
+    assert {c["family"] for c in fitted.metrics["candidates"]} == {"constant"}
+    prediction = fitted.predict_columns(columns)
+    assert np.ptp(prediction) == 0.0
+    # Pooled with the constant's own (very noisy) mean, the anchor lands on the DP mean.
+    assert abs(prediction[0] - header.label_mean) < 0.05 * np.sqrt(header.label_mean_variance)
+    # Asked for by name, a model is fitted on the same message.
+    named = train_on_message(
+        header,
+        encoder.encode_columns(columns),
+        release.noisy_labels,
+        encoder=encoder,
+        model="ridge",
+    )
+    assert named.candidate.family == "ridge"
