@@ -35,7 +35,7 @@ import math
 import re
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -140,6 +140,75 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
+# One row as read: where it is (for errors), its id, its cells by column, its field count.
+_Row = tuple[str, Any, Mapping[str, Any], int]
+
+
+def _csv_rows(text: str) -> tuple[list[str], list[_Row]]:
+    """The columns and rows of a CSV body (header ``example_id,col,...``)."""
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if not header or header[0].strip() != ID_COLUMN:
+        raise _bad("CSV needs a header", [("header", f"first column must be {ID_COLUMN}")])
+    columns = [name.strip() for name in header[1:]]
+    _check_columns(columns, "header")
+    rows: list[_Row] = [
+        (f"line {i}", row[0], dict(zip(columns, row[1:], strict=False)), len(row))
+        for i, row in enumerate(reader, start=2)
+        if row
+    ]
+    return columns, rows
+
+
+def _json_rows(text: str) -> tuple[list[str], list[_Row]]:
+    """The columns and rows of a JSON body (``{"rows": [{"example_id", col: number}]}``)."""
+    try:
+        document = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise _bad("invalid JSON", [("body", str(exc)[:200])]) from None
+    items = document.get("rows") if isinstance(document, dict) else None
+    if not isinstance(items, list) or set(document) != {"rows"}:
+        raise _bad('JSON body must be {"rows": [...]}', [("rows", "a list of objects")])
+    first = items[0] if items and isinstance(items[0], dict) else {}
+    columns = [key for key in first if key != ID_COLUMN]
+    _check_columns(columns, "rows[0]")
+    rows: list[_Row] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise _bad("invalid row", [(f"rows[{i}]", "must be an object")])
+        if set(item) != {ID_COLUMN, *columns}:
+            raise _bad(
+                "every row must have the same columns",
+                [(f"rows[{i}]", f"must have exactly example_id and {columns}")],
+            )
+        rows.append((f"rows[{i}]", item.get(ID_COLUMN), item, len(columns) + 1))
+    return columns, rows
+
+
+def _row_errors(
+    row: _Row, columns: list[str], *, text: bool, into: np.ndarray, ids: list[str]
+) -> list[tuple[str, str]]:
+    """Check one row: its width, its id (appended to ``ids``), every cell a finite number
+    (written into ``into``). Returns its problems."""
+    where, example_id, cells, size = row
+    if size != len(columns) + 1:
+        return [(where, f"must have {len(columns) + 1} fields, has {size}")]
+    errors: list[tuple[str, str]] = []
+    try:
+        ids.append(
+            check_example_id(example_id.strip() if isinstance(example_id, str) else example_id)
+        )
+    except ValueError as exc:
+        errors.append((f"{where}.example_id", str(exc)[:200]))
+    for c, name in enumerate(columns):
+        value = _number(cells.get(name), text=text)
+        if value is None:
+            errors.append((f"{where}.{name}", "must be a finite number"))
+        else:
+            into[c] = value
+    return errors
+
+
 def parse_features(body: bytes, media: str) -> FeatureTable:
     """CSV (header ``example_id,col,...``) or JSON (``{"rows": [{"example_id", col: number}]}``).
 
@@ -149,62 +218,14 @@ def parse_features(body: bytes, media: str) -> FeatureTable:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise _bad("the body is not UTF-8", [("body", "must be UTF-8 text")]) from None
-    if media == "text/csv":
-        reader = csv.reader(io.StringIO(text))
-        header = next(reader, None)
-        if not header or header[0].strip() != ID_COLUMN:
-            raise _bad("CSV needs a header", [("header", f"first column must be {ID_COLUMN}")])
-        columns = [name.strip() for name in header[1:]]
-        _check_columns(columns, "header")
-        raw = [(f"line {i}", row) for i, row in enumerate(reader, start=2) if row]
-        rows = [
-            (where, row[0], dict(zip(columns, row[1:], strict=False)), len(row))
-            for where, row in raw
-        ]
-        width = len(columns) + 1
-    else:
-        try:
-            document = json.loads(text, parse_constant=_reject_constant)
-        except ValueError as exc:
-            raise _bad("invalid JSON", [("body", str(exc)[:200])]) from None
-        items = document.get("rows") if isinstance(document, dict) else None
-        if not isinstance(items, list) or set(document) != {"rows"}:
-            raise _bad('JSON body must be {"rows": [...]}', [("rows", "a list of objects")])
-        first = items[0] if items and isinstance(items[0], dict) else {}
-        columns = [key for key in first if key != ID_COLUMN]
-        _check_columns(columns, "rows[0]")
-        rows = []
-        for i, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise _bad("invalid row", [(f"rows[{i}]", "must be an object")])
-            if set(item) != {ID_COLUMN, *columns}:
-                raise _bad(
-                    "every row must have the same columns",
-                    [(f"rows[{i}]", f"must have exactly example_id and {columns}")],
-                )
-            rows.append((f"rows[{i}]", item.get(ID_COLUMN), item, len(columns) + 1))
-        width = len(columns) + 1
+    columns, rows = _csv_rows(text) if media == "text/csv" else _json_rows(text)
     if not rows:
         raise _bad("no feature rows", [("rows", "at least one row")])
     errors: list[tuple[str, str]] = []
     ids: list[str] = []
     matrix = np.empty((len(rows), len(columns)), dtype=np.float64)
-    for r, (where, example_id, cells, size) in enumerate(rows):
-        if size != width:
-            errors.append((where, f"must have {width} fields, has {size}"))
-            continue
-        try:
-            ids.append(
-                check_example_id(example_id.strip() if isinstance(example_id, str) else example_id)
-            )
-        except ValueError as exc:
-            errors.append((f"{where}.example_id", str(exc)[:200]))
-        for c, name in enumerate(columns):
-            value = _number(cells.get(name), text=media == "text/csv")
-            if value is None:
-                errors.append((f"{where}.{name}", "must be a finite number"))
-            else:
-                matrix[r, c] = value
+    for r, row in enumerate(rows):
+        errors += _row_errors(row, columns, text=media == "text/csv", into=matrix[r], ids=ids)
         if len(errors) >= _MAX_ERRORS:
             break
     if errors:
