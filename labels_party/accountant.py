@@ -85,6 +85,7 @@ def spend(
     release_id: str | None,
     actor_role: str,
     message_sha256: str,
+    actor: str | None = None,
 ) -> Budget:
     """Check the budget, append one ledger entry per charge, record the new total; returns it.
 
@@ -105,6 +106,7 @@ def spend(
             release_id=release_id,
             actor_role=actor_role,
             message_sha256=message_sha256,
+            actor=actor,
             **asdict(charge),
         )
     after = budget.after(epsilon=total, delta=total_delta)
@@ -116,7 +118,14 @@ def spend(
 
 
 def top_up(
-    conn: Connection, row: Any, *, add: Decimal, reason: str, time: str, actor_role: str
+    conn: Connection,
+    row: Any,
+    *,
+    add: Decimal,
+    reason: str,
+    time: str,
+    actor_role: str,
+    actor: str | None = None,
 ) -> Budget:
     """Raise ``row``'s budget by ``add`` (exact), ledgered with who and why; returns the budget.
 
@@ -138,6 +147,7 @@ def top_up(
         dataset=row.name,
         kind=ledger.KIND_TOPUP,
         actor_role=actor_role,
+        actor=actor,
         parameters={
             "add": amounts.text(add),
             "epsilon_budget_before": amounts.text(before.budget),

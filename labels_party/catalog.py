@@ -86,6 +86,7 @@ def list_releases(db: Database, name: str) -> list[dict[str, Any]]:
             **{key: _amount(rel._mapping, key) for key in _AMOUNTS},
             "n": rel.n,
             "actor_role": rel.actor_role,
+            "actor": rel.actor,
             "message_sha256": rel.message_sha256,
         }
         for rel in found

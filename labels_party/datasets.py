@@ -184,7 +184,9 @@ def _grid_representable(lo: float, hi: float) -> bool:
     return True
 
 
-def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> DatasetRow:
+def create_dataset(
+    db: Database, spec: DatasetSpec, *, actor_role: str, actor: str | None = None
+) -> DatasetRow:
     """Create a dataset and record its budget in the ledger (409 if the name exists)."""
     now = utc_now()
     with db.write() as conn:
@@ -216,6 +218,7 @@ def create_dataset(db: Database, spec: DatasetSpec, *, actor_role: str) -> Datas
             dataset=spec.name,
             kind=ledger.KIND_DATASET,
             actor_role=actor_role,
+            actor=actor,
             parameters=spec.ledger_parameters(),
         )
         return load(conn, spec.name)
@@ -282,16 +285,22 @@ def refuse_archived(row: DatasetRow) -> None:
         )
 
 
-def top_up(db: Database, name: str, *, add: Decimal, reason: str, actor_role: str) -> DatasetRow:
+def top_up(
+    db: Database, name: str, *, add: Decimal, reason: str, actor_role: str, actor: str | None = None
+) -> DatasetRow:
     """Raise a dataset's budget by ``add`` (operator), ledgered with who and why."""
     with db.write() as conn:
         row = load(conn, name, for_update=True)
         refuse_archived(row)
-        accountant.top_up(conn, row, add=add, reason=reason, time=utc_now(), actor_role=actor_role)
+        accountant.top_up(
+            conn, row, add=add, reason=reason, time=utc_now(), actor_role=actor_role, actor=actor
+        )
         return load(conn, name)
 
 
-def archive(db: Database, name: str, *, reason: str, actor_role: str) -> DatasetRow:
+def archive(
+    db: Database, name: str, *, reason: str, actor_role: str, actor: str | None = None
+) -> DatasetRow:
     """Delete a dataset's labels and example ids for good; keep its releases and its ledger.
 
     Ledgered (kind ``archive``, epsilon 0). An archived dataset takes no ingest and no release;
@@ -323,6 +332,7 @@ def archive(db: Database, name: str, *, reason: str, actor_role: str) -> Dataset
             dataset=name,
             kind=ledger.KIND_ARCHIVE,
             actor_role=actor_role,
+            actor=actor,
             parameters={"reason": reason, "state_before": row.state},
         )
         return load(conn, name)

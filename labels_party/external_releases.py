@@ -117,6 +117,7 @@ def record(
     plan_given: dict[str, Any],
     header_raw: dict[str, Any],
     actor_role: str,
+    actor: str | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Check and record one external release; returns (its metadata, whether it is new)."""
     header = parse_header(header_raw)
@@ -137,6 +138,7 @@ def record(
         plan,
         requested_mechanism=request.mechanism,
         actor_role=actor_role,
+        actor=actor,
         binary_sha256=hashlib.sha256(text).hexdigest(),
         binary_size=len(text),
         storage=EXTERNAL,

@@ -70,9 +70,12 @@ def entry_hash(entry: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of every field but ``entry_hash`` itself.
 
     An entry with an exact amount commits to its decimal text as ``epsilon`` (and ``delta`` when
-    it has one); an older entry to its float, as it was written.
+    it has one); an older entry to its float, as it was written. An entry naming its principal
+    commits to it as ``actor`` (entries without one hash as they always did).
     """
     payload = {key: entry[key] for key in COLUMNS if key != "entry_hash"}
+    if entry.get("actor") is not None:
+        payload["actor"] = entry["actor"]
     if entry.get("epsilon_exact") is not None:
         payload["epsilon"] = entry["epsilon_exact"]
     if entry.get("delta_exact") is not None:
@@ -119,8 +122,10 @@ def append(
     parameters: dict[str, Any],
     message_sha256: str | None,
     delta: Decimal | None = None,
+    actor: str | None = None,
 ) -> dict[str, Any]:
-    """Append one entry with an exact amount (call inside a write transaction)."""
+    """Append one entry with an exact amount (call inside a write transaction); ``actor``: the
+    named principal who acted (None: a role-only token, or no request)."""
     seq, prev = head(conn)
     entry: dict[str, Any] = {
         "seq": seq + 1,
@@ -133,6 +138,7 @@ def append(
         "epsilon_exact": amounts.text(epsilon),
         "delta_exact": None if delta is None else amounts.text(delta),
         "actor_role": actor_role,
+        "actor": actor,
         "parameters": canonical_json(parameters),
         "message_sha256": message_sha256,
         "prev_hash": prev,
@@ -150,6 +156,7 @@ def record_event(
     kind: str,
     actor_role: str,
     parameters: dict[str, Any],
+    actor: str | None = None,
 ) -> dict[str, Any]:
     """Append an entry that spends nothing (a dataset's creation, a top-up, an archive)."""
     return append(
@@ -163,6 +170,7 @@ def record_event(
         actor_role=actor_role,
         parameters=parameters,
         message_sha256=None,
+        actor=actor,
     )
 
 

@@ -36,11 +36,11 @@ from labels_party.config import Settings, default_key_path
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.metrics import Metrics
 from labels_party.model_releases import ModelReleaseService
+from labels_party.principals import Authenticator
 from labels_party.receipts import KeyStore, ReceiptService
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
 from shared.http import openapi
 from shared.http.app import add_outer_layers, service_app
-from shared.http.auth import match_token
 from shared.message import LabelMessage
 
 log = logging.getLogger("labels_party")
@@ -93,7 +93,9 @@ def create_app(
         ),
         model_releases=ModelReleaseService(db, rng_factory=rng_factory),
         metrics=metrics,
-        token_table=tuple((role, token.encode("utf-8")) for role, token in settings.tokens.items()),
+        authenticate=Authenticator(
+            db, tuple((role, token.encode("utf-8")) for role, token in settings.tokens.items())
+        ),
         receipts=ReceiptService(db, keys),
     )
 
@@ -124,12 +126,12 @@ def create_app(
         endpoint_limit=limits.endpoint_limit,
     )
     if settings.rate_limit > 0:
-        table = services.token_table
+        authenticate = services.authenticate
         app.add_middleware(
             limits.RateLimitMiddleware,
             rate=settings.rate_limit,
             burst=settings.rate_burst,
-            is_valid=lambda header: match_token(header, table) is not None,
+            is_valid=lambda header: authenticate(header) is not None,
         )
     add_outer_layers(app, record=metrics.request, catch_all=errors.CatchAllMiddleware)
     openapi.install(app, models=[*BODY_MODELS, LabelMessage])

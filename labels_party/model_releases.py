@@ -522,14 +522,25 @@ class ModelReleaseService:
             },
         }
 
-    def create(self, *, dataset: str, request: ModelRequest, actor_role: str) -> dict[str, Any]:
+    def create(
+        self,
+        *,
+        dataset: str,
+        request: ModelRequest,
+        actor_role: str,
+        actor: str | None = None,
+    ) -> dict[str, Any]:
         """Fit, then spend and store in one transaction; returns the metadata and the message."""
         request = check_request(request)
         return ds.retry_while_stale(
-            lambda: self._attempt(dataset, request, actor_role), dataset=dataset, what="model"
+            lambda: self._attempt(dataset, request, actor_role, actor),
+            dataset=dataset,
+            what="model",
         )
 
-    def _attempt(self, name: str, request: ModelRequest, actor_role: str) -> dict[str, Any]:
+    def _attempt(
+        self, name: str, request: ModelRequest, actor_role: str, actor: str | None
+    ) -> dict[str, Any]:
         with self._db.read() as conn:
             row = ds.load(conn, name)
             ds.refuse_archived(row)
@@ -594,6 +605,7 @@ class ModelReleaseService:
                     message=text,
                     created=created_text,
                     actor_role=actor_role,
+                    actor=actor,
                     **header.model_dump(include={"features_id", "estimator", "privacy"}),
                     epsilon_exact=header.epsilon,
                     delta_exact=header.delta,
@@ -602,7 +614,7 @@ class ModelReleaseService:
             )
             budget = accountant.spend(
                 conn, current, [charge], time=created_text, release_id=None,
-                actor_role=actor_role, message_sha256=header.body_sha256,
+                actor_role=actor_role, message_sha256=header.body_sha256, actor=actor,
             )  # fmt: skip
             conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
         return {**_summary(header), "budget": budget.public(), "message": json.loads(text)}

@@ -143,11 +143,19 @@ class ReleaseService:
             },
         }
 
-    def create(self, *, dataset: str, request: ReleaseRequest, actor_role: str) -> dict[str, Any]:
+    def create(
+        self,
+        *,
+        dataset: str,
+        request: ReleaseRequest,
+        actor_role: str,
+        actor: str | None = None,
+    ) -> dict[str, Any]:
         """Randomize, then spend and store in one transaction; returns the release metadata."""
 
         def attempt() -> dict[str, Any]:
-            return self._randomize_and_store(self._snapshot(dataset, request), request, actor_role)
+            snap = self._snapshot(dataset, request)
+            return self._randomize_and_store(snap, request, actor_role, actor)
 
         return ds.retry_while_stale(attempt, dataset=dataset, what="release")
 
@@ -190,7 +198,7 @@ class ReleaseService:
         return _Snapshot(row=row, ids_text="\n".join(pieces), labels=labels, segments=segments)
 
     def _randomize_and_store(
-        self, snap: _Snapshot, request: ReleaseRequest, actor_role: str
+        self, snap: _Snapshot, request: ReleaseRequest, actor_role: str, actor: str | None
     ) -> dict[str, Any]:
         row = snap.row
         n = snap.labels.size
@@ -243,6 +251,7 @@ class ReleaseService:
             plan,
             requested_mechanism=request.mechanism,
             actor_role=actor_role,
+            actor=actor,
             binary_sha256=digest.hexdigest(),
             binary_size=sum(chunk["size"] for chunk in chunks),
             expected_label_mse=_finite_or_none(release.expected_label_mse),
@@ -295,6 +304,7 @@ def release_record(
     binary_sha256: str,
     binary_size: int,
     expected_label_mse: float | None = None,
+    actor: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """The ``releases`` row of a release with ``header`` that ran ``plan`` (the service's or an
@@ -319,6 +329,7 @@ def release_record(
         "binary_size": binary_size,
         "expected_label_mse": expected_label_mse,
         "actor_role": actor_role,
+        "actor": actor,
         **extra,
     }
 
@@ -344,6 +355,7 @@ def store_and_spend(
         release_id=record["id"],
         actor_role=record["actor_role"],
         message_sha256=record["message_sha256"],
+        actor=record.get("actor"),
     )
 
 

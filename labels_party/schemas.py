@@ -344,6 +344,9 @@ class LedgerEntry(BaseModel):
     epsilon: str = Field(description="exact decimal")
     delta: str | None = Field(default=None, description="exact decimal, (epsilon, delta) spends")
     actor_role: str
+    actor: str | None = Field(
+        default=None, description="the named principal who acted (null: a role-only token)"
+    )
     parameters: dict[str, object]
     message_sha256: str | None
     prev_hash: str
@@ -433,6 +436,9 @@ class ReleaseSummary(BaseModel):
     epsilon: Amount
     n: int
     actor_role: str = Field(description="the role whose token made the release")
+    actor: str | None = Field(
+        default=None, description="the named principal who made it (null: a role-only token)"
+    )
     message_sha256: str = Field(description="header.body_sha256 of the message")
 
 

@@ -37,6 +37,7 @@ def record_refusal(
     db: Database,
     *,
     actor_role: str,
+    actor: str | None = None,
     dataset: str,
     request: dict[str, Any],
     status: int,
@@ -50,6 +51,7 @@ def record_refusal(
                 insert(release_audit).values(
                     time=now_text(),
                     actor_role=actor_role,
+                    actor=actor,
                     dataset=dataset,
                     request=canonical_json(request),
                     status=status,
@@ -98,7 +100,13 @@ def public_refusal(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def logged_download(
-    db: Database, chunks: Iterator[bytes], *, actor_role: str, release_id: str, encoding: str
+    db: Database,
+    chunks: Iterator[bytes],
+    *,
+    actor_role: str,
+    release_id: str,
+    encoding: str,
+    actor: str | None = None,
 ) -> Iterator[bytes]:
     """Record a message download now (who, which release, when, encoding), stream ``chunks``,
     then record the bytes sent and whether the download completed (also when cut short)."""
@@ -107,6 +115,7 @@ def logged_download(
             insert(access_log).values(
                 time=now_text(),
                 actor_role=actor_role,
+                actor=actor,
                 release_id=release_id,
                 encoding=encoding,
                 bytes=None,

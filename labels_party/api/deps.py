@@ -12,9 +12,10 @@ from labels_party.datasets import LOOKUP_PATTERN
 from labels_party.db.engine import Database
 from labels_party.metrics import Metrics
 from labels_party.model_releases import ModelReleaseService
+from labels_party.principals import Authenticator, Caller
 from labels_party.receipts import ReceiptService
 from labels_party.releases import ReleaseService
-from shared.http.auth import match_token, unauthorized
+from shared.http.auth import unauthorized
 from shared.http.errors import HTTPProblem
 from shared.http.requests import check_query
 
@@ -28,7 +29,7 @@ class Services:
     releases: ReleaseService
     model_releases: ModelReleaseService
     metrics: Metrics
-    token_table: tuple[tuple[Role, bytes], ...]
+    authenticate: Authenticator  # role-only tokens, then named principals
     receipts: ReceiptService | None = None
 
 
@@ -39,28 +40,39 @@ def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-def identify(services: Services, authorization: str | None) -> Role | None:
-    """The role whose token is presented (constant time, every token compared)."""
-    return match_token(authorization, services.token_table)
+def identify(services: Services, authorization: str | None) -> Caller | None:
+    """Who presents this token: a role-only token's role, or a named principal."""
+    return services.authenticate(authorization)
 
 
 def require(*roles: Role) -> Callable[[Request], Role]:
     """A dependency admitting only ``roles`` (401 without a valid token, 403 otherwise).
 
-    Then checks the query string (after the role, so a caller without it learns nothing).
+    Keeps the caller (role and principal) as ``request.state.caller`` (:func:`actor_of`). Then
+    checks the query string (after the role, so a caller without it learns nothing).
     """
 
     def dependency(request: Request) -> Role:
-        role = identify(get_services(request), request.headers.get("authorization"))
-        if role is None:
+        caller = identify(get_services(request), request.headers.get("authorization"))
+        if caller is None:
             raise unauthorized()
-        if role not in roles:
-            detail = f"role {role!r} may not call this endpoint ({', '.join(roles)})"
+        if caller.role not in roles:
+            detail = f"role {caller.role!r} may not call this endpoint ({', '.join(roles)})"
             raise HTTPProblem(403, detail, [("Authorization", detail)])
+        request.state.caller = caller
         check_query(request)
-        return role
+        return caller.role
 
     return dependency
+
+
+def actor_of(request: Request) -> str | None:
+    """The named principal of an admitted request (None: a role-only token)."""
+    caller: Caller | None = getattr(request.state, "caller", None)
+    return None if caller is None else caller.actor
+
+
+Actor = Annotated[str | None, Depends(actor_of)]
 
 
 AnyRole = Annotated[Role, Depends(require("advertiser", "publisher", "operator"))]
@@ -74,11 +86,13 @@ NamePath = Path(pattern=LOOKUP_PATTERN, description="dataset name")
 
 @dataclass(frozen=True, kw_only=True)
 class DatasetCall:
-    """A call on one dataset: the caller's role, the service state, the dataset's name."""
+    """A call on one dataset: the caller's role and principal, the service state, the
+    dataset's name."""
 
     role: Role
     services: Services
     name: str
+    actor: str | None = None
 
 
 def on_dataset(*roles: Role) -> Callable[..., DatasetCall]:
@@ -90,7 +104,9 @@ def on_dataset(*roles: Role) -> Callable[..., DatasetCall]:
     def dependency(
         request: Request, role: Annotated[Role, Depends(admit)], name: str = NamePath
     ) -> DatasetCall:
-        return DatasetCall(role=role, services=get_services(request), name=name)
+        return DatasetCall(
+            role=role, services=get_services(request), name=name, actor=actor_of(request)
+        )
 
     return dependency
 

@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 
-from labels_party.api.deps import AnyRole
+from labels_party.api.deps import Actor, AnyRole
 from labels_party.errors import FieldError, NotFoundError
 
 CONTENT_SECURITY_POLICY = (
@@ -73,6 +73,7 @@ def _serve(name: str) -> Response:
 
 
 @router.get("/v1/whoami", tags=["auth"])
-def whoami(role: AnyRole) -> dict[str, Any]:
-    """The role of the presented token (the console shows the views that role may use)."""
-    return {"role": role}
+def whoami(role: AnyRole, actor: Actor) -> dict[str, Any]:
+    """The role of the presented token (the console shows the views that role may use) and its
+    principal (null: a role-only token)."""
+    return {"role": role, "actor": actor}

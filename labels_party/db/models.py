@@ -94,6 +94,7 @@ releases = Table(
     Column("binary_size", BigInteger, nullable=False),
     Column("expected_label_mse", Double, nullable=True),
     Column("actor_role", String(16), nullable=False),
+    Column("actor", String(64), nullable=True),  # the principal (NULL: role-only token)
     # NULL: the message is stored here (message_chunks). "external": a release executed outside
     # the service (the Spark job, ``labels_party.external_releases``): only its header is kept,
     # and binary_sha256 / binary_size are those of that header.json.
@@ -131,6 +132,9 @@ ledger = Table(
     Column("epsilon_exact", Text, nullable=True),
     Column("delta_exact", Text, nullable=True),
     Column("actor_role", String(16), nullable=False),
+    # The principal (labels_party.principals) whose token acted; NULL for a role-only token or
+    # an entry written before principals. Hashed only when set (older entries as they were).
+    Column("actor", String(64), nullable=True),
     Column("parameters", Text, nullable=False),  # canonical JSON
     Column("message_sha256", String(64), nullable=True),
     Column("prev_hash", String(64), nullable=False),
@@ -167,6 +171,7 @@ release_audit = Table(
     Column("seq", Integer, primary_key=True, autoincrement=True),
     Column("time", String(40), nullable=False),
     Column("actor_role", String(16), nullable=False),
+    Column("actor", String(64), nullable=True),  # the principal (NULL: role-only token)
     Column("dataset", String(200), nullable=False),
     Column("request", Text, nullable=False),  # canonical JSON of the request's public fields
     Column("status", Integer, nullable=False),  # the HTTP status the caller got
@@ -181,10 +186,23 @@ access_log = Table(
     Column("seq", Integer, primary_key=True, autoincrement=True),
     Column("time", String(40), nullable=False),
     Column("actor_role", String(16), nullable=False),
+    Column("actor", String(64), nullable=True),  # the principal (NULL: role-only token)
     Column("release_id", String(40), nullable=False),
     Column("encoding", String(64), nullable=False),
     Column("bytes", BigInteger, nullable=True),  # NULL until the download completed
     Column("completed", SmallInteger, nullable=False),
+)
+
+# Named principals (labels_party.principals): a person or an integration, its role, and the
+# sha256 of its bearer token (the token itself is shown once, at issue, and never stored).
+principals = Table(
+    "principals",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("role", String(16), nullable=False),
+    Column("token_sha256", String(64), nullable=False, unique=True),
+    Column("created", String(40), nullable=False),
+    Column("revoked", String(40), nullable=True),
 )
 
 # Public features the publisher uploads for model releases (labels_party.model_releases): the
@@ -220,6 +238,7 @@ model_releases = Table(
     Column("message_sha256", String(64), nullable=False),  # header.body_sha256
     Column("created", String(40), nullable=False),
     Column("actor_role", String(16), nullable=False),
+    Column("actor", String(64), nullable=True),  # the principal (NULL: role-only token)
 )
 
 # Each model release's signed receipt (labels_party.receipts), as ``receipts`` for label releases.

@@ -51,7 +51,12 @@ def caller_view(exc: BaseException, *, histogram_share_given: bool) -> tuple[int
 
 
 def release_recorder(
-    services: Services, *, role: str, dataset: str, request: ReleaseRequest
+    services: Services,
+    *,
+    role: str,
+    dataset: str,
+    request: ReleaseRequest,
+    actor: str | None = None,
 ) -> Any:
     """An ``on_error`` for ``trails.audited`` that records a failed release for the operator."""
 
@@ -60,6 +65,7 @@ def release_recorder(
         trails.record_refusal(
             services.db,
             actor_role=role,
+            actor=actor,
             dataset=dataset,
             request=request.public(),
             status=status,

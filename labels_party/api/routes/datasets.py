@@ -10,7 +10,15 @@ from fastapi.concurrency import run_in_threadpool
 
 from labels_party import catalog
 from labels_party import datasets as ds
-from labels_party.api.deps import AnyRole, AnyRoleOn, DatasetCall, Operator, OperatorOn, ServicesDep
+from labels_party.api.deps import (
+    Actor,
+    AnyRole,
+    AnyRoleOn,
+    DatasetCall,
+    Operator,
+    OperatorOn,
+    ServicesDep,
+)
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.schemas import (
     BudgetTopUp,
@@ -32,7 +40,10 @@ router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=BodyDoc
     response_model_exclude_unset=True,
 )
 async def create_dataset(
-    role: Operator, services: ServicesDep, body: Annotated[DatasetCreate, json_body(DatasetCreate)]
+    role: Operator,
+    actor: Actor,
+    services: ServicesDep,
+    body: Annotated[DatasetCreate, json_body(DatasetCreate)],
 ) -> Any:
     """Create a dataset with public label bounds, a default label and a privacy budget."""
     spec = ds.DatasetSpec(
@@ -44,7 +55,8 @@ async def create_dataset(
         delta_budget=body.delta_budget,
         segment_column=body.segment_column,
     )
-    row = await run_in_threadpool(ds.create_dataset, services.db, spec, actor_role=role)
+    create = partial(ds.create_dataset, actor_role=role, actor=actor)
+    row = await run_in_threadpool(create, services.db, spec)
     return ds.public_view(row, [], role=role)
 
 
@@ -67,7 +79,9 @@ async def _view(call: DatasetCall) -> Any:
 @router.post("/{name}/budget", response_model=DatasetPublic)
 async def top_up_budget(call: OperatorOn, body: TopUpBody) -> Any:
     """Raise a dataset's privacy budget (operator): ledgered with who and why, never silent."""
-    top_up = partial(ds.top_up, add=body.add, reason=body.reason, actor_role=call.role)
+    top_up = partial(
+        ds.top_up, add=body.add, reason=body.reason, actor_role=call.role, actor=call.actor
+    )
     await run_in_threadpool(top_up, call.services.db, call.name)
     return await _view(call)
 
@@ -76,7 +90,7 @@ async def top_up_budget(call: OperatorOn, body: TopUpBody) -> Any:
 async def archive_dataset(call: OperatorOn, body: ArchiveBody) -> Any:
     """Archive a dataset (operator): its labels and example ids are deleted for good; its
     releases and its ledger are kept."""
-    archive = partial(ds.archive, reason=body.reason, actor_role=call.role)
+    archive = partial(ds.archive, reason=body.reason, actor_role=call.role, actor=call.actor)
     await run_in_threadpool(archive, call.services.db, call.name)
     return await _view(call)
 

@@ -46,6 +46,7 @@ async def create_external_release(
         plan_given=body.plan,
         header_raw=body.header,
         actor_role=call.role,
+        actor=call.actor,
     )
     try:
         meta, new = await run_in_threadpool(record, call.services.db)

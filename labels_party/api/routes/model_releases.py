@@ -79,7 +79,9 @@ async def create_model_release(
             preview = partial(service.preview, request=model_request)
             return await run_in_threadpool(preview, dataset=call.name)
         create = partial(service.create, request=model_request)
-        meta = await run_in_threadpool(create, dataset=call.name, actor_role=call.role)
+        meta = await run_in_threadpool(
+            create, dataset=call.name, actor_role=call.role, actor=call.actor
+        )
     except InvalidParameterError as exc:  # an estimator refused a parameter: name it
         message = str(exc)
         field = next((f"params.{p}" for p in _PARAMS if message.startswith(f"{p} (")), "params")

@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from labels_party import catalog
 from labels_party import datasets as ds
 from labels_party import releases as rel
-from labels_party.api.deps import AdvertiserOn, AnyRole, MessageReader, ServicesDep
+from labels_party.api.deps import Actor, AdvertiserOn, AnyRole, MessageReader, ServicesDep
 from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.audit import release_recorder
@@ -86,8 +86,16 @@ async def create_release(
             return await run_in_threadpool(
                 services.releases.preview, dataset=name, request=request_
             )
-        create = partial(services.releases.create, dataset=name, request=request_, actor_role=role)
-        recorder = release_recorder(services, role=role, dataset=name, request=request_)
+        create = partial(
+            services.releases.create,
+            dataset=name,
+            request=request_,
+            actor_role=role,
+            actor=call.actor,
+        )
+        recorder = release_recorder(
+            services, role=role, actor=call.actor, dataset=name, request=request_
+        )
         meta = await run_in_threadpool(audited, create, recorder)  # refusals leave a trace
     except InvalidParameterError as exc:  # the engine refused a parameter: name the field
         given = body.epsilon_histogram is not None
@@ -181,7 +189,11 @@ _MESSAGE_PATH = "/v1/releases/{release_id}/message"
     },
 )
 def get_message(
-    request: Request, role: MessageReader, services: ServicesDep, release_id: str = ReleasePath
+    request: Request,
+    role: MessageReader,
+    actor: Actor,
+    services: ServicesDep,
+    release_id: str = ReleasePath,
 ) -> Response:
     """The one privatized message: JSON, or the binary encoding (``Accept``), streamed.
 
@@ -210,6 +222,7 @@ def get_message(
         services.db,
         chunks(services.db, message),
         actor_role=role,
+        actor=actor,
         release_id=release_id,
         encoding=kind,
     )

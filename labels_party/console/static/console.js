@@ -108,6 +108,11 @@
     return value ? `${value.slice(0, 12)}…` : '—';
   }
 
+  // Who acted: the named principal with its role, or the role of a role-only token.
+  function who(record) {
+    return record.actor ? `${record.actor} (${record.actor_role})` : record.actor_role;
+  }
+
   function when(iso) {
     return iso ? iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z') : '—';
   }
@@ -135,7 +140,7 @@
       const who = await api('v1/whoami', { bearer: candidate });
       sessionStorage.setItem(TOKEN_KEY, candidate);
       input.value = '';
-      await start(who.role);
+      await start(who.role, who.actor);
     } catch (error) {
       const message = error instanceof ApiError && error.status === 401
         ? 'That token was not accepted (401): check it and try again. No data is shown without a valid token.'
@@ -166,9 +171,9 @@
     }
   }
 
-  async function start(role) {
+  async function start(role, actor) {
     state.role = role;
-    $('role-name').textContent = role;
+    $('role-name').textContent = actor ? `${actor} (${role})` : role;
     $('login').hidden = true;
     $('session').hidden = false;
     $('views').hidden = false;
@@ -327,7 +332,7 @@
       ['Release', el('code', meta.id)],
       ['Dataset', meta.dataset],
       ['Created (UTC)', when(meta.created)],
-      ['Released by', listed ? listed.actor_role : '—'],
+      ['Released by', listed ? who(listed) : '—'],
       ['Mechanism', meta.requested_mechanism && meta.requested_mechanism !== meta.mechanism
         ? `${meta.mechanism} (requested: ${meta.requested_mechanism})` : meta.mechanism],
       ['ε₁ (histogram, DP mean)', amount(meta.epsilon1)],
@@ -448,7 +453,7 @@
         td(entry.kind),
         td(entry.mechanism || '—'),
         td(amount(entry.epsilon), 'num'),
-        td(entry.actor_role),
+        td(who(entry)),
         td(shortHash(entry.message_sha256), 'hash'),
         td(shortHash(entry.entry_hash), 'hash'),
       ]);
@@ -625,7 +630,7 @@
     const saved = token();
     if (!saved) return;
     api('v1/whoami')
-      .then((who) => start(who.role))
+      .then((who) => start(who.role, who.actor))
       .catch((error) => {
         if (!(error instanceof ApiError && error.status === 401)) fail(error);
       });

@@ -1,0 +1,94 @@
+"""``labeldp tokens add|list|revoke``: named principals and their bearer tokens
+(``labels_party.principals``).
+
+``add NAME --role ROLE`` prints the new token ONCE (only its sha256 is stored); ``list`` shows
+every principal (name, role, created, revoked), never a token; ``revoke NAME`` stops its token
+within ``principals.CACHE_SECONDS`` on every running replica. They work on the database the
+service uses (``--db`` / ``--database-url``), upgrading its schema like the service's start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from labels_party.config import ROLES
+from shared.errors import InvalidParameterError
+
+
+def register_commands(commands: Any) -> None:
+    """Add ``labeldp tokens add``, ``list`` and ``revoke``."""
+    from labels_party.cli import _add_db_arguments
+
+    parser = commands.add_parser("tokens", help="named principals and their bearer tokens")
+    sub = parser.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
+    add = sub.add_parser("add", help="issue a token for a new principal (printed once)")
+    add.add_argument("name", help="a person or an integration: 1-64 of A-Z a-z 0-9 . _ @ -")
+    add.add_argument("--role", required=True, choices=ROLES)
+    add.set_defaults(func=add_command)
+    listing = sub.add_parser("list", help="every principal (no tokens)")
+    listing.add_argument("--json", action="store_true", help="one JSON document")
+    listing.set_defaults(func=list_command)
+    revoke = sub.add_parser("revoke", help="revoke a principal's token")
+    revoke.add_argument("name")
+    revoke.set_defaults(func=revoke_command)
+    for action in (add, listing, revoke):
+        _add_db_arguments(action)
+
+
+def _database(args: argparse.Namespace) -> Any:
+    from labels_party.cli import _url
+    from labels_party.db.engine import Database, create_schema, make_engine
+    from shared import database_url
+
+    url = _url(args)
+    path = database_url.sqlite_path(url)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"no database at {path}")
+    engine = make_engine(url)
+    create_schema(engine)
+    return Database(engine)
+
+
+def add_command(args: argparse.Namespace) -> int:
+    from labels_party import principals
+
+    try:
+        principal, token = principals.issue(_database(args), name=args.name, role=args.role)
+    except (FileNotFoundError, InvalidParameterError) as exc:
+        print(f"labeldp tokens add: {exc}", file=sys.stderr)
+        return 2
+    print(f"principal {principal.name} ({principal.role}); its token, shown only now:")
+    print(token)
+    return 0
+
+
+def list_command(args: argparse.Namespace) -> int:
+    from labels_party import principals
+
+    try:
+        found = principals.listing(_database(args))
+    except (FileNotFoundError, InvalidParameterError) as exc:
+        print(f"labeldp tokens list: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"principals": [p.public() for p in found]}, indent=2))
+        return 0
+    for p in found:
+        state = f"revoked {p.revoked}" if p.revoked else "active"
+        print(f"{p.name}\t{p.role}\tcreated {p.created}\t{state}")
+    return 0
+
+
+def revoke_command(args: argparse.Namespace) -> int:
+    from labels_party import principals
+
+    try:
+        principal = principals.revoke(_database(args), args.name)
+    except (FileNotFoundError, InvalidParameterError) as exc:
+        print(f"labeldp tokens revoke: {exc}", file=sys.stderr)
+        return 2
+    print(f"principal {principal.name} ({principal.role}) revoked at {principal.revoked}")
+    return 0
