@@ -61,6 +61,10 @@ COLUMNS = (
 )
 
 
+# The CSV export: every hashed column, then the (epsilon, delta) spend's delta and the principal.
+CSV_COLUMNS = (*COLUMNS, "delta", "actor")
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no spaces, shortest round-trip floats, NaN/inf refused."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -596,17 +600,7 @@ def _check_external_header(rel: Any) -> list[str]:
 
 def export_csv(conn: Connection, out: TextIO) -> int:
     """Write every entry as CSV (header row first); returns the number of entries."""
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow((*COLUMNS, "delta"))
-    count = 0
-    for entry in _iter_ledger(conn):
-        row = []
-        for key in COLUMNS:
-            value = _text(amount(entry)) if key == "epsilon" else entry[key]
-            row.append("" if value is None else value)
-        writer.writerow([*row, entry.get("delta_exact") or ""])
-        count += 1
-    return count
+    return write_csv((public_entry(entry) for entry in _iter_ledger(conn)), out)
 
 
 def export_csv_text(conn: Connection) -> str:
@@ -657,15 +651,15 @@ def write_csv(public_entries: Iterable[dict[str, Any]], out: TextIO, *, header: 
     """Write entries as the API returns them (:func:`public_entry`) as CSV; returns the count.
 
     Amounts are written as given (no float formatting of their own), ``parameters`` as canonical
-    JSON, and a ``delta`` column is empty for entries without one.
+    JSON; the ``delta`` and ``actor`` columns are empty for entries without one.
     """
     writer = csv.writer(out, lineterminator="\n")
     if header:
-        writer.writerow((*COLUMNS, "delta"))
+        writer.writerow(CSV_COLUMNS)
     count = 0
     for entry in public_entries:
         row = []
-        for key in (*COLUMNS, "delta"):
+        for key in CSV_COLUMNS:
             value = entry.get(key)
             if key == "parameters":
                 value = canonical_json(value)

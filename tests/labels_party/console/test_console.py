@@ -410,6 +410,37 @@ def test_a_token_revoked_mid_session_returns_to_the_login(
     assert by_css(chromium, '[data-testid^="dataset-"]') == []
 
 
+def test_named_principals_show_who_acted(
+    chromium: Any, console_server: Server, client: httpx.Client
+) -> None:
+    """A named operator signs in as itself; the ledger says which person released."""
+    from labels_party import principals
+    from labels_party.db.engine import Database, create_schema, make_engine
+
+    seed(client, datasets={"clicks": 4.0})
+    engine = make_engine(f"sqlite:///{console_server.db}")
+    create_schema(engine)
+    db = Database(engine)
+    _, lee = principals.issue(db, name="lee", role="operator")
+    _, alice = principals.issue(db, name="alice", role="advertiser")
+    engine.dispose()
+    made = client.post(
+        "/v1/datasets/clicks/releases",
+        json={"epsilon": 1.0},
+        headers={"Authorization": f"Bearer {alice}"},
+    )
+    assert made.status_code == 201, made.text
+    logged_in(chromium, console_server, lee)
+    assert one(chromium, "#role-name").text == "lee (operator)"
+    view(chromium, "ledger")
+    wait_for(lambda: len(ledger_seqs(chromium)) == 3, what="the ledger")
+    actors = [
+        tr.find_elements("tag name", "td")[7].text for tr in by_css(chromium, "#ledger-body tr")
+    ]
+    assert actors == ["operator", "alice (advertiser)", "alice (advertiser)"]
+    no_csp_violations(chromium)
+
+
 def test_the_keyboard_alone_reaches_every_view(
     chromium: Any, console_server: Server, client: httpx.Client
 ) -> None:
