@@ -1,39 +1,53 @@
-"""Externally executed releases: record the spend of a release a Spark job ran elsewhere.
+"""Externally executed releases: charged BEFORE their noise is drawn, then published.
 
 The job (``labels_party.spark_job``) runs the SAME plan (``shared.plan.plan_release``) on its
-driver and the same engine functions on its executors, writes its message (header.json + a
-Parquet body) to a staging location, and only then calls this: the labels party recomputes the
-plan from ITS dataset configuration (bounds, default label) and the job's n, refuses any
-difference from the plan and header the job sent, and in ONE write transaction checks the
-budget, inserts the release row (``storage = "external"``, the header kept, no message chunks)
-and appends the two ledger entries through ``accountant.spend``, exactly as for its own
-releases. The job publishes its message (renames staging to its output) only after this
-returns. Replaying the same request (same release id, same header) returns the recorded
-release without spending again, so a job that lost the answer can ``--resume``.
+driver and the same engine functions on its executors. Two calls, so that no randomized output
+exists anywhere (staging included) without a ledger entry that paid for it:
+
+1. :func:`charge`, before the job draws any noise: the labels party recomputes the plan from ITS
+   dataset configuration (bounds) and the job's n, refuses any difference from the plan the job
+   sent (and an n other than the registered examples'), and in ONE write transaction checks the
+   budget, inserts the release row (``storage = "external"``, ``state = "charged"``, the request
+   kept) and appends its ``histogram`` and ``randomizer`` entries (``accountant.spend``), as for
+   its own releases; the randomizer entry names the requested mechanism (the chosen one is not
+   drawn yet).
+2. :func:`publish`, after the job wrote its message: the header must be what the charged plan
+   produces; the job's universe digest must be the dataset's (its registered examples', else
+   the one its first external release fixed). Then the header is kept, the state becomes
+   ``released`` and a ``publication`` entry (epsilon 0) names the chosen randomizer, its
+   parameters and the message's sha256. The job publishes its message only after this returns.
+
+A job that fails after the charge calls :func:`fail`: the state becomes ``failed``, a ``failure``
+entry (epsilon 0) says why, and the charge stays (the noise may have been drawn). Replaying a
+charge or a publication with the same content returns the recorded release without spending
+again, so a job that lost an answer can ``--resume``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
+from decimal import Decimal
 from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import select, update
 
+from labels_party import accountant, ledger
 from labels_party import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets, releases
-from labels_party.errors import BadInputError, ConflictError, FieldError
+from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
 from labels_party.releases import (
     RELEASE_ID_PATTERN,
     _public,
     plan_for,
     release_charges,
-    release_record,
     store_and_spend,
 )
+from shared import epsilon as amounts
 from shared.mechanisms.histogram import bin_edges
 from shared.message import (
     FORMAT_VERSION,
@@ -106,81 +120,251 @@ def check_against_plan(
         raise _refuse("header.mechanism", f"is not what {requested!r} may choose")
 
 
-def record(
+CHARGED, RELEASED, FAILED = "charged", "released", "failed"
+
+
+def _request_text(request: ReleaseRequest, *, n: int, labels_sha256: str | None) -> str:
+    """What a charge paid for, as kept in the release row (canonical JSON)."""
+    return ledger.canonical_json(
+        {"request": request.public(), "n": n, "labels_sha256": labels_sha256}
+    )
+
+
+def _request_of(text: str) -> ReleaseRequest:
+    """The :class:`ReleaseRequest` a charge kept (:func:`_request_text`)."""
+    public = json.loads(text)["request"]
+    share = public["epsilon_histogram"]
+    return ReleaseRequest(
+        epsilon=Decimal(public["epsilon"]),
+        mechanism=public["mechanism"],
+        epsilon_histogram=None if share is None else Decimal(share),
+        bins=public["bins"],
+        model_dim=public["model_dim"],
+        options=public["options"],
+    )
+
+
+def charge(
     db: Database,
     *,
     dataset: str,
     request: ReleaseRequest,
     n: int,
-    universe_sha256: str,
-    labels_sha256: str | None = None,
+    release_id: str,
     plan_given: dict[str, Any],
-    header_raw: dict[str, Any],
+    labels_sha256: str | None = None,
     actor_role: str,
     actor: str | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Check and record one external release; returns (its metadata, whether it is new)."""
-    header = parse_header(header_raw)
+    """Charge an external release before its noise is drawn; (its metadata, whether new)."""
+    if not re.fullmatch(RELEASE_ID_PATTERN, release_id):
+        raise _refuse("release_id", "must be rel_ and 24 hex digits")
     with db.read() as conn:
         row = ds.load(conn, dataset)
         registered = registered_universe(db, conn, row) if row.n_examples else None
     ds.refuse_archived(row)
-    check_universe(row, n=n, universe_sha256=universe_sha256, registered=registered)
+    if registered is not None and n != registered[0]:
+        raise _refuse("n", f"must be the {registered[0]} registered examples")
     plan = plan_for(row, request, n=n)
     ours = json_safe(plan.public())
-    for key in sorted(set(ours) | set(plan_given)):
+    # The explanation last: it restates the others, so a difference names its cause first.
+    for key in sorted(set(ours) | set(plan_given), key=lambda k: (k == "explanation", k)):
         if ours.get(key) != plan_given.get(key):
             raise _refuse(f"plan.{key}", f"must be {ours.get(key)!r} (recomputed here)")
-    check_against_plan(header, plan, row, requested=request.mechanism)
-    text = header_bytes(header)
-    record_ = release_record(
-        header,
-        plan,
-        requested_mechanism=request.mechanism,
-        actor_role=actor_role,
-        actor=actor,
-        binary_sha256=hashlib.sha256(text).hexdigest(),
-        binary_size=len(text),
-        storage=EXTERNAL,
-        external_header=text.decode("utf-8"),
-    )
+    created = ds.utc_now()
+    record_ = {
+        "id": release_id,
+        "requested_mechanism": request.mechanism,
+        "mechanism": request.mechanism,  # the chosen one is recorded at publication
+        "params": "{}",
+        **accountant.columns("epsilon1", plan.epsilon1),
+        **accountant.columns("epsilon2", plan.epsilon2),
+        **accountant.columns("epsilon", plan.epsilon),
+        "epsilon1": plan.epsilon1_float,
+        "epsilon2": plan.randomizer_float,
+        "n": n,
+        "created": created,
+        "message_sha256": "",
+        "binary_sha256": "",
+        "binary_size": 0,
+        "actor_role": actor_role,
+        "actor": actor,
+        "storage": EXTERNAL,
+        "state": CHARGED,
+        "external_request": _request_text(request, n=n, labels_sha256=labels_sha256),
+    }
     charges = release_charges(
         plan,
         requested_mechanism=request.mechanism,
-        header=header,
+        header=None,
         bins=plan.bins,
         inputs={"labels_input_sha256": labels_sha256} if labels_sha256 else None,
     )
     with db.write() as conn:
         current = ds.load(conn, row.name, for_update=True)
         ds.refuse_archived(current)
-        existing = conn.execute(select(releases).where(releases.c.id == header.release_id)).first()
+        existing = conn.execute(select(releases).where(releases.c.id == release_id)).first()
         if existing is not None:
             same = (
                 existing.storage == EXTERNAL
                 and existing.dataset_id == row.id
-                and existing.external_header == record_["external_header"]
+                and existing.external_request == record_["external_request"]
             )
             if not same:
                 raise ConflictError(
-                    f"release {header.release_id!r} exists with other content",
-                    [FieldError(field="header.release_id", message="already used")],
+                    f"release {release_id!r} exists with other content",
+                    [FieldError(field="release_id", message="already used")],
                 )
-            return _public(existing, dataset=row.name, bins=plan.bins), False
+            return _view(existing, dataset=row.name), False
         if current.n_examples != (registered[0] if registered else 0):
             raise ConflictError(
                 f"dataset {row.name!r}: its registered examples changed during the check; retry",
                 [FieldError(field="dataset", message="examples changed")],
             )
-        check_universe(current, n=n, universe_sha256=universe_sha256, registered=registered)
-        store_and_spend(conn, current, record_, charges, plan, time=ds.utc_now())
-        if current.n_examples == 0 and current.universe_sha256 is None:
-            conn.execute(
-                update(datasets)
-                .where(datasets.c.id == current.id)
-                .values(universe_sha256=universe_sha256)
+        store_and_spend(conn, current, record_, charges, plan, time=created)
+    return _view(record_, dataset=row.name), True
+
+
+def _charged(conn: Any, row: ds.DatasetRow, release_id: str) -> Any:
+    """The external release ``release_id`` of ``row`` charged in two steps (404 otherwise)."""
+    rel = conn.execute(select(releases).where(releases.c.id == release_id)).first()
+    if rel is None or rel.dataset_id != row.id or rel.state is None:
+        raise NotFoundError(
+            f"no external release {release_id!r} charged to dataset {row.name!r}",
+            [FieldError(field="release_id", message="not charged here")],
+        )
+    return rel
+
+
+def publish(
+    db: Database,
+    *,
+    dataset: str,
+    release_id: str,
+    universe_sha256: str,
+    header_raw: dict[str, Any],
+    actor_role: str,
+    actor: str | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Record the message of a charged external release; (its metadata, whether new)."""
+    header = parse_header(header_raw)
+    if header.release_id != release_id:
+        raise _refuse("header.release_id", f"must be {release_id!r}")
+    with db.read() as conn:
+        row = ds.load(conn, dataset)
+        rel = _charged(conn, row, release_id)
+        registered = registered_universe(db, conn, row) if row.n_examples else None
+    request = _request_of(rel.external_request)
+    plan = plan_for(row, request, n=rel.n)
+    check_against_plan(header, plan, row, requested=request.mechanism)
+    text = header_bytes(header)
+    if rel.state == RELEASED:
+        if rel.external_header != text.decode("utf-8"):
+            raise ConflictError(
+                f"release {release_id!r} was published with another header",
+                [FieldError(field="header", message="differs from the published one")],
             )
-    return _public(record_, dataset=row.name, bins=plan.bins), True
+        return _view(rel, dataset=row.name), False
+    if rel.state == FAILED:
+        raise ConflictError(
+            f"release {release_id!r} was marked failed; its charge stays, nothing is published",
+            [FieldError(field="release_id", message="failed")],
+        )
+    check_universe(row, n=rel.n, universe_sha256=universe_sha256, registered=registered)
+    digest = hashlib.sha256(text).hexdigest()
+    with db.write() as conn:
+        current = ds.load(conn, row.name, for_update=True)
+        ds.refuse_archived(current)
+        if _charged(conn, current, release_id).state != CHARGED:
+            raise ConflictError(
+                f"release {release_id!r} changed state during the check; retry",
+                [FieldError(field="release_id", message="changed state")],
+            )
+        check_universe(current, n=rel.n, universe_sha256=universe_sha256, registered=registered)
+        values = {
+            "mechanism": header.mechanism,
+            "params": ledger.canonical_json(json_safe(header.params)),
+            "message_sha256": header.body_sha256,
+            "binary_sha256": digest,
+            "binary_size": len(text),
+            "external_header": text.decode("utf-8"),
+            "state": RELEASED,
+        }
+        conn.execute(update(releases).where(releases.c.id == release_id).values(**values))
+        ledger.append(
+            conn,
+            time=ds.utc_now(),
+            dataset=row.name,
+            release_id=release_id,
+            kind=ledger.KIND_PUBLICATION,
+            mechanism=header.mechanism,
+            epsilon=amounts.ZERO,
+            actor_role=actor_role,
+            actor=actor,
+            parameters={
+                "params": json_safe(header.params),
+                "recommended_transform": header.recommended_transform,
+                "universe_sha256": universe_sha256,
+                "header_sha256": digest,
+            },
+            message_sha256=header.body_sha256,
+        )
+        fixed = {"universe_sha256": universe_sha256} if current.n_examples == 0 else {}
+        if current.universe_sha256 is not None:
+            fixed = {}
+        conn.execute(
+            update(datasets).where(datasets.c.id == current.id).values(state=ds.RELEASED, **fixed)
+        )
+        published = conn.execute(select(releases).where(releases.c.id == release_id)).first()
+    return _view(published, dataset=row.name), True
+
+
+def fail(
+    db: Database,
+    *,
+    dataset: str,
+    release_id: str,
+    reason: str,
+    actor_role: str,
+    actor: str | None = None,
+) -> dict[str, Any]:
+    """Mark a charged external release failed (its charge stays); idempotent."""
+    with db.write() as conn:
+        row = ds.load(conn, dataset, for_update=True)
+        rel = _charged(conn, row, release_id)
+        if rel.state == FAILED:
+            return _view(rel, dataset=row.name)
+        if rel.state != CHARGED:
+            raise ConflictError(
+                f"release {release_id!r} is published; it cannot fail any more",
+                [FieldError(field="release_id", message="published")],
+            )
+        conn.execute(update(releases).where(releases.c.id == release_id).values(state=FAILED))
+        ledger.append(
+            conn,
+            time=ds.utc_now(),
+            dataset=row.name,
+            release_id=release_id,
+            kind=ledger.KIND_FAILURE,
+            mechanism=None,
+            epsilon=amounts.ZERO,
+            actor_role=actor_role,
+            actor=actor,
+            parameters={"reason": reason},
+            message_sha256=None,
+        )
+        failed = conn.execute(select(releases).where(releases.c.id == release_id)).first()
+    return _view(failed, dataset=row.name)
+
+
+def _view(record: Any, *, dataset: str) -> dict[str, Any]:
+    """An external release as the API shows it (``releases._public``; bins from its header)."""
+    get = record.get if isinstance(record, dict) else record._mapping.get
+    bins = None
+    if get("external_header"):
+        header = MessageHeader.model_validate_json(get("external_header"))
+        bins = None if header.histogram is None else len(header.histogram.probs)
+    return _public(record, dataset=dataset, bins=bins)
 
 
 def registered_universe(db: Database, conn: Any, row: ds.DatasetRow) -> tuple[int, str]:

@@ -45,6 +45,10 @@ KIND_TOPUP, KIND_ARCHIVE = "topup", "archive"
 # An (epsilon, delta) model release (labels_party.model_releases): one entry, its id in the
 # parameters (``model_release_id``), the model message's body sha256 as ``message_sha256``.
 KIND_MODEL = "model"
+# An external release charged before its noise (labels_party.external_releases): its histogram
+# and randomizer entries carry no message; a ``publication`` entry (epsilon 0) then names the
+# chosen randomizer and the message, or a ``failure`` entry (epsilon 0) says why there is none.
+KIND_PUBLICATION, KIND_FAILURE = "publication", "failure"
 COLUMNS = (
     "seq",
     "time",
@@ -255,6 +259,8 @@ class _Walk:
             return []
         if kind in (KIND_HISTOGRAM, KIND_RANDOMIZER):
             return self._release_spend(entry, epsilon)
+        if kind in (KIND_PUBLICATION, KIND_FAILURE):
+            return self._release_event(entry, epsilon)
         if kind == KIND_MODEL:
             self.spends[name].append(epsilon)
             self.delta_spends[name].append(delta(entry))
@@ -287,6 +293,16 @@ class _Walk:
         release_id = entry["release_id"]
         if release_id is None:
             return [f"entry seq {seq}: a spend without a release id"]
+        if kind in self.by_release[release_id]:
+            return [f"entry seq {seq}: release {release_id} has two {kind} entries"]
+        self.by_release[release_id][kind] = entry
+        return []
+
+    def _release_event(self, entry: dict[str, Any], epsilon: Decimal) -> list[str]:
+        """A charged external release's publication or failure: spends nothing, once."""
+        seq, kind, release_id = entry["seq"], entry["kind"], entry["release_id"]
+        if epsilon != 0 or release_id is None:
+            return [f"entry seq {seq}: a {kind} that spends, or names no release"]
         if kind in self.by_release[release_id]:
             return [f"entry seq {seq}: release {release_id} has two {kind} entries"]
         self.by_release[release_id][kind] = entry
@@ -436,6 +452,8 @@ def _check_release(
     hist, rand = pair.get(KIND_HISTOGRAM), pair.get(KIND_RANDOMIZER)
     if hist is None or rand is None:
         return [f"release {rel.id}: missing its histogram or randomizer entry"]
+    if rel.state is not None:
+        return _check_charged_release(rel, pair, names_by_id, check_messages)
     problems = []
     dataset_name = names_by_id.get(rel.dataset_id)
     charged = (
@@ -460,6 +478,39 @@ def _check_release(
         problems.append(f"release {rel.id}: has ledger entries but no stored message")
     elif check_messages:
         problems.extend(_check_message(conn, rel))
+    return problems
+
+
+def _check_charged_release(
+    rel: Any, entries: dict[str, dict[str, Any]], names_by_id: dict[int, str], check: bool
+) -> list[str]:
+    """An external release charged before its noise: its two spends carry no message; its
+    state is what its publication or failure entry says (``labels_party.external_releases``)."""
+    problems = []
+    charged = (
+        stored_amount(rel.epsilon1_exact, rel.epsilon1),
+        stored_amount(rel.epsilon2_exact, rel.epsilon2),
+    )
+    for kind, eps in ((KIND_HISTOGRAM, charged[0]), (KIND_RANDOMIZER, charged[1])):
+        entry = entries[kind]
+        if amount(entry) != eps:
+            problems.append(f"release {rel.id}: {kind} entry epsilon != release")
+        if entry["message_sha256"] is not None:
+            problems.append(f"release {rel.id}: {kind} entry names a message before the noise")
+        if entry["dataset"] != names_by_id.get(rel.dataset_id):
+            problems.append(f"release {rel.id}: {kind} entry names another dataset")
+    published, failed = entries.get(KIND_PUBLICATION), entries.get(KIND_FAILURE)
+    expected = {"charged": (False, False), "failed": (False, True), "released": (True, False)}
+    if expected.get(rel.state) != (published is not None, failed is not None):
+        return [*problems, f"release {rel.id}: state {rel.state!r} disagrees with its entries"]
+    if published is not None:
+        if (published["message_sha256"], published["mechanism"]) != (
+            rel.message_sha256,
+            rel.mechanism,
+        ):
+            problems.append(f"release {rel.id}: publication entry != release")
+        if check:
+            problems.extend(_check_external_header(rel))
     return problems
 
 

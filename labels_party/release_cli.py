@@ -58,7 +58,11 @@ def register_commands(commands: Any) -> None:
     )
     parser.add_argument("--out", type=Path, required=True, help="where the message is published")
     parser.add_argument("--master", default="local[*]")
-    parser.add_argument("--resume", action="store_true", help="commit a staged message")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="after a crash: publish a staged message, or mark an unstaged release failed",
+    )
     parser.set_defaults(func=release_command)
 
 

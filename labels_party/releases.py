@@ -354,7 +354,7 @@ def store_and_spend(
         time=time,
         release_id=record["id"],
         actor_role=record["actor_role"],
-        message_sha256=record["message_sha256"],
+        message_sha256=record["message_sha256"] or None,  # "": charged before the message
         actor=record.get("actor"),
     )
 
@@ -363,16 +363,23 @@ def release_charges(
     plan: ReleasePlan,
     *,
     requested_mechanism: str,
-    header: MessageHeader,
+    header: MessageHeader | None,
     bins: int,
     inputs: dict[str, Any] | None = None,
 ) -> list[accountant.Charge]:
     """The two ledger entries of a release of ``plan`` (the service's or an external one):
     epsilon1 (histogram + DP mean, split exactly in its parameters) and epsilon2 (the
-    randomizer and its public parameters, and ``inputs``: what an external job read)."""
-    mechanism, params = header.mechanism, json_safe(header.params)
-    recommended_transform = header.recommended_transform
-    if header.segments is not None:
+    randomizer and its public parameters, and ``inputs``: what an external job read).
+
+    ``header`` None: an external release charged before its noise is drawn; the randomizer
+    entry names the requested mechanism, and its publication entry the chosen one and its
+    parameters (``labels_party.external_releases``)."""
+    if header is None:
+        mechanism, params, recommended_transform = requested_mechanism, {}, None
+    else:
+        mechanism, params = header.mechanism, json_safe(header.params)
+        recommended_transform = header.recommended_transform
+    if header is not None and header.segments is not None:
         # Each group's randomizer and its public parameters (parallel composition: the
         # groups' labels are disjoint, so epsilon2 is charged once for all of them).
         params = {
@@ -453,6 +460,7 @@ def _public(record: Any, *, dataset: str, bins: int | None) -> dict[str, Any]:
         "binary_sha256": get("binary_sha256"),
         "binary_size": get("binary_size"),
         "expected_label_mse": get("expected_label_mse"),
+        "state": get("state") or "released",
     }
 
 

@@ -153,20 +153,17 @@ class ReleaseCreate(ReleaseRequestBody):
     )
 
 
-class ExternalReleaseCreate(ReleaseRequestBody):
-    """``POST /v1/datasets/{name}/external-releases``: a release executed elsewhere (Spark).
+class ExternalReleaseCharge(ReleaseRequestBody):
+    """``POST /v1/datasets/{name}/external-releases``: charge a release a job will execute
+    elsewhere (Spark), BEFORE it draws any noise.
 
-    The request as for ``/releases`` plus n, the plan the job ran and its message header; the
-    labels party recomputes the plan from its own dataset and n and refuses any difference.
+    The request as for ``/releases`` plus the release id the job chose, n and the plan it will
+    run; the labels party recomputes the plan from its own dataset and n and refuses any
+    difference.
     """
 
+    release_id: str = Field(pattern=r"^rel_[0-9a-f]{24}$", description="chosen by the job")
     n: int = Field(ge=1, description="examples in the job's universe (the message's n)")
-    universe_sha256: str = Field(
-        pattern=r"^[0-9a-f]{64}$",
-        description="shared.message.universe_digest of the job's sorted example ids: must be "
-        "the registered examples' (when the dataset has some), else the dataset's first "
-        "external release's",
-    )
     labels_sha256: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{64}$",
@@ -174,10 +171,33 @@ class ExternalReleaseCreate(ReleaseRequestBody):
         "recorded in the randomizer's ledger entry; `ledger verify` names datasets charged "
         "for the same labels",
     )
-    plan: dict[str, object] = Field(description="the plan the job ran (ReleasePlan.public())")
+    plan: dict[str, object] = Field(description="the plan the job runs (ReleasePlan.public())")
+
+
+class ExternalReleasePublication(BaseModel):
+    """``POST /v1/datasets/{name}/external-releases/{id}/publication``: the message the job
+    wrote for a charged release."""
+
+    model_config = _STRICT
+
+    universe_sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="shared.message.universe_digest of the job's sorted example ids: must be "
+        "the registered examples' (when the dataset has some), else the dataset's first "
+        "external release's",
+    )
     header: dict[str, object] = Field(
         description="the message header the job wrote (header.json), body_sha256 included"
     )
+
+
+class ExternalReleaseFailure(BaseModel):
+    """``POST /v1/datasets/{name}/external-releases/{id}/failure``: the job gave up after the
+    charge (the charge stays)."""
+
+    model_config = _STRICT
+
+    reason: str = Field(min_length=1, max_length=500, description="recorded in the ledger")
 
 
 class SegmentGroupPublic(BaseModel):
@@ -332,6 +352,11 @@ class ReleasePublic(BaseModel):
     binary_sha256: str = Field(description="sha256 of the whole binary encoding")
     binary_size: int
     expected_label_mse: float | None
+    state: Literal["released", "charged", "failed"] = Field(
+        default="released",
+        description='an external release charged before its noise: "charged" until its '
+        'message is published, "failed" if the job gave up (the charge stays)',
+    )
 
 
 class LedgerEntry(BaseModel):
@@ -339,7 +364,16 @@ class LedgerEntry(BaseModel):
     time: str
     dataset: str
     release_id: str | None
-    kind: Literal["dataset", "histogram", "randomizer", "model", "topup", "archive"]
+    kind: Literal[
+        "dataset",
+        "histogram",
+        "randomizer",
+        "model",
+        "topup",
+        "archive",
+        "publication",
+        "failure",
+    ]
     mechanism: str | None
     epsilon: str = Field(description="exact decimal")
     delta: str | None = Field(default=None, description="exact decimal, (epsilon, delta) spends")

@@ -14,29 +14,35 @@ Alg. 4 through ``shared.randomizer``) where the advertiser's conversions live, i
    in either input, labelled ids outside the universe); the driver adds them up and refuses a
    faulty input. Only those k + 5 integers per partition reach the driver, never a label.
    Every refusal comes BEFORE anything is randomized or spent.
-4. On the driver, ONCE: ``noisy_prior_from_counts`` (the engine's exact discrete Laplace
+4. Charge: ``POST /v1/datasets/{name}/external-releases`` with the plan, n and a release id
+   the job chose, BEFORE any noise is drawn (the labels party recomputes the plan, checks the
+   budget and records the release as ``charged`` with its two ledger entries in one
+   transaction). The staging directory ``<out>.staging`` (0700) holds what it charged.
+5. On the driver, ONCE: ``noisy_prior_from_counts`` (the engine's exact discrete Laplace
    samplers, OS CSPRNG) and ``choose_randomizer`` from the plan of ``shared.plan.ReleaseRequest``,
    the same functions the service runs.
-5. Randomize each partition with the chosen mechanism's vectorised ``randomize`` (a
+6. Randomize each partition with the chosen mechanism's vectorised ``randomize`` (a
    non-deterministic iterator UDF: the label column in Arrow batches through numba, the ids stay
-   in the JVM) and the OS CSPRNG inside each executor; write the result EXACTLY ONCE
-   to ``<out>.staging/body`` (Parquet: ``example_id``, ``noisy_label``; the staging directory
-   is created 0700, and opened to 0755 only once the spend is recorded). Spark re-runs a task that
+   in the JVM) and the OS CSPRNG inside each executor; write the result EXACTLY ONCE to
+   ``<out>.staging/body`` (Parquet: ``example_id``, ``noisy_label``). Spark re-runs a task that
    fails; only the attempt that commits its files is kept, and the files are never recomputed:
    every later step reads them back. A seeded mode (``seed``; per-partition, per-attempt seeds)
    exists for tests only.
-6. Hash the written body in the documented order (``shared.message.body_sha256`` over the rows
+7. Hash the written body in the documented order (``shared.message.body_sha256`` over the rows
    sorted by example id, as the service's message), write ``header.json`` (the same header
-   schema as the HTTP message) and ``request.json`` into staging.
-7. Spend: ``POST /v1/datasets/{name}/external-releases`` (the labels party recomputes the plan,
-   checks the budget and records the ledger entries in one transaction), then commit: rename
-   ``<out>.staging`` to ``<out>``.
+   schema as the HTTP message) and ``publication.json`` into staging.
+8. Publish: ``POST .../external-releases/{id}/publication`` (the header must be what the charged
+   plan produces, the universe the dataset's), then commit: rename ``<out>.staging`` to ``<out>``
+   (0755).
 
-A crash before step 7 leaves no ledger entry and nothing at ``out``; a crash after the spend
-leaves a ledger entry and a complete staging directory, which ``--resume`` commits (replaying
-the spend request, which the labels party answers without spending twice) without randomizing
-again. Privacy: as the service's release (``shared.randomizer``): the epsilon1 noise is drawn
-once from exact sums; the randomizer is applied once per published label.
+So no noisy output exists anywhere, staging included, before a ledger entry paid for it. A job
+that fails after the charge marks the release ``failed`` (``.../failure``: the charge stays)
+and deletes its staging directory. After a crash, ``--resume`` publishes and commits a fully
+staged message (replaying the publication, which the labels party answers without recording it
+twice) without randomizing again; a crash before the message was staged cannot be resumed (the
+noise may have been drawn): ``--resume`` marks that release failed and removes its staging.
+Privacy: as the service's release (``shared.randomizer``): the epsilon1 noise is drawn once from
+exact sums; the randomizer is applied once per published label.
 """
 
 from __future__ import annotations
@@ -74,9 +80,10 @@ from shared.randomizer import (
 )
 from shared.rng import Rng, SystemRandom
 
-REQUEST = "request.json"  # beside the message in staging: what --resume replays
+CHARGE = "charge.json"  # in staging: the charge the labels party recorded (or may have)
+PUBLICATION = "publication.json"  # in staging beside the message: what --resume replays
 # Test hooks (never set in production): stop the job at a step, as a crash would.
-CRASH_POINTS = ("before_spend", "after_spend")
+CRASH_POINTS = ("after_charge", "before_publish", "after_publish")
 
 
 class SparkJobError(LabelDPError):
@@ -143,12 +150,8 @@ def input_digest(source: str) -> str | None:
     return digest.hexdigest()
 
 
-def request_body(
-    config: JobConfig, plan: ReleasePlan, header: MessageHeader, *, universe_sha256: str
-) -> dict[str, Any]:
-    """The ``external-releases`` request (what ``--resume`` replays); ``universe_sha256``: the
-    digest of the body's sorted ids (``shared.message.UniverseDigest``), which binds the release
-    to the dataset's universe."""
+def charge_body(config: JobConfig, plan: ReleasePlan, *, release_id: str) -> dict[str, Any]:
+    """The ``external-releases`` charge: the request, the job's release id, n and its plan."""
     return {
         "mechanism": config.mechanism,
         "epsilon": amounts.text(config.epsilon),
@@ -158,12 +161,18 @@ def request_body(
             else {}
         ),
         "params": dict(config.params),
+        "release_id": release_id,
         "n": plan.n,
-        "universe_sha256": universe_sha256,
         **({"labels_sha256": labels} if (labels := input_digest(config.labels)) else {}),
         "plan": json_safe(plan.public()),
-        "header": json.loads(header.model_dump_json()),
     }
+
+
+def publication_body(header: MessageHeader, *, universe_sha256: str) -> dict[str, Any]:
+    """The publication of a charged release (what ``--resume`` replays); ``universe_sha256``:
+    the digest of the body's sorted ids (``shared.message.UniverseDigest``), which binds the
+    release to the dataset's universe."""
+    return {"universe_sha256": universe_sha256, "header": json.loads(header.model_dump_json())}
 
 
 def make_plan(config: JobConfig, info: dict[str, Any], *, n: int) -> ReleasePlan:
@@ -490,39 +499,95 @@ def _dataset_info(client: LabelsPartyClient, name: str) -> dict[str, Any]:
         raise SparkJobError(f"dataset {name!r}: {exc}") from None
 
 
-def _spend_and_commit(
-    config: JobConfig, client: LabelsPartyClient, body: dict[str, Any]
-) -> dict[str, Any]:
-    path = f"/v1/datasets/{_segment(config.dataset)}/external-releases"
+def _path(config: JobConfig, *tail: str) -> str:
+    return "/".join([f"/v1/datasets/{_segment(config.dataset)}/external-releases", *tail])
+
+
+def _charge(config: JobConfig, client: LabelsPartyClient, body: dict[str, Any]) -> dict[str, Any]:
+    """Stage what is charged (0700), then charge it; a refusal spent nothing."""
+    config.staging.mkdir(parents=True, mode=0o700)
+    config.staging.chmod(0o700)  # owner only until the message is published
+    _write_atomic(config.staging / CHARGE, json.dumps(body).encode("utf-8"))
     try:
-        release = client.request("POST", path, idempotent=True, json_body=body).json()
+        release = client.request("POST", _path(config), idempotent=True, json_body=body).json()
     except ServiceError as exc:
-        raise SparkJobError(f"the labels party refused the spend: {exc}") from None
+        if exc.status is not None and 400 <= exc.status < 500:
+            discard(config)  # refused: nothing was spent, nothing was drawn
+            raise SparkJobError(f"the labels party refused the charge: {exc}") from None
+        raise SparkJobError(
+            f"the charge's answer was lost ({exc}); nothing was drawn: run again with --resume "
+            "to mark it failed if it was recorded"
+        ) from None
+    if config.crash_at == "after_charge":
+        raise SimulatedCrash("after_charge")
+    return dict(release)
+
+
+def _give_up(config: JobConfig, client: LabelsPartyClient, release_id: str, why: str) -> None:
+    """Mark a charged release failed (its charge stays) and delete its unpublished staging."""
+    body = {"reason": why[:500] or "the job failed"}
+    try:
+        client.request("POST", _path(config, release_id, "failure"), idempotent=True,
+                       json_body=body)  # fmt: skip
+    except ServiceError as exc:
+        if exc.status != 404:  # 404: it was never charged
+            raise SparkJobError(
+                f"release {release_id} could not be marked failed ({exc}); its staging is kept"
+            ) from None
+    discard(config)
+
+
+def _publish_and_commit(
+    config: JobConfig, client: LabelsPartyClient, release_id: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    try:
+        release = client.request(
+            "POST", _path(config, release_id, "publication"), idempotent=True, json_body=body
+        ).json()
+    except ServiceError as exc:
+        if exc.status is not None and 400 <= exc.status < 500:
+            _give_up(config, client, release_id, f"publication refused: {exc.detail}")
+            raise SparkJobError(
+                f"the labels party refused the publication: {exc}; release {release_id} is "
+                "marked failed (its charge stays)"
+            ) from None
+        raise SparkJobError(f"the publication failed ({exc}): run again with --resume") from None
     header_sha = hashlib.sha256((config.staging / HEADER).read_bytes()).hexdigest()
     if release.get("binary_sha256") != header_sha:
         raise SparkJobError("the labels party recorded another header than the staged one")
-    if config.crash_at == "after_spend":
-        raise SimulatedCrash("after_spend")
+    if config.crash_at == "after_publish":
+        raise SimulatedCrash("after_publish")
     os.replace(config.staging, config.out)  # the commit: the message appears at --out
-    config.out.chmod(0o755)  # paid for: the (DP) message may now be read by its publisher
+    config.out.chmod(0o755)  # paid for and recorded: the (DP) message may now be read
     return dict(release)
 
 
 def resume(config: JobConfig, client: LabelsPartyClient) -> JobResult:
-    """Commit a staged message: replay its spend (recorded once) and rename; no randomizing."""
+    """After a crash: publish and commit a fully staged message (no randomizing), or mark a
+    release whose message was not staged failed (its noise may have been drawn)."""
     staging = config.staging
-    if not (staging / HEADER).is_file() or not (staging / REQUEST).is_file():
+    if not (staging / HEADER).is_file() or not (staging / PUBLICATION).is_file():
+        charged = json.loads((staging / CHARGE).read_text()) if (staging / CHARGE).is_file() else {}
+        release_id = charged.get("release_id")
+        if release_id:
+            _give_up(
+                config, client, str(release_id), "the job stopped before its message was staged"
+            )
+        else:
+            discard(config)
         raise SparkJobError(
-            f"{staging} is incomplete (the job stopped before its message was staged; nothing "
-            "was spent): delete it and run again"
-        )
+            f"{staging} was incomplete (the job stopped before its message was staged): "
+            + (f"release {release_id} is marked failed if it was charged (the charge stays); "
+               if release_id else "nothing was charged; ")
+            + "run the release again"
+        )  # fmt: skip
     header = MessageHeader.model_validate_json((staging / HEADER).read_bytes())
     if _hashed(staging / BODY, n=header.n)[0] != header.body_sha256:
         raise SparkJobError(f"{staging}/{BODY} does not match its header's body_sha256")
-    body = json.loads((staging / REQUEST).read_text())
+    body = json.loads((staging / PUBLICATION).read_text())
     if body["header"] != json.loads(header.model_dump_json()):
-        raise SparkJobError(f"{staging}: request.json and header.json disagree")
-    release = _spend_and_commit(config, client, body)
+        raise SparkJobError(f"{staging}: publication.json and header.json disagree")
+    release = _publish_and_commit(config, client, header.release_id, body)
     return JobResult(release=release, out=config.out, header=header)
 
 
@@ -548,8 +613,8 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
         if config.staging.exists():
             if not config.resume:
                 raise SparkJobError(
-                    f"{config.staging} exists (an earlier run stopped): --resume commits it, or "
-                    "delete it to discard it (if it was spent, that spend stays in the ledger)"
+                    f"{config.staging} exists (an earlier run stopped): --resume publishes it, "
+                    "or marks its release failed if its message was not staged"
                 )
             return resume(config, client)
         if config.resume:
@@ -574,44 +639,78 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
             if counts.n != plan.n:
                 raise RuntimeError("the joined frame disagrees with the universe's count")
             lap("join_sort_count")
-            rng: Rng = SystemRandom() if config.seed is None else np.random.default_rng(config.seed)
-            measured = noisy_prior_from_counts(plan, counts, rng)
-            mechanism, randomizer = choose_randomizer(plan, measured)
-            lap("noise_and_choose")
-            # Owner-only until the spend is recorded: unpaid noisy labels are nobody else's.
-            config.staging.mkdir(parents=True, mode=0o700)
-            config.staging.chmod(0o700)
-            body = randomize_partitions(
-                frame,
-                randomizer,
-                plan,
-                seed=None if config.seed is None else config.seed + 1,
-                fail_first_attempt=config.fail_first_attempt,
-            )
-            # The ONE action that randomizes; everything after reads the written files.
-            body.write.parquet(str(config.staging / BODY))
-            lap("randomize_write")
+            release_id = new_release_id()
+            _charge(config, client, charge_body(config, plan, release_id=release_id))
+            lap("charge")
+            drawn = _draw(config, client, frame, plan, counts, release_id)
         finally:
             frame.unpersist()
-        digest, universe = _hashed(config.staging / BODY, n=plan.n)
+        lap("noise_randomize_write")
+        publication, header = _stage_message(config, client, plan, info, release_id, drawn)
         lap("hash")
+        release = _publish_and_commit(config, client, release_id, publication)
+        lap("publish_commit")
+    return JobResult(release=release, out=config.out, header=header, timings=timings)
+
+
+def _draw(
+    config: JobConfig,
+    client: LabelsPartyClient,
+    frame: Any,
+    plan: ReleasePlan,
+    counts: LabelCounts,
+    release_id: str,
+) -> tuple[str, LabelMechanism, NoisyPrior]:
+    """Draw the paid noise: the prior on the driver, the labels into staging (once)."""
+    try:
+        rng: Rng = SystemRandom() if config.seed is None else np.random.default_rng(config.seed)
+        measured = noisy_prior_from_counts(plan, counts, rng)
+        mechanism, randomizer = choose_randomizer(plan, measured)
+        body = randomize_partitions(
+            frame,
+            randomizer,
+            plan,
+            seed=None if config.seed is None else config.seed + 1,
+            fail_first_attempt=config.fail_first_attempt,
+        )
+        # The ONE action that randomizes; everything after reads the written files.
+        body.write.parquet(str(config.staging / BODY))
+    except Exception as exc:
+        _give_up(config, client, release_id, f"{type(exc).__name__}: {exc}")
+        raise
+    return mechanism, randomizer, measured
+
+
+def _stage_message(
+    config: JobConfig,
+    client: LabelsPartyClient,
+    plan: ReleasePlan,
+    info: dict[str, Any],
+    release_id: str,
+    drawn: tuple[str, LabelMechanism, NoisyPrior],
+) -> tuple[dict[str, Any], MessageHeader]:
+    """Hash the written body, write header.json and publication.json into staging."""
+    mechanism, randomizer, measured = drawn
+    try:
+        digest, universe = _hashed(config.staging / BODY, n=plan.n)
         header = build_header(
             plan=plan,
             info=info,
-            release_id=new_release_id(),
+            release_id=release_id,
             mechanism=mechanism,
             randomizer=randomizer,
             measured=measured,
             body_sha256=digest,
         )
-        request = request_body(config, plan, header, universe_sha256=universe)
-        _write_atomic(config.staging / REQUEST, json.dumps(request).encode("utf-8"))
+        publication = publication_body(header, universe_sha256=universe)
+        _write_atomic(config.staging / PUBLICATION, json.dumps(publication).encode("utf-8"))
         _write_atomic(config.staging / HEADER, header.model_dump_json().encode("utf-8"))
-        if config.crash_at == "before_spend":
-            raise SimulatedCrash("before_spend")
-        release = _spend_and_commit(config, client, request)
-        lap("spend_commit")
-    return JobResult(release=release, out=config.out, header=header, timings=timings)
+    except Exception as exc:
+        _give_up(config, client, release_id, f"{type(exc).__name__}: {exc}")
+        raise
+    if config.crash_at == "before_publish":
+        raise SimulatedCrash("before_publish")
+    return publication, header
 
 
 def discard(config: JobConfig) -> None:

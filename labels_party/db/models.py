@@ -100,6 +100,13 @@ releases = Table(
     # and binary_sha256 / binary_size are those of that header.json.
     Column("storage", String(16), nullable=True),
     Column("external_header", Text, nullable=True),
+    # An external release charged BEFORE its noise was drawn (labels_party.external_releases):
+    # "charged" (paid, nothing published yet), "released" (its header recorded) or "failed"
+    # (the job gave up: the charge stays). NULL: a release recorded in one step (the service's,
+    # or an external one of an older job). Until "released", mechanism is the requested one,
+    # params "{}" and the sha256 / size columns are empty.
+    Column("state", String(16), nullable=True),
+    Column("external_request", Text, nullable=True),  # canonical JSON of what was charged
 )
 
 # part: the section of the binary message a chunk belongs to (``shared.message``): magic +

@@ -113,6 +113,8 @@ def test_auth_comes_before_body_validation(matrix_client):
         "/v1/datasets/ds/archive",
         "/v1/datasets/ds/releases",
         "/v1/datasets/ds/external-releases",
+        "/v1/datasets/ds/external-releases/rel_0123456789abcdef01234567/publication",
+        "/v1/datasets/ds/external-releases/rel_0123456789abcdef01234567/failure",
         "/v1/datasets/ds/model-releases",
     ],
 )

@@ -80,9 +80,13 @@ def test_release_end_to_end_spends_once_and_publishes_a_verified_message(
     info = labels_party.dataset(name)
     assert Decimal(info["epsilon_spent"]) == Decimal("1")
     entries = [e for e in labels_party.ledger(name) if e["kind"] != "dataset"]
-    assert [e["kind"] for e in entries] == ["histogram", "randomizer"]
-    assert {e["message_sha256"] for e in entries} == {header.body_sha256}
+    # Charged before the noise (no message yet), then published (epsilon 0, the message).
+    assert [e["kind"] for e in entries] == ["histogram", "randomizer", "publication"]
+    assert [e["message_sha256"] for e in entries] == [None, None, header.body_sha256]
+    assert entries[1]["mechanism"] == "auto" and entries[2]["mechanism"] == header.mechanism
+    assert entries[2]["parameters"]["params"] == json.loads(header.model_dump_json())["params"]
     assert sum(Decimal(e["epsilon"]) for e in entries) == Decimal("1")
+    assert result.release["state"] == "released"
     _verify_ledger(labels_party)
     # The HTTP message route says where the message is instead of serving an empty one.
     with labels_party.client("publisher") as client:
@@ -175,47 +179,88 @@ def test_a_failed_task_is_retried_and_the_published_body_is_one_randomization(
     assert np.any(bodies[0] != bodies[1])
 
 
-def test_crash_before_the_spend_spends_nothing_and_publishes_nothing(
+def test_no_noise_is_drawn_before_the_charge_and_a_crash_after_it_is_marked_failed(
     spark: Any, labels_party: LabelsParty, tmp_path: Path
 ) -> None:
+    """Issue 24, item 2: the charge comes first; a crash right after it leaves the charge and
+    an owner-only staging directory with no noisy output; --resume cannot know whether noise
+    was drawn, so it marks the release failed (the charge stays) and removes the staging."""
     name = next(_names)
     labels_party.create_dataset(name)
     ids, labelled = _data(2000, seed=5)
     examples, labels = write_inputs(tmp_path / "in", ids, labelled)
-    config = _config(labels_party, tmp_path, name, examples, labels, crash_at="before_spend")
-    with pytest.raises(SimulatedCrash):
-        run(config, spark=spark)
-    assert not config.out.exists() and config.staging.exists()
-    assert oct(config.staging.stat().st_mode & 0o777) == "0o700"  # unpaid: owner only
-    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == 0
-    assert [e["kind"] for e in labels_party.ledger(name)] == ["dataset"]
-    # A plain rerun refuses to overwrite the staged run.
-    with pytest.raises(SparkJobError, match="--resume"):
-        run(_config(labels_party, tmp_path, name, examples, labels), spark=spark)
-    spark_job.discard(config)
-    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == 0
-
-
-def test_crash_after_the_spend_is_committed_by_resume_without_randomizing_again(
-    spark: Any, labels_party: LabelsParty, tmp_path: Path
-) -> None:
-    name = next(_names)
-    labels_party.create_dataset(name)
-    ids, labelled = _data(2000, seed=6)
-    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
-    config = _config(labels_party, tmp_path, name, examples, labels, crash_at="after_spend")
+    config = _config(labels_party, tmp_path, name, examples, labels, crash_at="after_charge")
     with pytest.raises(SimulatedCrash):
         run(config, spark=spark)
     assert not config.out.exists()
+    assert sorted(p.name for p in config.staging.iterdir()) == ["charge.json"]  # no noise yet
+    assert oct(config.staging.stat().st_mode & 0o777) == "0o700"
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
+    kinds = [e["kind"] for e in labels_party.ledger(name)]
+    assert kinds == ["dataset", "histogram", "randomizer"]
+    # A plain rerun refuses to overwrite the staged run.
+    with pytest.raises(SparkJobError, match="--resume"):
+        run(_config(labels_party, tmp_path, name, examples, labels), spark=spark)
+    with pytest.raises(SparkJobError, match="marked failed"):
+        run(_config(labels_party, tmp_path, name, examples, labels, resume=True))
+    assert not config.staging.exists() and not config.out.exists()
+    ledger = labels_party.ledger(name)
+    assert [e["kind"] for e in ledger][-1] == "failure"
+    release_id = ledger[-1]["release_id"]
+    with labels_party.client("advertiser") as client:
+        meta = client.request("GET", f"/v1/releases/{release_id}", idempotent=True).json()
+    assert meta["state"] == "failed"
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")  # it stays
+    _verify_ledger(labels_party)
+
+
+def test_a_job_failing_after_the_charge_marks_it_failed_and_leaves_no_output(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = next(_names)
+    labels_party.create_dataset(name)
+    ids, labelled = _data(500, seed=8)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    config = _config(labels_party, tmp_path, name, examples, labels)
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(spark_job, "randomize_partitions", broken)
+    with pytest.raises(OSError, match="disk full"):
+        run(config, spark=spark)
+    assert not config.staging.exists() and not config.out.exists()
+    ledger = labels_party.ledger(name)
+    assert [e["kind"] for e in ledger] == ["dataset", "histogram", "randomizer", "failure"]
+    assert "disk full" in ledger[-1]["parameters"]["reason"]
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
+    _verify_ledger(labels_party)
+
+
+@pytest.mark.parametrize("crash_at", ["before_publish", "after_publish"])
+def test_a_crash_after_the_message_was_staged_is_published_by_resume_without_randomizing(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path, crash_at: str
+) -> None:
+    name = next(_names)
+    labels_party.create_dataset(name)
+    # Other labels per case: the same labels charged to two datasets would fail verify.
+    ids, labelled = _data(2000, seed=6 if crash_at == "before_publish" else 9)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    config = _config(labels_party, tmp_path, name, examples, labels, crash_at=crash_at)
+    with pytest.raises(SimulatedCrash):
+        run(config, spark=spark)
+    assert not config.out.exists()
+    assert oct(config.staging.stat().st_mode & 0o777) == "0o700"
     staged_header = (config.staging / "header.json").read_bytes()
     assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
-    # --resume: no Spark session is even needed; the spend is replayed, not repeated.
+    # --resume: no Spark session is even needed; the publication is replayed, not repeated.
     result = run(_config(labels_party, tmp_path, name, examples, labels, resume=True))
     assert (result.out / "header.json").read_bytes() == staged_header
-    assert oct(result.out.stat().st_mode & 0o777) == "0o755"  # paid for: readable
+    assert oct(result.out.stat().st_mode & 0o777) == "0o755"  # paid for and recorded: readable
     read_parquet_message(result.out)
     assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
-    assert len([e for e in labels_party.ledger(name) if e["kind"] != "dataset"]) == 2
+    kinds = [e["kind"] for e in labels_party.ledger(name) if e["kind"] != "dataset"]
+    assert kinds == ["histogram", "randomizer", "publication"]
     _verify_ledger(labels_party)
 
 
@@ -356,9 +401,10 @@ def test_external_releases_are_bound_to_the_datasets_universe(
     spark: Any, labels_party: LabelsParty, tmp_path: Path
 ) -> None:
     """Issue 24, item 2: the first external release of a dataset without registered examples
-    fixes its universe (the digest of its sorted ids); a later job over other ids is refused
-    (409 naming universe_sha256) and spends nothing; a dataset with registered examples takes
-    only a job over exactly those ids (422 naming n or universe_sha256)."""
+    fixes its universe (the digest of its sorted ids); a later job over other ids is refused at
+    publication (409 naming universe_sha256; charged first, so its charge stays, marked
+    failed); a dataset with registered examples takes only a job over exactly those ids (n is
+    refused at the charge, 422, nothing spent)."""
     name = next(_names)
     labels_party.create_dataset(name)
     ids, labelled = _data(800, seed=21)
@@ -372,11 +418,13 @@ def test_external_releases_are_bound_to_the_datasets_universe(
     other_ids, other_labelled = _data(801, seed=22)
     other = write_inputs(tmp_path / "other", other_ids, other_labelled)
     refused = _config(labels_party, tmp_path, name, *other, out=tmp_path / "other_out")
+    # The digest of the universe is known once the body is written, after the charge: the
+    # publication is refused, the release marked failed, its charge kept, nothing published.
     with pytest.raises(SparkJobError, match="universe_sha256"):
         run(refused, spark=spark)
-    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == spent
-    assert oct(refused.staging.stat().st_mode & 0o777) == "0o700"  # unpaid, owner only
-    spark_job.discard(refused)
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == spent + 1
+    assert [e["kind"] for e in labels_party.ledger(name)][-1] == "failure"
+    assert not refused.staging.exists() and not refused.out.exists()
 
     registered = next(_names)
     labels_party.create_dataset(registered)
@@ -387,10 +435,10 @@ def test_external_releases_are_bound_to_the_datasets_universe(
     relabelled = {ids[i]: v for i, v in enumerate(relabelled.values())}
     examples, labels = write_inputs(tmp_path / "relabelled", ids, relabelled)
     mismatch = _config(labels_party, tmp_path, registered, examples, labels, out=tmp_path / "r")
-    with pytest.raises(SparkJobError, match="registered examples"):
+    with pytest.raises(SparkJobError, match="registered examples"):  # n: refused at the charge
         run(mismatch, spark=spark)
     assert Decimal(labels_party.dataset(registered)["epsilon_spent"]) == 0
-    spark_job.discard(mismatch)
+    assert not mismatch.staging.exists()
     with labels_party.client("publisher") as publisher:
         publisher.register_examples(registered, ids[-1:])
     run(_config(labels_party, tmp_path, registered, examples, labels, out=tmp_path / "ok"),

@@ -1,0 +1,191 @@
+"""External (Spark) releases through the app: charged before any noise, then published or
+failed (labels_party.external_releases); the job's side is played with the engine itself."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from labels_party import ledger
+from labels_party.db.engine import Database, create_schema, make_engine
+from labels_party.releases import new_release_id
+from shared.message import body_sha256, header_for, json_safe, universe_digest
+from shared.plan import ReleaseRequest
+from shared.randomizer import choose_randomizer, describe, measure
+from tests.labels_party.conftest import ADV, OPS, create_dataset, register
+
+N = 300
+IDS = sorted(f"c{i:04d}" for i in range(N))
+PATH = "/v1/datasets/{name}/external-releases"
+
+
+def charge_body(release_id: str, *, n: int = N, epsilon: str = "1", **extra: Any) -> dict[str, Any]:
+    plan = ReleaseRequest(epsilon=Decimal(epsilon)).plan(n=n, lo=0.0, hi=100.0)
+    return {"epsilon": epsilon, "release_id": release_id, "n": n,
+            "plan": json_safe(plan.public()), **extra}  # fmt: skip
+
+
+def staged_header(release_id: str, *, name: str = "ds", epsilon: str = "1") -> dict[str, Any]:
+    """What the job writes after the charge: the engine's draw and its header."""
+    plan = ReleaseRequest(epsilon=Decimal(epsilon)).plan(n=N, lo=0.0, hi=100.0)
+    labels = np.random.default_rng(1).uniform(0, 100, N)
+    rng = np.random.default_rng(2)
+    measured = measure(plan, labels, rng)
+    mechanism, randomizer = choose_randomizer(plan, measured)
+    noisy = randomizer.randomize(labels, rng)
+    header = header_for(
+        describe(plan, measured, mechanism, randomizer, np.empty(0)),
+        release_id=release_id,
+        dataset=name,
+        default_label=0.0,
+        n=N,
+        body_sha256=body_sha256(["\n".join(IDS)], noisy),
+        created=datetime.now(UTC),
+    )
+    return json.loads(header.model_dump_json())
+
+
+UNIVERSE = universe_digest(["\n".join(IDS).encode()])
+
+
+def publish(client: Any, release_id: str, header: dict[str, Any], universe: str = UNIVERSE):
+    return client.post(
+        PATH.format(name="ds") + f"/{release_id}/publication",
+        json={"universe_sha256": universe, "header": header},
+        headers=ADV,
+    )
+
+
+def spent(client: Any) -> Decimal:
+    return Decimal(client.get("/v1/datasets/ds", headers=OPS).json()["epsilon_spent"])
+
+
+def kinds(client: Any) -> list[str]:
+    return [e["kind"] for e in client.get("/v1/ledger", headers=OPS).json()["entries"]]
+
+
+def verify(db_path: Path) -> ledger.VerifyReport:
+    engine = make_engine(f"sqlite:///{db_path}")
+    create_schema(engine)
+    with Database(engine).read() as conn:
+        return ledger.verify(conn)
+
+
+def test_charge_then_publish_records_the_chosen_randomizer_and_the_message(client, db_path):
+    create_dataset(client, "ds")
+    release_id = new_release_id()
+    charged = client.post(PATH.format(name="ds"), json=charge_body(release_id), headers=ADV)
+    assert charged.status_code == 201, charged.text
+    assert charged.json()["state"] == "charged" and charged.json()["message_sha256"] == ""
+    assert spent(client) == 1 and kinds(client) == ["dataset", "histogram", "randomizer"]
+    assert verify(db_path).ok
+    # Nothing to read yet: no header, no message.
+    assert client.get(f"/v1/releases/{release_id}/header", headers=ADV).status_code == 404
+    replay = client.post(PATH.format(name="ds"), json=charge_body(release_id), headers=ADV)
+    assert replay.status_code == 200 and spent(client) == 1  # charged once
+    header = staged_header(release_id)
+    published = publish(client, release_id, header)
+    assert published.status_code == 201, published.text
+    meta = published.json()
+    assert meta["state"] == "released" and meta["mechanism"] == header["mechanism"]
+    assert meta["message_sha256"] == header["body_sha256"]
+    assert kinds(client)[-1] == "publication" and spent(client) == 1
+    entry = client.get("/v1/ledger", headers=OPS).json()["entries"][-1]
+    assert (entry["epsilon"], entry["message_sha256"]) == ("0", header["body_sha256"])
+    assert entry["parameters"]["universe_sha256"] == UNIVERSE
+    got = client.get(f"/v1/releases/{release_id}/header", headers=ADV).json()
+    assert got == header
+    assert publish(client, release_id, header).status_code == 200  # a replay
+    other = {**header, "label_mean": (header["label_mean"] or 0.0) + 1.0}
+    conflict = publish(client, release_id, other)
+    assert conflict.status_code == 409 and conflict.json()["errors"][0]["field"] == "header"
+    fail = client.post(
+        PATH.format(name="ds") + f"/{release_id}/failure", json={"reason": "x"}, headers=ADV
+    )
+    assert fail.status_code == 409  # published: it cannot fail any more
+    assert verify(db_path).ok
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"n": N + 1}, "plan.n"),
+        ({"plan": {"epsilon": "2"}}, "plan.bins"),
+        ({"release_id": "rel_x"}, "release_id"),
+        ({"epsilon": "20"}, "epsilon"),
+    ],
+)
+def test_a_bad_charge_is_refused_naming_the_field_and_spends_nothing(client, change, field):
+    create_dataset(client, "ds")
+    if "epsilon" in change:  # a consistent plan, over the budget of 10
+        body = charge_body(new_release_id(), epsilon=change["epsilon"])
+    else:
+        body = {**charge_body(new_release_id()), **change}
+    answer = client.post(PATH.format(name="ds"), json=body, headers=ADV)
+    assert 400 <= answer.status_code < 500, answer.text
+    assert field in [e["field"] for e in answer.json()["errors"]], answer.text
+    assert spent(client) == 0 and kinds(client) == ["dataset"]
+
+
+def test_a_charge_for_other_than_the_registered_examples_is_refused(client):
+    create_dataset(client, "ds")
+    register(client, "ds", IDS[:-1])
+    answer = client.post(PATH.format(name="ds"), json=charge_body(new_release_id()), headers=ADV)
+    assert answer.status_code == 422 and answer.json()["errors"][0]["field"] == "n"
+    assert spent(client) == 0
+
+
+def test_a_failed_release_keeps_its_charge_and_is_never_published(client, db_path):
+    create_dataset(client, "ds")
+    release_id = new_release_id()
+    assert client.post(PATH.format(name="ds"), json=charge_body(release_id), headers=ADV)
+    failure = PATH.format(name="ds") + f"/{release_id}/failure"
+    failed = client.post(failure, json={"reason": "executor lost"}, headers=ADV)
+    assert failed.status_code == 200 and failed.json()["state"] == "failed"
+    assert client.post(failure, json={"reason": "again"}, headers=ADV).status_code == 200
+    assert kinds(client).count("failure") == 1  # idempotent
+    assert spent(client) == 1
+    refused = publish(client, release_id, staged_header(release_id))
+    assert refused.status_code == 409 and "failed" in refused.json()["detail"]
+    listed = client.get("/v1/datasets/ds/releases", headers=OPS).json()["releases"]
+    assert [r["id"] for r in listed] == [release_id]
+    assert verify(db_path).ok
+    unknown = client.post(
+        PATH.format(name="ds") + f"/{new_release_id()}/failure", json={"reason": "x"}, headers=ADV
+    )
+    assert unknown.status_code == 404 and unknown.json()["errors"][0]["field"] == "release_id"
+
+
+def test_a_publication_must_be_what_the_charge_planned(client):
+    create_dataset(client, "ds")
+    release_id = new_release_id()
+    assert client.post(PATH.format(name="ds"), json=charge_body(release_id), headers=ADV)
+    header = staged_header(release_id)
+    wrong_id = publish(client, release_id, {**header, "release_id": new_release_id()})
+    assert wrong_id.status_code == 422
+    assert wrong_id.json()["errors"][0]["field"] == "header.release_id"
+    # Another epsilon than the charge paid for: the header's split is not the charged plan's.
+    richer = staged_header(release_id, epsilon="2")
+    refused = publish(client, release_id, richer)
+    assert refused.status_code == 422 and refused.json()["errors"][0]["field"].startswith("header.")
+    unknown = publish(client, new_release_id(), header)
+    assert unknown.status_code == 422  # the header names the charged release, not this one
+    assert kinds(client) == ["dataset", "histogram", "randomizer"]
+
+
+def test_ledger_verify_catches_a_state_the_entries_do_not_support(client, db_path):
+    create_dataset(client, "ds")
+    release_id = new_release_id()
+    assert client.post(PATH.format(name="ds"), json=charge_body(release_id), headers=ADV)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE releases SET state = 'released' WHERE id = ?", (release_id,))
+    report = verify(db_path)
+    assert not report.ok
+    assert any(release_id in p and "disagrees" in p for p in report.problems), report.problems
