@@ -28,7 +28,7 @@ from features_party.pull import check_model_receipt, labels_client
 from features_party.schemas import ModelCreate, PredictIn, PredictOut, new_model_id
 from shared.client import ServiceError
 from shared.errors import IntegrityError
-from shared.estimators.kernel import interpolate
+from shared.estimators import registry as estimators
 from shared.model_message import ModelMessage, verify_model
 
 RELEASED = "released"
@@ -138,21 +138,10 @@ def create(session: Session, settings: Settings, body: ModelCreate) -> TrainedMo
 
 
 def predict_matrix(message: ModelMessage, x: np.ndarray) -> np.ndarray:
-    """Predictions for the rows of ``x`` (columns in ``header.columns`` order)."""
+    """Predictions for the rows of ``x`` (columns in ``header.columns`` order): the estimator
+    family's own ``predict`` (``shared.estimators.registry``)."""
     header, body = message.header, message.body
-    if header.estimator == "ols":
-        assert body.coef is not None
-        coef = np.asarray(body.coef, dtype=np.float64)
-        p = len(header.columns)
-        return x @ coef[:p] + (coef[p] if header.intercept else 0.0)
-    if header.estimator == "nw":
-        assert body.queries is not None and body.values is not None
-        return interpolate(np.asarray(body.queries), np.asarray(body.values), x)
-    assert body.priors is not None and body.means is not None
-    means = np.asarray(body.means, dtype=np.float64)
-    sq = ((x[:, None, :] - means[None, :, :]) ** 2).sum(axis=2)
-    # Algorithm 3 step 6: argmax_k log mu_k - ||x - m_k||^2 / 2.
-    return np.argmax(np.log(np.asarray(body.priors))[None, :] - 0.5 * sq, axis=1).astype(float)
+    return estimators.get(header.estimator).predict(header, body, x)
 
 
 def _cell(value: Any) -> float | None:

@@ -51,8 +51,8 @@ from labels_party.db.models import datasets, entries, model_releases, public_fea
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
-from shared.estimators import bayes, kernel, ols
-from shared.estimators._checks import full_column_rank
+from shared.estimators import registry as estimators
+from shared.estimators.registry import Design, DesignError, FitArgs, Fitted
 from shared.message import check_example_id
 from shared.model_message import (
     MODEL_RELEASE_ID_PATTERN,
@@ -69,17 +69,6 @@ _COLUMN_RE = re.compile(COLUMN_PATTERN)
 MAX_COLUMNS = 64
 _MAX_ERRORS = 10
 ID_COLUMN = "example_id"
-
-# Which parameters each (estimator, privacy) needs; anything else is refused, never ignored.
-REQUIRED: dict[tuple[str, str], tuple[str, ...]] = {
-    ("ols", "label"): (),
-    ("ols", "eptr"): ("r_x", "r_theta", "c0"),
-    ("nw", "label"): ("bandwidth", "queries"),
-    ("nw", "eptr"): ("bandwidth", "queries", "r_f", "c0"),
-    ("bayes", "eptr"): ("n_classes", "r_x", "c0"),
-}
-OPTIONAL: dict[str, tuple[str, ...]] = {"ols": ("intercept",), "nw": (), "bayes": ()}
-
 
 # ---- public features ------------------------------------------------------------------------
 
@@ -326,9 +315,13 @@ class ModelRequest:
 def check_request(request: ModelRequest) -> ModelRequest:
     """Refuse a bad combination naming the field: privacy, delta, each parameter."""
     errors: list[tuple[str, str]] = []
-    key = (request.estimator, request.privacy)
-    if key not in REQUIRED:
-        errors.append(("privacy", f"{request.estimator} is released by eptr only"))
+    try:
+        family = estimators.get(request.estimator)
+    except InvalidParameterError as exc:
+        raise _bad("invalid model release", [("estimator", str(exc))]) from None
+    if request.privacy not in family.privacies:
+        kinds = " or ".join(family.privacies)
+        errors.append(("privacy", f"{request.estimator} is released by {kinds} only"))
         raise _bad("invalid model release", errors)
     delta = request.delta
     if request.privacy == "label" and delta is not None:
@@ -341,8 +334,8 @@ def check_request(request: ModelRequest) -> ModelRequest:
                 delta = accountant.exact_delta(delta)
             except InvalidParameterError as exc:
                 errors.append(("delta", str(exc)))
-    allowed = set(REQUIRED[key]) | set(OPTIONAL[request.estimator])
-    for name in REQUIRED[key]:
+    allowed = family.allowed(request.privacy)
+    for name in family.privacies[request.privacy]:
         if name not in request.params:
             errors.append((f"params.{name}", f"required for {request.estimator}/{request.privacy}"))
     for name in request.params:
@@ -362,109 +355,32 @@ def check_request(request: ModelRequest) -> ModelRequest:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Design:
-    """The public design: feature matrix (with the intercept column), the query points."""
-
-    x: np.ndarray
-    queries: np.ndarray | None
-    intercept: bool
-
-
-def public_design(request: ModelRequest, features: np.ndarray, columns: list[str]) -> _Design:
-    """Check everything about the public features before any label is read (4xx, field named)."""
-    params = request.params
-    n, p = features.shape
-    intercept = request.estimator == "ols" and bool(params.get("intercept", True))
-    x = np.column_stack([features, np.ones(n)]) if intercept else features
-    queries = None
+def public_design(request: ModelRequest, features: np.ndarray, columns: list[str]) -> Design:
+    """Every check on the public features and parameters (the estimator family's ``design``),
+    before any label is read: a 422 naming the field."""
+    family = estimators.get(request.estimator)
     try:
-        if request.estimator == "ols":
-            full_column_rank(x, name="X")
-        if request.estimator == "nw":
-            queries = np.asarray(params["queries"], dtype=np.float64)
-            if queries.ndim != 2 or queries.shape[1] != p:
-                raise _bad(
-                    "the query grid does not match the features",
-                    [("params.queries", f"must be a list of points with {p} values ({columns})")],
-                )
-            if request.privacy == "label":
-                kernel.nw_map(x, queries, bandwidth=params["bandwidth"], name="params.queries")
+        return family.design(request.privacy, request.params, features, columns)
+    except DesignError as exc:
+        raise _bad(str(exc), [(exc.field, str(exc))]) from None
     except InvalidParameterError as exc:
-        where = "params.queries" if "params.queries" in str(exc) else "public_features"
-        raise _bad(str(exc), [(where, str(exc))]) from None
-    if intercept and request.privacy == "eptr" and not float(params["r_x"]) > 1.0:
-        # The intercept column (norm 1) goes in after the features' projection onto the ball of
-        # radius sqrt(r_x^2 - 1) (``shared.estimators.ols.eptr_ols``).
-        raise _bad("r_x too small", [("params.r_x", "must be > 1 with an intercept")])
-    if request.estimator == "bayes" and n < 2 * params["n_classes"]:
-        raise _bad("too few rows", [("public_features", "fewer rows than 2 x n_classes")])
-    return _Design(x=x, queries=queries, intercept=intercept)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Fitted:
-    """What the estimator released (public) and the noise it added (public)."""
-
-    body: ModelBody
-    released: bool
-    noise: str
-    noise_scale: float
-    sensitivity: float | None
+        raise _bad(str(exc), [("params", str(exc))]) from None
 
 
 def fit(
-    request: ModelRequest, design: _Design, labels: np.ndarray, *, lo: float, hi: float, rng: Rng
+    request: ModelRequest, design: Design, labels: np.ndarray, *, lo: float, hi: float, rng: Rng
 ) -> Fitted:
     """Run the estimator at floats never above the exact charges; only the release leaves."""
-    eps = amounts.float_at_most(request.epsilon)
-    params = request.params
-    if request.privacy == "label":
-        if request.estimator == "ols":
-            out = ols.label_dp_ols(design.x, labels, lo=lo, hi=hi, epsilon=eps, rng=rng)
-            body = ModelBody(coef=out.coef.tolist())
-        else:
-            assert design.queries is not None
-            nw = kernel.label_dp_nw(
-                design.x, labels, design.queries, lo=lo, hi=hi, epsilon=eps,
-                bandwidth=params["bandwidth"], rng=rng,
-            )  # fmt: skip
-            out, body = nw, ModelBody(queries=design.queries.tolist(), values=nw.values.tolist())
-        return Fitted(
-            body=body, released=True, noise="discrete_laplace", noise_scale=out.noise_scale,
-            sensitivity=out.sensitivity,
-        )  # fmt: skip
-    assert request.delta is not None
-    delta = amounts.float_at_most(request.delta)
-    if request.estimator == "ols":
-        # The intercept column goes in after the features' projection (ols.eptr_ols).
-        e = ols.eptr_ols(
-            design.x[:, :-1] if design.intercept else design.x, labels, epsilon=eps,
-            delta=delta, r_x=params["r_x"], r_theta=params["r_theta"], c0=params["c0"],
-            rng=rng, intercept=design.intercept,
-        )  # fmt: skip
-        body, released, scale = ModelBody(coef=e.coef.tolist()), e.released, e.noise_scale
-    elif request.estimator == "nw":
-        assert design.queries is not None
-        k = kernel.eptr_nw(
-            design.x, labels, design.queries, epsilon=eps, delta=delta,
-            bandwidth=params["bandwidth"], r_f=params["r_f"], c0=params["c0"], rng=rng,
-        )  # fmt: skip
-        body = ModelBody(queries=design.queries.tolist(), values=k.values.tolist())
-        released, scale = k.released, k.noise_scale
-    else:
-        n_classes = int(params["n_classes"])
-        # Public rule: a label's class is the nearest integer, clipped into 0..n_classes-1.
-        classes = np.clip(np.rint(labels), 0, n_classes - 1).astype(np.int64)
-        b = bayes.eptr_bayes(
-            design.x, classes, n_classes=n_classes, epsilon=eps, delta=delta,
-            r_x=params["r_x"], c0=params["c0"], rng=rng,
-        )  # fmt: skip
-        body = ModelBody(priors=b.priors.tolist(), means=b.means.tolist())
-        released, scale = b.released, b.noise_scale
-    return Fitted(
-        body=body, released=released, noise="gaussian", noise_scale=scale, sensitivity=None
+    args = FitArgs(
+        privacy=request.privacy,
+        epsilon=amounts.float_at_most(request.epsilon),
+        delta=None if request.delta is None else amounts.float_at_most(request.delta),
+        lo=lo,
+        hi=hi,
+        params=request.params,
+        rng=rng,
     )
+    return estimators.get(request.estimator).fit(design, labels, args)
 
 
 def new_model_release_id() -> str:
@@ -555,6 +471,7 @@ class ModelReleaseService:
             fitted = fit(
                 request, design, labels, lo=row.label_min, hi=row.label_max, rng=self._rng_factory()
             )
+        body = ModelBody(**fitted.body)
         model_id = new_model_release_id()
         created = datetime.now(UTC)
         created_text = created.isoformat(timespec="microseconds").replace("+00:00", "Z")
@@ -579,9 +496,9 @@ class ModelReleaseService:
             noise_scale=fitted.noise_scale,
             sensitivity=fitted.sensitivity,
             released=fitted.released,
-            body_sha256=model_body_sha256(fitted.body),
+            body_sha256=model_body_sha256(body),
         )
-        message = ModelMessage(header=header, body=fitted.body)
+        message = ModelMessage(header=header, body=body)
         text = ledger.canonical_json(message.model_dump(mode="json"))
         charge = accountant.Charge(
             kind=ledger.KIND_MODEL,

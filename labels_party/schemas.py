@@ -419,7 +419,9 @@ class ModelReleaseCreate(BaseModel):
 
     model_config = _STRICT
 
-    estimator: Literal["ols", "nw", "bayes"]
+    estimator: str = Field(
+        min_length=1, max_length=32, description="a family of shared.estimators.registry"
+    )
     privacy: Literal["label", "eptr"]
     epsilon: _Amount = Field(gt=0, description="exact decimal charged")
     delta: _Amount | None = Field(

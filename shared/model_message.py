@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shared.errors import IntegrityError
+from shared.errors import IntegrityError, InvalidParameterError
+from shared.estimators import registry as estimators
 from shared.message import validated
 
 MODEL_FORMAT_VERSION = 1
@@ -29,7 +30,6 @@ MODEL_RELEASE_ID_PATTERN = r"^mrel_[0-9a-f]{24}$"
 _BODY_DOMAIN = b"labeldp-model-body-v1\n"
 _DECIMAL = r"^[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
 
-Estimator = Literal["ols", "nw", "bayes"]
 Privacy = Literal["label", "eptr"]
 ParamValue = float | int | str | bool | None
 
@@ -44,7 +44,7 @@ class ModelHeader(BaseModel):
     model_release_id: str = Field(pattern=MODEL_RELEASE_ID_PATTERN)
     dataset: str
     created: datetime
-    estimator: Estimator
+    estimator: str = Field(description="a family of shared.estimators.registry")
     privacy: Privacy
     epsilon: str = Field(pattern=_DECIMAL, description="exact decimal charged")
     delta: str | None = Field(default=None, pattern=_DECIMAL, description="exact decimal, eptr")
@@ -66,8 +66,12 @@ class ModelHeader(BaseModel):
     def _privacy(self) -> ModelHeader:
         if (self.privacy == "eptr") != (self.delta is not None):
             raise ValueError("an eptr release has a delta, a label-DP release none")
-        if self.estimator == "bayes" and self.privacy != "eptr":
-            raise ValueError("the Bayes classifier is released by eptr only")
+        try:
+            family = estimators.get(self.estimator)
+        except InvalidParameterError as exc:
+            raise ValueError(str(exc)) from None
+        if self.privacy not in family.privacies:
+            raise ValueError(f"{self.estimator} is released by {' or '.join(family.privacies)}")
         return self
 
 
@@ -121,19 +125,7 @@ def verify_model(message: ModelMessage | dict[str, Any] | str | bytes) -> ModelM
         raise IntegrityError(f"unsupported model format_version {header.format_version}")
     if not all(math.isfinite(value) for value in body.numbers()):
         raise IntegrityError("model message contains non-finite numbers")
-    dim = len(header.columns)
-    if header.estimator == "ols":
-        if body.coef is None or len(body.coef) != dim + int(header.intercept):
-            raise IntegrityError("ols model: coef must have one value per column")
-    elif header.estimator == "nw":
-        if body.queries is None or body.values is None or len(body.queries) != len(body.values):
-            raise IntegrityError("nw model: queries and values must have the same length")
-        if not body.queries or any(len(point) != dim for point in body.queries):
-            raise IntegrityError("nw model: every query point must have one value per column")
-    elif body.priors is None or body.means is None or len(body.priors) != len(body.means):
-        raise IntegrityError("bayes model: priors and means must have one entry per class")
-    elif any(len(mean) != dim for mean in body.means):
-        raise IntegrityError("bayes model: every class mean must have one value per column")
+    estimators.get(header.estimator).check_body(header, body)  # the family's shape rule
     if model_body_sha256(body) != header.body_sha256:
         raise IntegrityError("model message body does not match its sha256")
     return parsed

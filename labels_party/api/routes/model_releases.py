@@ -15,6 +15,7 @@ from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.errors import BadInputError, FieldError
 from labels_party.schemas import ModelReleaseCreate
 from shared.errors import InvalidParameterError
+from shared.estimators import registry as estimators
 from shared.http.requests import json_body, require_media
 from shared.message import JSON_MEDIA_TYPE
 from shared.model_message import MODEL_RELEASE_ID_PATTERN
@@ -25,7 +26,16 @@ router = APIRouter(tags=["model releases"], route_class=BodyDocumentedRoute)
 ModelReleasePath = Path(
     json_schema_extra={"pattern": MODEL_RELEASE_ID_PATTERN}, description="model release id"
 )
-_PARAMS = ("r_x", "r_theta", "r_f", "c0", "bandwidth", "n_classes", "queries")
+
+
+def _parameters() -> set[str]:
+    """Every parameter some registered estimator family reads (``shared.estimators.registry``)."""
+    found: set[str] = set()
+    for name in estimators.names():
+        family = estimators.get(name)
+        for kind in family.privacies:
+            found |= family.allowed(kind)
+    return found
 
 
 @router.post(
@@ -84,7 +94,8 @@ async def create_model_release(
         )
     except InvalidParameterError as exc:  # an estimator refused a parameter: name it
         message = str(exc)
-        field = next((f"params.{p}" for p in _PARAMS if message.startswith(f"{p} (")), "params")
+        named = sorted(_parameters())
+        field = next((f"params.{p}" for p in named if message.startswith(f"{p} (")), "params")
         if message.startswith("delta ("):
             field = "delta"
         raise BadInputError(message, [FieldError(field=field, message=message)]) from None

@@ -1,0 +1,195 @@
+"""The product's estimator families, registered in ``shared.estimators.registry``.
+
+* ``ols``: label-DP OLS (``ols.label_dp_ols``, pure epsilon, exact L1 sensitivity) and ePTR-OLS
+  (Algorithm 4); an intercept column (default on) goes in after the features' projection.
+* ``nw``: label-DP Nadaraya-Watson and ePTR-NW (Algorithm 5) at public query points.
+* ``bayes``: ePTR-Bayes (Algorithm 3), eptr only; a label's class is its nearest integer,
+  clipped into 0..n_classes - 1 (a public rule).
+
+Every check in ``design`` reads only the public features and parameters; only ``fit`` reads
+labels (privacy: the estimators' own docstrings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from shared.errors import IntegrityError, InvalidParameterError
+from shared.estimators import bayes, kernel, ols
+from shared.estimators._checks import full_column_rank
+from shared.estimators.registry import Design, DesignError, EstimatorFamily, FitArgs, Fitted
+
+
+def _ols_design(
+    privacy: str, params: Mapping[str, Any], features: np.ndarray, columns: list[str]
+) -> Design:
+    intercept = bool(params.get("intercept", True))
+    x = np.column_stack([features, np.ones(features.shape[0])]) if intercept else features
+    try:
+        full_column_rank(x, name="X")
+    except InvalidParameterError as exc:
+        raise DesignError("public_features", str(exc)) from None
+    if intercept and privacy == "eptr" and not float(params["r_x"]) > 1.0:
+        # The intercept column (norm 1) goes in after the features' projection onto the ball of
+        # radius sqrt(r_x^2 - 1) (``ols.eptr_ols``).
+        raise DesignError("params.r_x", "must be > 1 with an intercept")
+    return Design(x=x, intercept=intercept)
+
+
+def _ols_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
+    if args.privacy == "label":
+        out = ols.label_dp_ols(
+            design.x, labels, lo=args.lo, hi=args.hi, epsilon=args.epsilon, rng=args.rng
+        )
+        return Fitted(
+            body={"coef": out.coef.tolist()}, released=True, noise="discrete_laplace",
+            noise_scale=out.noise_scale, sensitivity=out.sensitivity,
+        )  # fmt: skip
+    assert args.delta is not None
+    p = args.params
+    e = ols.eptr_ols(
+        design.x[:, :-1] if design.intercept else design.x, labels, epsilon=args.epsilon,
+        delta=args.delta, r_x=p["r_x"], r_theta=p["r_theta"], c0=p["c0"], rng=args.rng,
+        intercept=design.intercept,
+    )  # fmt: skip
+    return Fitted(
+        body={"coef": e.coef.tolist()}, released=e.released, noise="gaussian",
+        noise_scale=e.noise_scale,
+    )  # fmt: skip
+
+
+def _ols_body(header: Any, body: Any) -> None:
+    if body.coef is None or len(body.coef) != len(header.columns) + int(header.intercept):
+        raise IntegrityError("ols model: coef must have one value per column")
+
+
+def _ols_predict(header: Any, body: Any, x: np.ndarray) -> np.ndarray:
+    coef = np.asarray(body.coef, dtype=np.float64)
+    p = len(header.columns)
+    return x @ coef[:p] + (coef[p] if header.intercept else 0.0)
+
+
+def _nw_design(
+    privacy: str, params: Mapping[str, Any], features: np.ndarray, columns: list[str]
+) -> Design:
+    p = features.shape[1]
+    queries = np.asarray(params["queries"], dtype=np.float64)
+    if queries.ndim != 2 or queries.shape[1] != p:
+        raise DesignError("params.queries", f"must be a list of points with {p} values ({columns})")
+    if privacy == "label":
+        try:
+            kernel.nw_map(features, queries, bandwidth=params["bandwidth"], name="params.queries")
+        except InvalidParameterError as exc:
+            where = "params.queries" if "params.queries" in str(exc) else "public_features"
+            raise DesignError(where, str(exc)) from None
+    return Design(x=features, queries=queries)
+
+
+def _nw_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
+    assert design.queries is not None
+    body = {"queries": design.queries.tolist()}
+    p = args.params
+    if args.privacy == "label":
+        nw = kernel.label_dp_nw(
+            design.x, labels, design.queries, lo=args.lo, hi=args.hi, epsilon=args.epsilon,
+            bandwidth=p["bandwidth"], rng=args.rng,
+        )  # fmt: skip
+        return Fitted(
+            body={**body, "values": nw.values.tolist()}, released=True,
+            noise="discrete_laplace", noise_scale=nw.noise_scale, sensitivity=nw.sensitivity,
+        )  # fmt: skip
+    assert args.delta is not None
+    k = kernel.eptr_nw(
+        design.x, labels, design.queries, epsilon=args.epsilon, delta=args.delta,
+        bandwidth=p["bandwidth"], r_f=p["r_f"], c0=p["c0"], rng=args.rng,
+    )  # fmt: skip
+    return Fitted(
+        body={**body, "values": k.values.tolist()}, released=k.released, noise="gaussian",
+        noise_scale=k.noise_scale,
+    )  # fmt: skip
+
+
+def _nw_body(header: Any, body: Any) -> None:
+    if body.queries is None or body.values is None or len(body.queries) != len(body.values):
+        raise IntegrityError("nw model: queries and values must have the same length")
+    if not body.queries or any(len(point) != len(header.columns) for point in body.queries):
+        raise IntegrityError("nw model: every query point must have one value per column")
+
+
+def _nw_predict(header: Any, body: Any, x: np.ndarray) -> np.ndarray:
+    return kernel.interpolate(np.asarray(body.queries), np.asarray(body.values), x)
+
+
+def _bayes_design(
+    privacy: str, params: Mapping[str, Any], features: np.ndarray, columns: list[str]
+) -> Design:
+    if features.shape[0] < 2 * params["n_classes"]:
+        raise DesignError("public_features", "fewer rows than 2 x n_classes")
+    return Design(x=features)
+
+
+def _bayes_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
+    assert args.delta is not None
+    n_classes = int(args.params["n_classes"])
+    # Public rule: a label's class is the nearest integer, clipped into 0..n_classes-1.
+    classes = np.clip(np.rint(labels), 0, n_classes - 1).astype(np.int64)
+    b = bayes.eptr_bayes(
+        design.x, classes, n_classes=n_classes, epsilon=args.epsilon, delta=args.delta,
+        r_x=args.params["r_x"], c0=args.params["c0"], rng=args.rng,
+    )  # fmt: skip
+    return Fitted(
+        body={"priors": b.priors.tolist(), "means": b.means.tolist()}, released=b.released,
+        noise="gaussian", noise_scale=b.noise_scale,
+    )  # fmt: skip
+
+
+def _bayes_body(header: Any, body: Any) -> None:
+    if body.priors is None or body.means is None or len(body.priors) != len(body.means):
+        raise IntegrityError("bayes model: priors and means must have one entry per class")
+    if any(len(mean) != len(header.columns) for mean in body.means):
+        raise IntegrityError("bayes model: every class mean must have one value per column")
+
+
+def _bayes_predict(header: Any, body: Any, x: np.ndarray) -> np.ndarray:
+    means = np.asarray(body.means, dtype=np.float64)
+    sq = ((x[:, None, :] - means[None, :, :]) ** 2).sum(axis=2)
+    # Algorithm 3 step 6: argmax_k log mu_k - ||x - m_k||^2 / 2.
+    return np.argmax(np.log(np.asarray(body.priors))[None, :] - 0.5 * sq, axis=1).astype(float)
+
+
+BUILTIN: tuple[EstimatorFamily, ...] = (
+    EstimatorFamily(
+        name="ols",
+        privacies={"label": (), "eptr": ("r_x", "r_theta", "c0")},
+        optional=("intercept",),
+        design=_ols_design,
+        fit=_ols_fit,
+        check_body=_ols_body,
+        predict=_ols_predict,
+        description="least squares: label-DP OLS or ePTR-OLS (Algorithm 4)",
+    ),
+    EstimatorFamily(
+        name="nw",
+        privacies={
+            "label": ("bandwidth", "queries"),
+            "eptr": ("bandwidth", "queries", "r_f", "c0"),
+        },
+        design=_nw_design,
+        fit=_nw_fit,
+        check_body=_nw_body,
+        predict=_nw_predict,
+        description="Nadaraya-Watson at public query points: label-DP or ePTR-NW (Algorithm 5)",
+    ),
+    EstimatorFamily(
+        name="bayes",
+        privacies={"eptr": ("n_classes", "r_x", "c0")},
+        design=_bayes_design,
+        fit=_bayes_fit,
+        check_body=_bayes_body,
+        predict=_bayes_predict,
+        description="Gaussian naive Bayes classes: ePTR-Bayes (Algorithm 3)",
+    ),
+)
