@@ -346,7 +346,7 @@ def test_header_endpoint_is_the_message_header_for_every_role(populated: Any) ->
 
 def test_whoami_names_the_role_of_the_token(client: Any) -> None:
     for role, headers in (("advertiser", ADV), ("publisher", PUB), ("operator", OPS)):
-        assert client.get("/v1/whoami", headers=headers).json() == {"role": role}
+        assert client.get("/v1/whoami", headers=headers).json() == {"role": role, "actor": None}
     response = client.get("/v1/whoami", headers={"Authorization": "Bearer wrong"})
     assert response.status_code == 401
     assert response.json()["errors"][0]["field"] == "Authorization"
