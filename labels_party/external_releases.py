@@ -47,7 +47,6 @@ from labels_party.releases import (
     release_charges,
     store_and_spend,
 )
-from shared import epsilon as amounts
 from shared.mechanisms.histogram import bin_edges
 from shared.message import (
     FORMAT_VERSION,
@@ -291,14 +290,13 @@ def publish(
             "state": RELEASED,
         }
         conn.execute(update(releases).where(releases.c.id == release_id).values(**values))
-        ledger.append(
+        ledger.record_event(
             conn,
             time=ds.utc_now(),
             dataset=row.name,
             release_id=release_id,
             kind=ledger.KIND_PUBLICATION,
             mechanism=header.mechanism,
-            epsilon=amounts.ZERO,
             actor_role=actor_role,
             actor=actor,
             parameters={
@@ -340,18 +338,15 @@ def fail(
                 [FieldError(field="release_id", message="published")],
             )
         conn.execute(update(releases).where(releases.c.id == release_id).values(state=FAILED))
-        ledger.append(
+        ledger.record_event(
             conn,
             time=ds.utc_now(),
             dataset=row.name,
             release_id=release_id,
             kind=ledger.KIND_FAILURE,
-            mechanism=None,
-            epsilon=amounts.ZERO,
             actor_role=actor_role,
             actor=actor,
             parameters={"reason": reason},
-            message_sha256=None,
         )
         failed = conn.execute(select(releases).where(releases.c.id == release_id)).first()
     return _view(failed, dataset=row.name)

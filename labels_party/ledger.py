@@ -165,19 +165,23 @@ def record_event(
     actor_role: str,
     parameters: dict[str, Any],
     actor: str | None = None,
+    release_id: str | None = None,
+    mechanism: str | None = None,
+    message_sha256: str | None = None,
 ) -> dict[str, Any]:
-    """Append an entry that spends nothing (a dataset's creation, a top-up, an archive)."""
+    """Append an entry that spends nothing (a dataset's creation, a top-up, an archive; an
+    external release's publication or failure)."""
     return append(
         conn,
         time=time,
         dataset=dataset,
-        release_id=None,
+        release_id=release_id,
         kind=kind,
-        mechanism=None,
+        mechanism=mechanism,
         epsilon=Decimal(0),
         actor_role=actor_role,
         parameters=parameters,
-        message_sha256=None,
+        message_sha256=message_sha256,
         actor=actor,
     )
 

@@ -12,19 +12,16 @@ import numpy as np
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
-from features_party.config import Settings as FeaturesSettings
-from features_party.main import create_app as create_features_app
 from shared.client import LabelsPartyClient, columns_to_csv
 from shared.errors import IntegrityError, InvalidParameterError
 from shared.estimators import registry
 from shared.estimators.registry import Design, EstimatorFamily, FitArgs, Fitted
 from shared.mechanisms.private_mean import private_mean, private_mean_variance
 from shared.model_message import verify_model
-from tests.mechanisms.test_registry import TOKENS, _labels_server
+from tests.mechanisms.test_registry import TOKENS, _labels_server, features_service
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
-    from fastapi.testclient import TestClient
 
 TOY = "toy_mean"
 
@@ -114,15 +111,7 @@ def test_a_toy_estimator_is_released_verified_and_predicted_through_both_service
         receipt = advertiser._http.get(f"/v1/model-releases/{released['id']}/receipt")
         assert receipt.status_code == 200, receipt.text
 
-        features_token = "features-toy-est-0123456789"
-        settings = FeaturesSettings(
-            db_path=tmp_path / "features.db",
-            labels_url=url,
-            labels_token=TOKENS["publisher"],
-            features_token=features_token,
-        )
-        with TestClient(create_features_app(settings)) as features:
-            features.headers["Authorization"] = f"Bearer {features_token}"
+        with features_service(tmp_path, url) as features:
             created = features.post(
                 "/v1/models",
                 json={"dataset": "toy", "model": "released", "model_release_id": released["id"]},

@@ -120,6 +120,21 @@ def _labels_server(db: Path) -> Iterator[str]:
         thread.join(timeout=30)
 
 
+@contextlib.contextmanager
+def features_service(tmp_path: Path, url: str) -> Iterator[TestClient]:
+    """The features-party app in this process, pulling from the labels party at ``url``."""
+    token = "features-toy-0123456789"
+    settings = FeaturesSettings(
+        db_path=tmp_path / "features.db",
+        labels_url=url,
+        labels_token=TOKENS["publisher"],
+        features_token=token,
+    )
+    with TestClient(create_features_app(settings)) as features:
+        features.headers["Authorization"] = f"Bearer {token}"
+        yield features
+
+
 def test_a_toy_mechanism_is_released_pulled_and_debiased_through_both_services(
     toy_registered: None, tmp_path: Path
 ) -> None:
@@ -155,15 +170,7 @@ def test_a_toy_mechanism_is_released_pulled_and_debiased_through_both_services(
         assert abs(debiased.mean() - grid_truth.mean()) < 5 * se
 
         # The features party trains on it, debiased through the same registry.
-        features_token = "features-toy-0123456789"
-        settings = FeaturesSettings(
-            db_path=tmp_path / "features.db",
-            labels_url=url,
-            labels_token=TOKENS["publisher"],
-            features_token=features_token,
-        )
-        with TestClient(create_features_app(settings)) as features:
-            features.headers["Authorization"] = f"Bearer {features_token}"
+        with features_service(tmp_path, url) as features:
             upload = features.post(
                 "/v1/datasets/toy/features",
                 content=columns_to_csv(ids, {"x": np.round(x, 6)}),
