@@ -26,7 +26,6 @@ _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
 MAX_LABEL_MAGNITUDE = 1e15
 # RPWithPrior's zeta relative to the label range (label_max - label_min): far beyond any useful
 # noise radius on both sides, and inside what float64 computes (denormal zetas divide by 0).
-ZETA_MIN_RATIO, ZETA_MAX_RATIO = 1e-9, 1e9
 _Bound = Annotated[float, Field(ge=-MAX_LABEL_MAGNITUDE, le=MAX_LABEL_MAGNITUDE)]
 
 

@@ -352,8 +352,13 @@ class ReleasePlan:
         }
 
 
-def check_options(mechanism: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options that apply to ``mechanism``; any other (given, not None) is refused by name."""
+def check_options(
+    mechanism: str, options: Mapping[str, Any], *, width: float | None = None
+) -> dict[str, Any]:
+    """The options that apply to ``mechanism``; any other (given, not None) is refused by name.
+
+    With the label range ``width`` (hi - lo), each family the options go to also checks them
+    against it (``MechanismFamily.check_options``: RPWithPrior's zeta ratio)."""
     allowed = mechanism_options(check_mechanism(mechanism))
     given = {key: value for key, value in options.items() if value is not None}
     known = frozenset().union(*(f.options for f in registry.families()))
@@ -367,6 +372,10 @@ def check_options(mechanism: str, options: Mapping[str, Any]) -> dict[str, Any]:
                 f"params.{key} does not apply to mechanism {mechanism!r} (only to "
                 f"{', '.join(applies)})"
             )
+    if width is not None:
+        for family in registry.families():
+            if mechanism in (family.name, AUTO) and (mechanism != AUTO or family.in_auto):
+                family.check_options({k: given[k] for k in given if k in family.options}, width)
     return given
 
 
@@ -399,7 +408,7 @@ def plan_release(
     count = check_n(n)
     domain = LabelDomain(lo=lo, hi=hi)
     check_mechanism(mechanism)
-    opts = check_options(mechanism, options or {})
+    opts = check_options(mechanism, options or {}, width=domain.hi - domain.lo)
     dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
     inf_ok = bool(allow_nonprivate)
     lines: list[str] = []

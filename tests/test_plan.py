@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pytest
@@ -329,3 +330,21 @@ def test_mean_first_does_not_depend_on_the_bounds() -> None:
     for lo, hi in ((0.0, 1.0), (-1e6, 1e6), (3.0, 3.5)):
         assert plan_release(n=500, lo=lo, hi=hi, epsilon="0.3").split == "mean_first"
         assert plan_release(n=20, lo=lo, hi=hi, epsilon="0.3").split == "default"
+
+
+@pytest.mark.parametrize("mechanism", ["rpwithprior", "auto"])
+@pytest.mark.parametrize(("zeta", "ok"), [(1e-10, False), (1e-8, True), (1e9, True), (2e9, False)])
+def test_zeta_must_lie_within_its_ratio_of_the_label_range(mechanism, zeta, ok) -> None:
+    """RPWithPrior's family checks its zeta against the public range, in the plan itself, so
+    the service and the Spark job refuse the same requests (it was a service-only check)."""
+
+    def plan() -> Any:
+        return plan_release(
+            n=100, lo=0.0, hi=1.0, epsilon="1", mechanism=mechanism, options={"zeta": zeta}
+        )
+
+    if ok:
+        assert plan().options["zeta"] == zeta
+    else:
+        with pytest.raises(InvalidParameterError, match=r"^zeta \("):
+            plan()

@@ -31,6 +31,7 @@ from shared import epsilon as amounts
 from shared.errors import BudgetExceededError, InvalidParameterError
 from shared.http import errors as http_errors
 from shared.http.errors import internal_error_body
+from shared.mechanisms import registry
 
 log = logging.getLogger("labels_party")
 
@@ -53,18 +54,9 @@ DEFAULT_FIELD: dict[type[ServiceError], str] = {
     ServiceUnavailableError: "database",
     BadInputError: "body",
 }
-# Engine parameter names (``shared``) -> the request field that carries them.
-_ENGINE_FIELDS = {
-    "epsilon": "epsilon",
-    "epsilon1": "epsilon_histogram",
-    "epsilon2": "epsilon",
-    "zeta": "params.zeta",
-    "bins": "params.bins",
-    "max_bins": "params.max_bins",
-    "loss": "params.loss",
-    "select": "params.select",
-    "outside": "params.outside",
-}
+# Engine amounts (``shared``) -> the request field that carries them; a mechanism option (any
+# registered family's, ``shared.mechanisms.registry``) and ``bins`` are ``params.<name>``.
+_ENGINE_FIELDS = {"epsilon": "epsilon", "epsilon1": "epsilon_histogram", "epsilon2": "epsilon"}
 # URL parameters named as the same thing is everywhere else (a dataset is ``dataset``).
 _URL_FIELDS = {"path.name": "dataset"}
 _LEADING_NAME = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)\b")
@@ -81,6 +73,9 @@ def engine_field(message: str) -> str:
     if not match:
         return "params"
     name = match.group(1)
+    options = frozenset({"bins"}).union(*(f.options for f in registry.families()))
+    if name in options:
+        return f"params.{name}"
     return _ENGINE_FIELDS.get(name, name if name.startswith("params.") else "params")
 
 

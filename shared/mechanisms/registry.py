@@ -68,7 +68,10 @@ class MechanismFamily:
     epsilon, **options)``: what ``mechanism="auto"`` compares (``shared.selection``).
     ``from_params(params)``: rebuild from a message. ``light_prior``: the family needs little of
     the prior, so the plan gives its histogram a smaller split and buys no DP label mean
-    (``shared.plan``). Everything here reads the noisy prior and public numbers only.
+    (``shared.plan``). ``check_options(options, width)``: the family's rules on the options it
+    was given that depend on the public label range ``width`` = hi - lo (InvalidParameterError
+    naming the option); the plan runs it, so every path (service, Spark) does. Everything here
+    reads the noisy prior and public numbers only.
     """
 
     name: str
@@ -80,6 +83,7 @@ class MechanismFamily:
     light_prior: bool = False
     in_auto: bool = True
     reads_n: bool = False
+    check_options: Callable[[Mapping[str, Any], float], None] = lambda options, width: None
 
 
 M = TypeVar("M")

@@ -567,6 +567,21 @@ def build(
 
 
 MECHANISM_NAME = "rpwithprior"
+# A requested zeta (label units) must lie within these multiples of the label range.
+ZETA_RATIO = (1e-9, 1e9)
+
+
+def check_options(options: Mapping[str, Any], width: float) -> None:
+    """A requested zeta within ZETA_RATIO x the public label range (hi - lo)."""
+    zeta = options.get("zeta")
+    low, high = ZETA_RATIO
+    if zeta is not None and not low * width <= float(zeta) <= high * width:
+        raise InvalidParameterError(
+            f"zeta ({zeta!r}) must lie in [{low:g}, {high:g}] x (label_max - label_min) "
+            f"= [{low * width:g}, {high * width:g}]"
+        )
+
+
 registry.register(
     registry.MechanismFamily(
         name=MECHANISM_NAME,
@@ -577,5 +592,6 @@ registry.register(
         from_params=RPWithPrior.from_params,
         light_prior=True,
         reads_n=True,
+        check_options=check_options,
     )
 )

@@ -189,3 +189,22 @@ def test_ledger_verify_catches_a_state_the_entries_do_not_support(client, db_pat
     report = verify(db_path)
     assert not report.ok
     assert any(release_id in p and "disagrees" in p for p in report.problems), report.problems
+
+
+def test_a_zeta_out_of_range_is_refused_on_every_path(client) -> None:
+    """The plan checks it (RPWithPrior's family), so a service release and an external charge
+    both answer 422 naming params.zeta, nothing spent."""
+    create_dataset(client, "ds")
+    register(client, "ds", IDS)
+    params = {"zeta": 1e12}
+    own = client.post(
+        "/v1/datasets/ds/releases",
+        json={"epsilon": "1", "mechanism": "rpwithprior", "params": params},
+        headers=ADV,
+    )
+    assert own.status_code == 422 and own.json()["errors"][0]["field"] == "params.zeta"
+    body = {**charge_body(new_release_id()), "mechanism": "rpwithprior", "params": params}
+    charged = client.post(PATH.format(name="ds"), json=body, headers=ADV)
+    assert charged.status_code == 422, charged.text
+    assert charged.json()["errors"][0]["field"] == "params.zeta"
+    assert spent(client) == 0

@@ -13,16 +13,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from labels_party import catalog
-from labels_party import datasets as ds
 from labels_party import releases as rel
 from labels_party.api.deps import Actor, AdvertiserOn, AnyRole, MessageReader, ServicesDep
 from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.audit import release_recorder
-from labels_party.errors import BadInputError, FieldError, NotAcceptableError, NotFoundError
+from labels_party.errors import FieldError, NotAcceptableError, NotFoundError
 from labels_party.schemas import (
-    ZETA_MAX_RATIO,
-    ZETA_MIN_RATIO,
     ReleaseCreate,
     ReleasePreview,
     ReleasePublic,
@@ -76,9 +73,6 @@ async def create_release(
     With ``dry_run`` the plan is returned (200) and nothing is read or spent.
     """
     role, services, name = call.role, call.services, call.name
-    if body.params.zeta is not None:
-        row, _ = await run_in_threadpool(ds.get_dataset, services.db, name)
-        _check_zeta(body.params.zeta, width=row.label_max - row.label_min)
     request_ = release_request(body)
     try:
         if body.dry_run:
@@ -114,21 +108,6 @@ def release_request(body: ReleaseRequestBody) -> ReleaseRequest:
         mechanism=body.mechanism,
         epsilon_histogram=body.epsilon_histogram,
     )
-
-
-def _check_zeta(zeta: float, *, width: float) -> None:
-    """RPWithPrior's noise radius, in label units, within a sane ratio of the label range."""
-    if not ZETA_MIN_RATIO * width <= zeta <= ZETA_MAX_RATIO * width:
-        raise BadInputError(
-            "params.zeta is out of range for this dataset's label bounds",
-            [
-                FieldError(
-                    field="params.zeta",
-                    message=f"must lie in [{ZETA_MIN_RATIO:g}, {ZETA_MAX_RATIO:g}] x "
-                    "(label_max - label_min)",
-                )
-            ],
-        )
 
 
 @router.get("/v1/releases/{release_id}", response_model=ReleasePublic)
