@@ -1,4 +1,5 @@
-"""The product's estimator families, registered in ``shared.estimators.registry``.
+"""The product's estimator families, registered in ``shared.estimators.registry`` when the
+package is imported (``shared/estimators/__init__.py``), in this order.
 
 * ``ols``: label-DP OLS (``ols.label_dp_ols``, pure epsilon, exact L1 sensitivity) and ePTR-OLS
   (Algorithm 4); an intercept column (default on) goes in after the features' projection.
@@ -20,7 +21,14 @@ import numpy as np
 from shared.errors import IntegrityError, InvalidParameterError
 from shared.estimators import bayes, kernel, ols
 from shared.estimators._checks import full_column_rank
-from shared.estimators.registry import Design, DesignError, EstimatorFamily, FitArgs, Fitted
+from shared.estimators.registry import (
+    Design,
+    DesignError,
+    EstimatorFamily,
+    FitArgs,
+    Fitted,
+    register,
+)
 
 
 def _ols_design(
@@ -193,3 +201,5 @@ BUILTIN: tuple[EstimatorFamily, ...] = (
         description="Gaussian naive Bayes classes: ePTR-Bayes (Algorithm 3)",
     ),
 )
+for _family in BUILTIN:
+    register(_family)

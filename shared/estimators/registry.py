@@ -86,12 +86,10 @@ class EstimatorFamily:
 
 
 _FAMILIES: dict[str, EstimatorFamily] = {}
-_BUILTIN_LOADED = False
 
 
 def register(family: EstimatorFamily) -> EstimatorFamily:
     """Add ``family`` (a name registered twice is refused)."""
-    _builtin()
     if family.name in _FAMILIES:
         raise ValueError(f"estimator {family.name!r} is registered already")
     unknown = set(family.privacies) - set(PRIVACY_KINDS)
@@ -106,27 +104,13 @@ def unregister(name: str) -> None:
     _FAMILIES.pop(name, None)
 
 
-def _builtin() -> None:
-    """Register the product's families (ols, nw, bayes) once, before any lookup."""
-    global _BUILTIN_LOADED
-    if not _BUILTIN_LOADED:
-        _BUILTIN_LOADED = True
-        from shared.estimators import families
-
-        for family in families.BUILTIN:
-            if family.name not in _FAMILIES:
-                _FAMILIES[family.name] = family
-
-
 def names() -> tuple[str, ...]:
     """The registered estimator names, in registration order."""
-    _builtin()
     return tuple(_FAMILIES)
 
 
 def get(name: str) -> EstimatorFamily:
     """The family ``name`` (InvalidParameterError naming the registered ones otherwise)."""
-    _builtin()
     if name not in _FAMILIES:
         raise InvalidParameterError(f"estimator ({name!r}) must be one of {', '.join(_FAMILIES)}")
     return _FAMILIES[name]
