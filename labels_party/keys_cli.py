@@ -13,13 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shared import database_url
 from shared.errors import InvalidParameterError
 
 
 def register_commands(commands: Any) -> None:
     """Add ``labeldp keys rotate`` and ``labeldp keys public``."""
-    from labels_party.cli import _add_db_arguments
-
     parser = commands.add_parser("keys", help="the labels party's receipt-signing key")
     sub = parser.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     for name, text, func in (
@@ -27,7 +26,7 @@ def register_commands(commands: Any) -> None:
         ("public", "print the current public key (PEM) for the features party to pin", public),
     ):
         action = sub.add_parser(name, help=text)
-        _add_db_arguments(action)
+        database_url.add_arguments(action, what="labels party")
         action.add_argument(
             "--signing-key",
             type=Path,
@@ -39,20 +38,13 @@ def register_commands(commands: Any) -> None:
 def _store(args: argparse.Namespace) -> Any:
     import os
 
-    from labels_party.cli import _url
     from labels_party.config import resolve_signing_key
-    from labels_party.db.engine import Database, create_schema, make_engine
+    from labels_party.db.engine import open_for_admin
     from labels_party.receipts import KeyStore
-    from shared import database_url
 
-    url = _url(args)
+    url = database_url.resolve(db=args.db, database_url=args.database_url)
     key_file = resolve_signing_key(args.signing_key, url, os.environ)
-    path = database_url.sqlite_path(url)
-    if path is not None and not path.is_file():
-        raise FileNotFoundError(f"no database at {path}")
-    engine = make_engine(url)
-    create_schema(engine)
-    return KeyStore(Database(engine), key_file)
+    return KeyStore(open_for_admin(url), key_file)
 
 
 def rotate_command(args: argparse.Namespace) -> int:

@@ -15,13 +15,12 @@ import sys
 from typing import Any
 
 from labels_party.config import ROLES
+from shared import database_url
 from shared.errors import InvalidParameterError
 
 
 def register_commands(commands: Any) -> None:
     """Add ``labeldp tokens add``, ``list`` and ``revoke``."""
-    from labels_party.cli import _add_db_arguments
-
     parser = commands.add_parser("tokens", help="named principals and their bearer tokens")
     sub = parser.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
     add = sub.add_parser("add", help="issue a token for a new principal (printed once)")
@@ -35,21 +34,13 @@ def register_commands(commands: Any) -> None:
     revoke.add_argument("name")
     revoke.set_defaults(func=revoke_command)
     for action in (add, listing, revoke):
-        _add_db_arguments(action)
+        database_url.add_arguments(action, what="labels party")
 
 
 def _database(args: argparse.Namespace) -> Any:
-    from labels_party.cli import _url
-    from labels_party.db.engine import Database, create_schema, make_engine
-    from shared import database_url
+    from labels_party.db.engine import open_for_admin
 
-    url = _url(args)
-    path = database_url.sqlite_path(url)
-    if path is not None and not path.is_file():
-        raise FileNotFoundError(f"no database at {path}")
-    engine = make_engine(url)
-    create_schema(engine)
-    return Database(engine)
+    return open_for_admin(database_url.resolve(db=args.db, database_url=args.database_url))
 
 
 def add_command(args: argparse.Namespace) -> int:

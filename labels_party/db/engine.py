@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from labels_party.db.models import metadata
 from labels_party.errors import ServiceUnavailableError
 from shared import migrations
-from shared.database_url import create_private_sqlite, normalise
+from shared.database_url import create_private_sqlite, normalise, sqlite_path
 
 _WRITE = "labeldp_write"
 
@@ -83,6 +83,18 @@ def create_schema(engine: Engine) -> None:
             "labels_party/db/models.py declares what no Alembic revision creates: "
             f"{', '.join(missing)}; add a revision under labels_party/db/migrations/versions"
         )
+
+
+def open_for_admin(url: str) -> Database:
+    """An existing database for an admin command (``labeldp keys``, ``labeldp tokens``),
+    upgraded to the head as the service's start would: FileNotFoundError for a SQLite path
+    that does not exist (an admin command never creates one)."""
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"no database at {path}")
+    engine = make_engine(url)
+    create_schema(engine)
+    return Database(engine)
 
 
 def schema_behind(engine: Engine) -> str | None:
