@@ -71,7 +71,8 @@ class ModelHeader(BaseModel):
         except InvalidParameterError as exc:
             raise ValueError(str(exc)) from None
         if self.privacy not in family.privacies:
-            raise ValueError(f"{self.estimator} is released by {' or '.join(family.privacies)}")
+            kinds = " or ".join(family.privacies)
+            raise ValueError(f"{self.estimator} is released by {kinds} only")
         return self
 
 
