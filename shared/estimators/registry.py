@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from shared.errors import InvalidParameterError
+from shared.named_registry import Registry
 
 PRIVACY_KINDS = ("label", "eptr")
 
@@ -85,32 +86,17 @@ class EstimatorFamily:
         return set(self.privacies[privacy]) | set(self.optional)
 
 
-_FAMILIES: dict[str, EstimatorFamily] = {}
+def _privacy_kinds(family: EstimatorFamily) -> None:
+    if not family.privacies or set(family.privacies) - set(PRIVACY_KINDS):
+        raise InvalidParameterError(
+            f"estimator {family.name!r}: privacy kinds must be among {PRIVACY_KINDS}"
+        )
 
 
-def register(family: EstimatorFamily) -> EstimatorFamily:
-    """Add ``family`` (a name registered twice is refused)."""
-    if family.name in _FAMILIES:
-        raise ValueError(f"estimator {family.name!r} is registered already")
-    unknown = set(family.privacies) - set(PRIVACY_KINDS)
-    if unknown or not family.privacies:
-        raise ValueError(f"estimator {family.name!r}: privacy kinds must be among {PRIVACY_KINDS}")
-    _FAMILIES[family.name] = family
-    return family
-
-
-def unregister(name: str) -> None:
-    """Remove a family (tests that register a toy one)."""
-    _FAMILIES.pop(name, None)
-
-
-def names() -> tuple[str, ...]:
-    """The registered estimator names, in registration order."""
-    return tuple(_FAMILIES)
-
-
-def get(name: str) -> EstimatorFamily:
-    """The family ``name`` (InvalidParameterError naming the registered ones otherwise)."""
-    if name not in _FAMILIES:
-        raise InvalidParameterError(f"estimator ({name!r}) must be one of {', '.join(_FAMILIES)}")
-    return _FAMILIES[name]
+_REGISTRY: Registry[EstimatorFamily] = Registry("estimator", check=_privacy_kinds)
+# The registry's verbs (``shared.estimators.families`` registers the product's three).
+register = _REGISTRY.register
+unregister = _REGISTRY.unregister
+names = _REGISTRY.names
+families = _REGISTRY.families
+get = _REGISTRY.get

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 
 from shared.errors import InvalidParameterError
+from shared.named_registry import Registry
 
 if TYPE_CHECKING:
     from shared.mechanisms.histogram import Prior
@@ -106,45 +107,26 @@ def realisable(attempts: Iterable[Callable[[], M]], *, key: Callable[[M], Hashab
     return out
 
 
-_FAMILIES: dict[str, MechanismFamily] = {}
 RESERVED = ("auto", "none")
 
 
-def register(family: MechanismFamily) -> MechanismFamily:
-    """Add ``family`` (once; a second family of the same name is refused)."""
-    if family.name in _FAMILIES or family.name in RESERVED:
-        raise InvalidParameterError(f"mechanism {family.name!r} is already registered or reserved")
+def _identifier(family: MechanismFamily) -> None:
     if not family.name.isidentifier():
         raise InvalidParameterError(f"mechanism name ({family.name!r}) must be an identifier")
-    _FAMILIES[family.name] = family
-    return family
 
 
-def unregister(name: str) -> None:
-    """Remove a family (tests that register a toy mechanism clean up with this)."""
-    _FAMILIES.pop(name, None)
-
-
-def names() -> tuple[str, ...]:
-    """The registered families, in registration order (``auto`` compares them in this order)."""
-    return tuple(_FAMILIES)
-
-
-def families() -> tuple[MechanismFamily, ...]:
-    return tuple(_FAMILIES.values())
-
-
-def get(name: str) -> MechanismFamily:
-    """The family called ``name``; an unknown name is refused listing the known ones."""
-    family = _FAMILIES.get(name) if isinstance(name, str) else None
-    if family is None:
-        raise InvalidParameterError(f"mechanism ({name!r}) must be one of {', '.join(names())}")
-    return family
+_REGISTRY: Registry[MechanismFamily] = Registry("mechanism", reserved=RESERVED, check=_identifier)
+# The registry's verbs: a family registers itself once (``auto`` compares them in this order).
+register = _REGISTRY.register
+unregister = _REGISTRY.unregister
+names = _REGISTRY.names
+families = _REGISTRY.families
+get = _REGISTRY.get
 
 
 def name_of(mechanism: Any) -> str:
     """The registered name of a mechanism object."""
-    for family in _FAMILIES.values():
+    for family in families():
         if isinstance(mechanism, family.mechanism_type):
             return family.name
     raise InvalidParameterError(f"{type(mechanism).__name__} is not a registered mechanism")

@@ -33,7 +33,7 @@ def test_the_product_registers_ols_nw_and_bayes_with_their_privacy_kinds() -> No
     assert registry.get("ols").allowed("eptr") == {"r_x", "r_theta", "c0", "intercept"}
     with pytest.raises(InvalidParameterError, match="must be one of ols, nw, bayes"):
         registry.get("forest")
-    with pytest.raises(ValueError, match="registered already"):
+    with pytest.raises(InvalidParameterError, match="already registered"):
         registry.register(registry.get("ols"))
 
 
