@@ -41,7 +41,6 @@ from labels_party.db.engine import Database
 from labels_party.db.models import datasets, releases
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
 from labels_party.releases import (
-    RELEASE_ID_PATTERN,
     _public,
     plan_for,
     release_charges,
@@ -51,6 +50,7 @@ from shared.mechanisms.histogram import bin_edges
 from shared.message import (
     FORMAT_VERSION,
     NO_MECHANISM,
+    RELEASE_ID_PATTERN,
     MessageHeader,
     UniverseDigest,
     json_safe,

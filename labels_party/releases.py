@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -49,6 +48,7 @@ from shared.message import (
     header_for,
     json_from_sections,
     json_safe,
+    new_release_id,
 )
 from shared.plan import ReleasePlan, ReleaseRequest
 from shared.randomizer import Release, execute
@@ -66,7 +66,6 @@ RngFactory = Callable[[], Rng]
 
 CHUNK_BYTES = 1 << 20  # one stored blob of the binary message (label chunks stay 8-aligned)
 _FETCH_ROWS = 65536
-RELEASE_ID_PATTERN = r"^rel_[0-9a-f]{24}$"
 
 
 def plan_for(row: ds.DatasetRow, request: ReleaseRequest, *, n: int) -> ReleasePlan:
@@ -96,10 +95,6 @@ class _Snapshot:
 
 def _finite_or_none(value: float) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
-
-
-def new_release_id() -> str:
-    return "rel_" + secrets.token_hex(12)
 
 
 class ReleaseService:

@@ -61,13 +61,18 @@ from typing import Any
 
 import numpy as np
 
-from labels_party.releases import new_release_id
 from shared import epsilon as amounts
 from shared.budget import Budget
 from shared.client import LabelsPartyClient, ServiceError, _segment
 from shared.domain import LabelDomain
 from shared.errors import IntegrityError, LabelDPError
-from shared.message import EXAMPLE_ID_PATTERN, MessageHeader, header_for, json_safe
+from shared.message import (
+    EXAMPLE_ID_PATTERN,
+    MessageHeader,
+    header_for,
+    json_safe,
+    new_release_id,
+)
 from shared.parquet_message import BODY, HEADER, hash_body_and_universe
 from shared.plan import AUTO, ReleasePlan, ReleaseRequest
 from shared.randomizer import (

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import secrets
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
@@ -146,6 +147,15 @@ class MessageSegments(BaseModel):
                 raise ValueError("a segment belongs to exactly one group")
             seen |= set(group.segments)
         return self
+
+
+# A label release's id: "rel_" and 24 hex digits (the labels party's, or a Spark job's).
+RELEASE_ID_PATTERN = r"^rel_[0-9a-f]{24}$"
+
+
+def new_release_id() -> str:
+    """A fresh release id from the OS CSPRNG (unguessable: it names a message)."""
+    return "rel_" + secrets.token_hex(12)
 
 
 class MessageHeader(BaseModel):

@@ -15,8 +15,7 @@ import pytest
 
 from labels_party import ledger
 from labels_party.db.engine import Database, create_schema, make_engine
-from labels_party.releases import new_release_id
-from shared.message import body_sha256, header_for, json_safe, universe_digest
+from shared.message import body_sha256, header_for, json_safe, new_release_id, universe_digest
 from shared.plan import ReleaseRequest
 from shared.randomizer import choose_randomizer, describe, measure
 from tests.labels_party.conftest import ADV, OPS, create_dataset, register

@@ -14,7 +14,6 @@ from labels_party.api.deps import AdvertiserOn
 from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.releases import release_request
-from labels_party.releases import RELEASE_ID_PATTERN
 from labels_party.schemas import (
     ExternalReleaseCharge,
     ExternalReleaseFailure,
@@ -23,6 +22,7 @@ from labels_party.schemas import (
 )
 from shared.errors import InvalidParameterError
 from shared.http.requests import json_body
+from shared.message import RELEASE_ID_PATTERN
 
 router = APIRouter(tags=["releases"], route_class=BodyDocumentedRoute)
 _PATH = "/v1/datasets/{name}/external-releases"

@@ -18,8 +18,8 @@ from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.datasets import LOOKUP_PATTERN
 from labels_party.db.engine import Database
 from labels_party.errors import BadInputError, FieldError
-from labels_party.releases import RELEASE_ID_PATTERN
 from labels_party.schemas import LedgerPage, LedgerVerifyReport
+from shared.message import RELEASE_ID_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["ledger"], route_class=BodyDocumentedRoute)
 CSV_MEDIA_TYPE = "text/csv"

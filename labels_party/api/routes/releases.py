@@ -28,13 +28,18 @@ from labels_party.schemas import (
 from labels_party.trails import audited, logged_download
 from shared.errors import InvalidParameterError
 from shared.http.requests import json_body
-from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE, MessageHeader
+from shared.message import (
+    BINARY_MEDIA_TYPE,
+    JSON_MEDIA_TYPE,
+    RELEASE_ID_PATTERN,
+    MessageHeader,
+)
 from shared.plan import ReleaseRequest
 
 router = APIRouter(tags=["releases"], route_class=BodyDocumentedRoute)
 # Documented (OpenAPI), and checked by known_release: a malformed id is simply not found (404).
-ReleasePath = Path(json_schema_extra={"pattern": rel.RELEASE_ID_PATTERN}, description="release id")
-_RELEASE_ID_RE = re.compile(rel.RELEASE_ID_PATTERN)
+ReleasePath = Path(json_schema_extra={"pattern": RELEASE_ID_PATTERN}, description="release id")
+_RELEASE_ID_RE = re.compile(RELEASE_ID_PATTERN)
 
 
 def known_release(release_id: str) -> str:
