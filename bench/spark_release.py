@@ -1,4 +1,4 @@
-"""Benchmark: the Spark release (labels_party.spark_job) in local mode vs the single-process one.
+"""Benchmark: the Spark release (spark_release.job) in local mode vs the single-process one.
 
 For each n: synthetic universe of n ids, 20% labelled (exponential labels), written to Parquet
 by Spark; a real labels-party process; the job end to end (wall time per stage, from
@@ -129,8 +129,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from demo.services import new_tokens, start_labels_party
-    from labels_party.spark_job import ARROW_BATCH_ROWS, JobConfig, run, spark_session
     from shared.client import LabelsPartyClient
+    from spark_release.job import ARROW_BATCH_ROWS, JobConfig, run, spark_session
 
     spark = spark_session(
         args.master, {"spark.driver.memory": "2g", "spark.ui.showConsoleProgress": "false"}

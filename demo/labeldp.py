@@ -10,7 +10,7 @@ labeldp tokens add|list|revoke (labels_party.tokens_cli)
 labeldp receipt verify       (shared.receipt_cli)
 labeldp serve features ...   (features_party.cli)
 labeldp demo ...             (demo.cli)
-labeldp release --engine spark ... (labels_party.release_cli)
+labeldp release --engine spark ... (spark_release.cli)
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     from demo import cli as demo_cli
     from features_party import cli as features_cli
     from labels_party import cli as labels_cli
-    from labels_party import release_cli
     from shared import receipt_cli
+    from spark_release import cli as release_cli
 
     parser = argparse.ArgumentParser(
         prog="labeldp", description="Feature-oblivious label differential privacy, two parties."

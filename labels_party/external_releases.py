@@ -1,6 +1,6 @@
 """Externally executed releases: charged BEFORE their noise is drawn, then published.
 
-The job (``labels_party.spark_job``) runs the SAME plan (``shared.plan.plan_release``) on its
+The job (``spark_release.job``) runs the SAME plan (``shared.plan.plan_release``) on its
 driver and the same engine functions on its executors. Two calls, so that no randomized output
 exists anywhere (staging included) without a ledger entry that paid for it:
 

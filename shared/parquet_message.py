@@ -1,6 +1,6 @@
 """The ONE message as a Spark job publishes it: ``header.json`` + a Parquet body.
 
-A release executed by ``labeldp release --engine spark`` (``labels_party.spark_job``) is a
+A release executed by ``labeldp release --engine spark`` (``spark_release.job``) is a
 directory::
 
     <out>/header.json            the same MessageHeader as the HTTP message

@@ -34,3 +34,12 @@ def test_the_scanner_sees_imports_inside_functions(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from labels_party import ledger\n    import bench.x\n")
     assert {"labels_party", "bench"} <= _imports(module)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "spark_release").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_the_spark_job_talks_to_the_labels_party_over_http_only(path: Path) -> None:
+    """The Spark job runs where the labels live: it imports the engine (``shared``), never a
+    party's service code (it charges and publishes through the labels party's HTTP API)."""
+    assert not _imports(path) & {"labels_party", "features_party", "demo", "bench", "tests"}

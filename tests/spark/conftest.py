@@ -39,7 +39,7 @@ _spark_or_skip()
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """local[2] with up to 2 attempts per task (the retry test makes the first one fail)."""
-    from labels_party.spark_job import spark_session
+    from spark_release.job import spark_session
 
     session = spark_session(
         "local[2,2]",

@@ -1,4 +1,4 @@
-"""The release as a Spark job (labels_party.spark_job) against a real labels-party process."""
+"""The release as a Spark job (spark_release.job) against a real labels-party process."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ import pytest
 from scipy.stats import chisquare
 
 from features_party.parquet_message import read_parquet_message
-from labels_party import spark_job
-from labels_party.spark_job import JobConfig, SimulatedCrash, SparkJobError, run
 from shared.domain import LabelDomain
 from shared.mechanisms.rr_on_bins import RROnBins
 from shared.randomizer import choose_randomizer, measure, noisy_prior_from_counts
+from spark_release import job as spark_job
+from spark_release.job import JobConfig, SimulatedCrash, SparkJobError, run
 from tests.spark.conftest import LabelsParty, write_inputs
 
 _names = (f"ds{i}" for i in itertools.count())

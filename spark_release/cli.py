@@ -1,4 +1,4 @@
-"""``labeldp release --engine spark ...``: a release executed as a Spark job (``spark_job``)."""
+"""``labeldp release --engine spark ...``: a release run as a Spark job (``spark_release.job``)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def register_commands(commands: Any) -> None:
 
 def release_command(args: argparse.Namespace) -> int:
     """Run the job; 0 on a committed release, 2 on a refusal (nothing spent unless said)."""
-    from labels_party.spark_job import JobConfig, SparkJobError, run
+    from spark_release.job import JobConfig, SparkJobError, run
 
     token = os.environ.get(TOKEN_ENV)
     if not token:
