@@ -27,7 +27,7 @@ from bench import emit
 
 def one_run(epsilon: float, extra: Sequence[str]) -> dict[str, object]:
     """One `labeldp demo --json` run; its summary plus the wall time."""
-    command = [sys.executable, "-m", "demo.labeldp", "demo", "--json", "--quiet", "--clean"]
+    command = [sys.executable, "-m", "labeldp", "demo", "--json", "--quiet", "--clean"]
     tic = time.perf_counter()
     done = subprocess.run(
         [*command, "--epsilon", repr(epsilon), *extra], capture_output=True, text=True, check=True

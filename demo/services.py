@@ -1,6 +1,6 @@
 """Start and stop the two services as local processes on 127.0.0.1 (demo and tests).
 
-Each service is ``python -m demo.labeldp serve <labels|features> ...`` on a free loopback port,
+Each service is ``python -m labeldp serve <labels|features> ...`` on a free loopback port,
 with its SQLite file and its log in a working folder; tokens travel in the environment, never on
 the command line (where ``ps`` would show them).
 """
@@ -113,7 +113,7 @@ def _spawn(
     last: ServiceStartError | None = None
     for _ in range(3):  # a "free" port can be taken in between: try another one
         chosen = port or free_port()
-        argv = [sys.executable, "-m", "demo.labeldp", "serve", name, *args, "--port", str(chosen)]
+        argv = [sys.executable, "-m", "labeldp", "serve", name, *args, "--port", str(chosen)]
         log_path = workdir / f"{name}-party.log"
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         process = subprocess.Popen(

@@ -1,4 +1,4 @@
-"""``labeldp serve labels`` and ``labeldp ledger verify|export`` (registered into demo.labeldp).
+"""``labeldp serve labels`` and ``labeldp ledger verify|export`` (registered into labeldp.cli).
 
 Also runnable alone: ``python -m labels_party serve labels --db PATH`` (same arguments). The
 database is ``--database-url URL``, ``--db PATH`` (or a URL) or ``LABELDP_DATABASE_URL``.

@@ -43,3 +43,12 @@ def test_the_spark_job_talks_to_the_labels_party_over_http_only(path: Path) -> N
     """The Spark job runs where the labels live: it imports the engine (``shared``), never a
     party's service code (it charges and publishes through the labels party's HTTP API)."""
     assert not _imports(path) & {"labels_party", "features_party", "demo", "bench", "tests"}
+
+
+@pytest.mark.parametrize(
+    "package", ["shared", "labels_party", "features_party", "spark_release", "demo", "bench"]
+)
+def test_nothing_but_tests_imports_the_command(package: str) -> None:
+    """``labeldp`` sits above everything it registers: no package imports it back."""
+    for path in sorted((ROOT / package).rglob("*.py")):
+        assert "labeldp" not in _imports(path), path

@@ -35,6 +35,6 @@ def test_the_readmes_shell_commands_exist() -> None:
     shell = "\n".join(blocks("bash"))
     assert "labeldp demo" in shell and "bash tests/run.sh" in shell
     assert (README.parent / "tests" / "run.sh").is_file()
-    from demo.labeldp import build_parser
+    from labeldp.cli import build_parser
 
     assert build_parser().parse_args(["demo"]).command == "demo"

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from demo.labeldp import main as labeldp
 from demo.synthetic_ads import CATEGORICAL, LABEL_MAX, NUMERIC, make_ads
 from features_party.training import fit_encoder, fit_model
+from labeldp.cli import main as labeldp
 
 SUMMARY_KEYS = {
     "epsilon_spent",
@@ -31,7 +31,7 @@ SUMMARY_KEYS = {
 def run_demo(*args: str, timeout: float = 300) -> dict:
     """``labeldp demo --json`` in a subprocess; returns the parsed summary."""
     done = subprocess.run(
-        [sys.executable, "-m", "demo.labeldp", "demo", "--json", "--quiet", *args],
+        [sys.executable, "-m", "labeldp", "demo", "--json", "--quiet", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -118,7 +118,7 @@ def test_demo_on_a_csv_file_with_plot_and_a_verifiable_ledger(tmp_path: Path):
     ledger = Path(summary["ledger"]["database"])
     assert ledger.parent == workdir and ledger.exists()
     verify = subprocess.run(
-        [sys.executable, "-m", "demo.labeldp", "ledger", "verify", "--db", str(ledger)],
+        [sys.executable, "-m", "labeldp", "ledger", "verify", "--db", str(ledger)],
         capture_output=True,
         text=True,
         timeout=60,

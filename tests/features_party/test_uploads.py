@@ -173,7 +173,7 @@ def test_metrics_count_requests_and_rows(features):
 
 
 def test_serve_features_refuses_to_start_without_the_publisher_token(tmp_path, monkeypatch, capsys):
-    from demo.labeldp import main as labeldp
+    from labeldp.cli import main as labeldp
 
     monkeypatch.delenv("LABELDP_PUBLISHER_TOKEN", raising=False)
     monkeypatch.delenv("LABELDP_FEATURES_TOKEN", raising=False)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from demo.labeldp import build_parser
+from labeldp.cli import build_parser
 from tests.labels_party.conftest import create_dataset
 
 
@@ -24,7 +24,7 @@ def test_dispatcher_parses_the_labels_commands(tmp_path):
 def test_labeldp_ledger_verify_through_the_dispatcher(client, db_path):
     create_dataset(client)
     result = subprocess.run(
-        [sys.executable, "-m", "demo.labeldp", "ledger", "verify", "--db", str(db_path)],
+        [sys.executable, "-m", "labeldp", "ledger", "verify", "--db", str(db_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -39,7 +39,7 @@ def test_labeldp_ledger_verify_through_the_dispatcher(client, db_path):
     [("--params", "[1]"), ("--params", "{"), ("--epsilon", "0"), ("--mechanism", "laplace")],
 )
 def test_labeldp_release_refuses_bad_options_before_running(option: str, value: str) -> None:
-    from demo.labeldp import main
+    from labeldp.cli import main
 
     argv = ["release", "--engine", "spark", "--dataset", "d", "--labels-url", "http://127.0.0.1:1",
             "--examples", "e", "--labels", "l", "--epsilon", "1", "--out", "o"]  # fmt: skip

@@ -51,7 +51,7 @@ def _serve(service: str, tmp_path: Path, env: dict[str, str], *extra: str) -> No
     log_path = tmp_path / f"{service}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "demo.labeldp", "serve", service, "--port", str(port), *extra],
+            [sys.executable, "-m", "labeldp", "serve", service, "--port", str(port), *extra],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "LABELDP_WARMUP": "0", **env},
@@ -131,7 +131,7 @@ def test_bad_db_path_for_serve_is_one_line(tmp_path):
          {"LABELDP_PUBLISHER_TOKEN": TOKENS.publisher}),
     ):  # fmt: skip
         result = subprocess.run(
-            [sys.executable, "-m", "demo.labeldp", "serve", service, "--db", str(bad), *extra],
+            [sys.executable, "-m", "labeldp", "serve", service, "--db", str(bad), *extra],
             capture_output=True, text=True, env={**os.environ, **env}, timeout=120, check=False,
         )  # fmt: skip
         lines = result.stderr.strip().splitlines()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from demo.labeldp import main as labeldp
+from labeldp.cli import main as labeldp
 from labels_party import ledger, principals
 from labels_party.db.engine import Database, create_schema, make_engine
 from shared.errors import InvalidParameterError

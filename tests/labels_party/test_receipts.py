@@ -51,7 +51,7 @@ def keys_of(client: Any) -> dict[str, Any]:
 
 def labeldp(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "demo.labeldp", *args],
+        [sys.executable, "-m", "labeldp", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -244,7 +244,7 @@ def test_a_database_without_a_directory_needs_the_key_file_named(tmp_path: Path)
     assert resolve_signing_key(named, url, {}) == named
     assert default_key_path(f"sqlite:///{tmp_path}/a.db") == tmp_path / DEFAULT_KEY_FILE
     served = subprocess.run(
-        [sys.executable, "-m", "demo.labeldp", "serve", "labels", "--database-url", url],
+        [sys.executable, "-m", "labeldp", "serve", "labels", "--database-url", url],
         capture_output=True,
         text=True,
         timeout=120,

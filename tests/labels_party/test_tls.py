@@ -35,11 +35,11 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spawn_https(
     args: list[str], env: dict[str, str], log_path: Path, ca_file: Path
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``python -m demo.labeldp serve ARGS --port P`` and wait for https /healthz."""
+    """Start ``python -m labeldp serve ARGS --port P`` and wait for https /healthz."""
     port = free_port()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "demo.labeldp", "serve", *args, "--port", str(port)],
+            [sys.executable, "-m", "labeldp", "serve", *args, "--port", str(port)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **env},

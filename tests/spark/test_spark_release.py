@@ -375,7 +375,7 @@ def test_the_labeldp_release_command_runs_the_job(
     spark: Any, labels_party: LabelsParty, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    from demo.labeldp import main
+    from labeldp.cli import main
 
     name = next(_names)
     labels_party.create_dataset(name)

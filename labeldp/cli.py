@@ -1,7 +1,7 @@
 """The ``labeldp`` command: one entry point, each party registers its own subcommands.
 
-It lives beside the demo (which runs both parties) so that ``shared/``, the engine both
-parties import, depends on neither of them.
+It lives in its own package, above everything it registers, so that ``shared/``, the engine
+both parties import, depends on neither of them.
 
 labeldp serve labels ...     (labels_party.cli)
 labeldp ledger verify|export (labels_party.cli)
