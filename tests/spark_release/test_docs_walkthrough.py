@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.spark.conftest import LabelsParty, write_inputs
+from tests.spark_release.conftest import LabelsParty, write_inputs
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
 BLOCK = re.compile(r"```(bash|python)\n(.*?)```", re.DOTALL)

@@ -21,7 +21,7 @@ from shared.mechanisms.rr_on_bins import RROnBins
 from shared.randomizer import choose_randomizer, measure, noisy_prior_from_counts
 from spark_release import job as spark_job
 from spark_release.job import JobConfig, SimulatedCrash, SparkJobError, run
-from tests.spark.conftest import LabelsParty, write_inputs
+from tests.spark_release.conftest import LabelsParty, write_inputs
 
 _names = (f"ds{i}" for i in itertools.count())
 
