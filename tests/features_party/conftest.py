@@ -6,7 +6,6 @@ import contextlib
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -16,43 +15,20 @@ import numpy as np
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
-from demo.services import ServiceProcess, new_tokens, start_labels_party
 from features_party.config import Settings
 from features_party.main import create_app
-from shared.client import LabelsPartyClient, RetryPolicy
+from tests.labels_process import FAST_RETRY, LabelsParty, running_labels_party
 
 with warnings.catch_warnings():  # starlette prefers httpx2 (not a dependency) at import time
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
-FAST_RETRY = RetryPolicy(attempts=3, base_delay=0.05, factor=2.0, max_delay=0.2)
-
-
-@dataclass
-class LabelsParty:
-    """A running labels-party process and clients for its three roles."""
-
-    service: ServiceProcess
-    tokens: dict[str, str]
-
-    @property
-    def url(self) -> str:
-        return self.service.url
-
-    def client(self, role: str) -> LabelsPartyClient:
-        return LabelsPartyClient(self.url, token=self.tokens[role], retry=FAST_RETRY)
-
 
 @pytest.fixture(scope="module")
 def labels_party(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelsParty]:
     """A real ``labeldp serve labels`` process for the whole module."""
-    workdir = tmp_path_factory.mktemp("labels")
-    tokens = new_tokens()
-    service = start_labels_party(workdir, tokens)
-    try:
-        yield LabelsParty(service=service, tokens=tokens)
-    finally:
-        service.stop()
+    with running_labels_party(tmp_path_factory.mktemp("labels")) as party:
+        yield party
 
 
 def auth(tokens: dict[str, str]) -> dict[str, str]:

@@ -5,14 +5,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from demo.services import ServiceProcess, new_tokens, start_labels_party
-from shared.client import LabelsPartyClient, RetryPolicy
+from tests.labels_process import LabelsParty, running_labels_party
 
 
 def _spark_or_skip() -> None:
@@ -56,46 +54,10 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
-@dataclass
-class LabelsParty:
-    service: ServiceProcess
-    tokens: dict[str, str]
-
-    @property
-    def url(self) -> str:
-        return self.service.url
-
-    def client(self, role: str) -> LabelsPartyClient:
-        fast = RetryPolicy(attempts=2, base_delay=0.05, factor=2.0, max_delay=0.1)
-        return LabelsPartyClient(self.url, token=self.tokens[role], retry=fast)
-
-    def create_dataset(self, name: str, *, budget: str = "10", **fields: Any) -> None:
-        body = {"name": name, "label_min": 0.0, "label_max": 100.0, "default_label": 0.0,
-                "epsilon_budget": budget, **fields}  # fmt: skip
-        with self.client("operator") as client:
-            client.request("POST", "/v1/datasets", idempotent=False, json_body=body)
-
-    def dataset(self, name: str) -> dict[str, Any]:
-        with self.client("advertiser") as client:
-            return dict(client.request("GET", f"/v1/datasets/{name}", idempotent=True).json())
-
-    def ledger(self, name: str) -> list[dict[str, Any]]:
-        with self.client("operator") as client:
-            page = client.request(
-                "GET", "/v1/ledger", idempotent=True, params={"dataset": name}
-            ).json()
-        return list(page["entries"])
-
-
 @pytest.fixture(scope="module")
 def labels_party(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelsParty]:
-    workdir = tmp_path_factory.mktemp("labels")
-    tokens = new_tokens()
-    service = start_labels_party(workdir, tokens)
-    try:
-        yield LabelsParty(service=service, tokens=tokens)
-    finally:
-        service.stop()
+    with running_labels_party(tmp_path_factory.mktemp("labels")) as party:
+        yield party
 
 
 def write_inputs(
