@@ -23,7 +23,7 @@ from labels_party.db.models import datasets, entries, public_feature_sets, relea
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
-from shared.mechanisms.histogram import bin_edges
+from shared.mechanisms.histogram import MAX_BINS, bin_edges
 from shared.segments import check_segment_column
 
 # Starts with a letter or digit: "." and ".." would be dot segments that HTTP clients collapse
@@ -33,8 +33,6 @@ _NAME_RE = re.compile(NAME_PATTERN)
 # Looking a dataset up accepts the older, laxer rule (datasets created before it still load).
 LOOKUP_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
 NAME_RULE = "must be 1-64 characters of letters, digits, '_.-', starting with a letter or digit"
-# Histogram cells a release may ask for; the bounds must allow that many distinct float cells.
-MAX_BINS = 4096
 OPEN, RELEASED, ARCHIVED = "open", "released", "archived"
 # Budget comparisons allow this relative slack so that, e.g., ten spends of 0.1 fit a budget
 # of 1.0 despite binary rounding (1e-9 of the budget: far below any meaningful epsilon).

@@ -7,14 +7,23 @@ and unknown keys are refused, so a typo never silently changes a privacy paramet
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 
-from labels_party.datasets import MAX_BINS, NAME_PATTERN
+from labels_party.datasets import NAME_PATTERN
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.mechanisms import registry
+from shared.mechanisms.histogram import MAX_BINS
 from shared.message import EXAMPLE_ID_PATTERN
 from shared.plan import AUTO, check_mechanism
 from shared.segments import SEGMENT_COLUMN_PATTERN
@@ -71,33 +80,49 @@ class DatasetCreate(BaseModel):
     )
 
 
-class ReleaseOptions(BaseModel):
-    """Optional mechanism parameters (chosen from the private prior when omitted)."""
+def _option_field(spec: registry.OptionSpec) -> tuple[Any, Any]:
+    """A family's option spec as an optional, strictly typed request field."""
+    kinds: dict[str, Any] = {"number": float, "integer": int, "string": str}
+    annotation: Any = Literal[spec.choices] if spec.choices else kinds[spec.kind]
+    bounds = {k: v for k, v in (("gt", spec.gt), ("ge", spec.ge), ("le", spec.le)) if v is not None}
+    return annotation | None, Field(default=None, description=spec.description, **bounds)
 
-    model_config = _STRICT
 
-    bins: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_BINS,
-        description=(
-            "histogram cells; default: shared.selection.adaptive_bins(n, the histogram's "
-            "part of epsilon1)"
+def _release_options() -> type[BaseModel]:
+    """``ReleaseOptions``: ``bins`` and ``model_dim`` (plan inputs of every mechanism), then each
+    registered family's options from its specs (``shared.mechanisms.registry.OptionSpec``)."""
+    fields: dict[str, Any] = {
+        "bins": (
+            int | None,
+            Field(
+                default=None,
+                ge=1,
+                le=MAX_BINS,
+                description=(
+                    "histogram cells; default: shared.selection.adaptive_bins(n, the "
+                    "histogram's part of epsilon1)"
+                ),
+            ),
+        ),
+    }
+    for family in registry.families():
+        for name, spec in family.option_specs.items():
+            fields.setdefault(name, _option_field(spec))
+    fields["model_dim"] = (
+        int | None,
+        Field(
+            default=None,
+            ge=1,
+            le=MAX_MODEL_DIM,
+            description="the receiver's model dimension (features) for auto; default 10",
         ),
     )
-    select: Literal["mse", "paper"] | None = Field(default=None, description="RPWithPrior")
-    zeta: float | None = Field(default=None, gt=0, description="RPWithPrior noise radius")
-    outside: Literal["project", "uniform"] | None = Field(default=None, description="RPWithPrior")
-    loss: Literal["squared", "absolute", "poisson"] | None = Field(
-        default=None, description="RR-on-Bins"
-    )
-    max_bins: int | None = Field(default=None, ge=1, le=MAX_BINS, description="RR-on-Bins cap")
-    model_dim: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_MODEL_DIM,
-        description="the receiver's model dimension (features) for auto; default 10",
-    )
+    model = create_model("ReleaseOptions", __config__=_STRICT, **fields)
+    model.__doc__ = "Optional mechanism parameters (chosen from the private prior when omitted)."
+    return model
+
+
+ReleaseOptions = _release_options()
 
 
 class ReleaseRequestBody(BaseModel):

@@ -34,6 +34,8 @@ from shared.rng import Rng
 Consistency = Literal["project", "clamp"]
 CONSISTENCY_RULES: tuple[str, ...] = ("project", "clamp")
 _SATURATE = 2**1000
+# Histogram cells a release may ask for; the bounds must allow that many distinct float cells.
+MAX_BINS = 4096
 
 
 def project_to_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:

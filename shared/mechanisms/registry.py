@@ -11,7 +11,7 @@ check. Adding a mechanism is one module that defines its class and calls :func:`
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -60,6 +60,21 @@ class LabelMechanism(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
+class OptionSpec:
+    """One option a family reads, as a request may give it: its JSON type (``kind``: "number",
+    "integer" or "string"), its allowed values or bounds, what it means. The API schema is built
+    from these (``labels_party.schemas.ReleaseOptions``); the family's ``build`` checks them
+    again, and ``check_options`` whatever depends on the label range."""
+
+    kind: str
+    description: str
+    choices: tuple[str, ...] = ()
+    gt: float | None = None
+    ge: float | None = None
+    le: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class MechanismFamily:
     """How to build, choose among and rebuild one kind of label mechanism.
 
@@ -85,6 +100,8 @@ class MechanismFamily:
     in_auto: bool = True
     reads_n: bool = False
     check_options: Callable[[Mapping[str, Any], float], None] = lambda options, width: None
+    # Each option's spec (the keys are ``options``): what the API schema says of it.
+    option_specs: Mapping[str, OptionSpec] = field(default_factory=dict)
 
 
 M = TypeVar("M")
@@ -113,6 +130,8 @@ RESERVED = ("auto", "none")
 def _identifier(family: MechanismFamily) -> None:
     if not family.name.isidentifier():
         raise InvalidParameterError(f"mechanism name ({family.name!r}) must be an identifier")
+    if family.option_specs and set(family.option_specs) != set(family.options):
+        raise InvalidParameterError(f"mechanism {family.name!r}: one spec per option")
 
 
 _REGISTRY: Registry[MechanismFamily] = Registry("mechanism", reserved=RESERVED, check=_identifier)

@@ -593,5 +593,19 @@ registry.register(
         light_prior=True,
         reads_n=True,
         check_options=check_options,
+        option_specs={
+            "select": registry.OptionSpec(
+                kind="string", choices=("mse", "paper"), description="RPWithPrior"
+            ),
+            "zeta": registry.OptionSpec(
+                kind="number",
+                gt=0.0,
+                description="RPWithPrior noise radius (label units; within 1e-9 to 1e9 x "
+                "(label_max - label_min))",
+            ),
+            "outside": registry.OptionSpec(
+                kind="string", choices=("project", "uniform"), description="RPWithPrior"
+            ),
+        },
     )
 )

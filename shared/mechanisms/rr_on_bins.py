@@ -40,7 +40,7 @@ from shared.domain import check_epsilon, check_labels, check_probabilities
 from shared.errors import InvalidParameterError
 from shared.mechanisms import _bins_kernels as kernels
 from shared.mechanisms import registry
-from shared.mechanisms.histogram import Prior
+from shared.mechanisms.histogram import MAX_BINS, Prior
 from shared.rng import Rng, SystemRandom
 
 LOSSES: dict[str, int] = {
@@ -590,5 +590,13 @@ registry.register(
         build=optimal_bins_for_prior,  # the least-label-loss optimal bins (Theorem 5)
         candidates=candidates,
         from_params=RROnBins.from_params,
+        option_specs={
+            "loss": registry.OptionSpec(
+                kind="string", choices=("squared", "absolute", "poisson"), description="RR-on-Bins"
+            ),
+            "max_bins": registry.OptionSpec(
+                kind="integer", ge=1, le=MAX_BINS, description="RR-on-Bins cap"
+            ),
+        },
     )
 )

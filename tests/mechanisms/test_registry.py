@@ -209,3 +209,22 @@ def test_realisable_skips_what_cannot_be_built_and_keeps_the_first_of_each_key()
     attempts = [lambda: 3, refused, lambda: 13, lambda: 4, refused]
     assert registry.realisable(attempts, key=lambda m: m % 10) == [3, 4]
     assert registry.realisable([refused], key=lambda m: m) == []
+
+
+def test_the_api_schema_of_release_options_is_built_from_the_families_specs() -> None:
+    """Each family declares its options (type, values, bounds) once; the request schema is
+    made of them (labels_party.schemas.ReleaseOptions), so a new family's options appear."""
+    from labels_party.schemas import ReleaseOptions
+
+    declared = {name for f in registry.families() for name in f.option_specs}
+    assert declared == {"select", "zeta", "outside", "loss", "max_bins"}
+    assert set(ReleaseOptions.model_fields) == declared | {"bins", "model_dim"}
+    for family in registry.families():
+        assert set(family.option_specs) == set(family.options)
+    schema = ReleaseOptions.model_json_schema()["properties"]
+    assert schema["zeta"]["anyOf"][0] == {"exclusiveMinimum": 0.0, "type": "number"}
+    assert schema["loss"]["anyOf"][0]["enum"] == ["squared", "absolute", "poisson"]
+    with pytest.raises(ValueError):
+        ReleaseOptions.model_validate({"select": "best"})
+    with pytest.raises(ValueError):
+        ReleaseOptions.model_validate({"unknown_option": 1})
