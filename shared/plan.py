@@ -213,9 +213,10 @@ def labels_can_train(*, n: int, epsilon2: float, model_dim: int) -> bool:
 
 
 def mean_first_epsilon1(
-    total: Decimal, *, n: int, lo: float, hi: float, model_dim: int
+    total: Decimal, *, ordinary: Decimal, n: int, lo: float, hi: float, model_dim: int
 ) -> Decimal | None:
-    """epsilon1 of ``auto``'s mean-first release of ``total``, or None for the ordinary split.
+    """epsilon1 of ``auto``'s mean-first release of ``total``, or None for the ordinary split
+    (``ordinary``: :func:`default_epsilon1` of ``total`` for ``auto``).
 
     Mean first when the ordinary default split's randomizer could not train a model of
     dimension ``model_dim`` (:func:`labels_can_train`), unless even 99% of the total buys a
@@ -224,7 +225,6 @@ def mean_first_epsilon1(
     """
     if total.is_infinite():
         return None
-    ordinary = default_epsilon1(total, n=n, mechanism=AUTO)
     rest = amounts.float_at_most(amounts.subtract(total, ordinary))
     if labels_can_train(n=n, epsilon2=rest, model_dim=model_dim):
         return None
@@ -235,6 +235,44 @@ def mean_first_epsilon1(
     if not anchor_can_use(lo=lo, hi=hi, epsilon=mean, n=n):
         return None
     return first
+
+
+def _default_first(
+    total: Decimal,
+    *,
+    n: int,
+    domain: LabelDomain,
+    mechanism: str,
+    model_dim: int,
+    mean_share_given: bool,
+) -> tuple[Decimal, str, str]:
+    """(epsilon1, split, the plan's sentence) of a release without a given epsilon1: the
+    default split, or ``auto``'s mean first (:func:`mean_first_epsilon1`)."""
+    ordinary = default_epsilon1(total, n=n, mechanism=mechanism)
+    if mechanism == AUTO and not mean_share_given:
+        first = mean_first_epsilon1(
+            total, ordinary=ordinary, n=n, lo=domain.lo, hi=domain.hi, model_dim=model_dim
+        )
+        if first is not None:
+            return (
+                first,
+                "mean_first",
+                (
+                    f"mean first: {n} labels randomized at epsilon "
+                    f"{_short(amounts.subtract(total, ordinary))} could not train a model of "
+                    f"dimension {model_dim} better than the DP mean (n epsilon2^2 < "
+                    f"{LABEL_SIGNAL_MIN:g} d), so epsilon1 is {_short(first)} of "
+                    f"{_short(total)} and the features party's auto model is the DP constant"
+                ),
+            )
+    return (
+        ordinary,
+        "default",
+        (
+            f"epsilon1 {_short(ordinary)} of {_short(total)} by the default split for {mechanism} "
+            f"at n = {n} (histogram ~ sqrt(k / n), with a floor at small epsilon)"
+        ),
+    )
 
 
 def release_mean_share(
@@ -423,28 +461,11 @@ def plan_release(
         if epsilon1 is None:
             if total.is_infinite():
                 raise InvalidParameterError("an infinite epsilon needs epsilon1 and epsilon2")
-            mean_first = (
-                mean_first_epsilon1(total, n=count, lo=domain.lo, hi=domain.hi, model_dim=dim)
-                if mechanism == AUTO and mean_share is None
-                else None
-            )
-            if mean_first is not None:
-                first, split = mean_first, "mean_first"
-                lines.append(
-                    f"mean first: {count} labels randomized at epsilon "
-                    f"{_short(amounts.subtract(total, default_epsilon1(total, n=count)))} could "
-                    f"not train a model of dimension {dim} better than the DP mean (n epsilon2^2 "
-                    f"< {LABEL_SIGNAL_MIN:g} d), so epsilon1 is {_short(first)} of "
-                    f"{_short(total)} and the features party's auto model is the DP constant"
-                )
-            else:
-                first = default_epsilon1(total, n=count, mechanism=mechanism)
-                split = "default"
-                lines.append(
-                    f"epsilon1 {_short(first)} of {_short(total)} by the default split for "
-                    f"{mechanism} at n = {count} (histogram ~ sqrt(k / n), with a floor at small "
-                    "epsilon)"
-                )
+            first, split, line = _default_first(
+                total, n=count, domain=domain, mechanism=mechanism, model_dim=dim,
+                mean_share_given=mean_share is not None,
+            )  # fmt: skip
+            lines.append(line)
         else:
             first = amounts.exact(epsilon1, name="epsilon1", allow_inf=inf_ok)
             split = "given"
