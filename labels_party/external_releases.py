@@ -35,13 +35,14 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import select, update
 
-from labels_party import accountant, ledger
 from labels_party import datasets as ds
+from labels_party import ledger
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets, releases
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
 from labels_party.releases import (
     _public,
+    paid_columns,
     plan_for,
     release_charges,
     store_and_spend,
@@ -176,12 +177,7 @@ def charge(
         "requested_mechanism": request.mechanism,
         "mechanism": request.mechanism,  # the chosen one is recorded at publication
         "params": "{}",
-        **accountant.columns("epsilon1", plan.epsilon1),
-        **accountant.columns("epsilon2", plan.epsilon2),
-        **accountant.columns("epsilon", plan.epsilon),
-        "epsilon1": plan.epsilon1_float,
-        "epsilon2": plan.randomizer_float,
-        "n": n,
+        **paid_columns(plan),
         "created": created,
         "message_sha256": "",
         "binary_sha256": "",
@@ -307,9 +303,9 @@ def publish(
             },
             message_sha256=header.body_sha256,
         )
-        fixed = {"universe_sha256": universe_sha256} if current.n_examples == 0 else {}
-        if current.universe_sha256 is not None:
-            fixed = {}
+        # A lake universe is fixed by the dataset's first external release.
+        first_lake = current.n_examples == 0 and current.universe_sha256 is None
+        fixed = {"universe_sha256": universe_sha256} if first_lake else {}
         conn.execute(
             update(datasets).where(datasets.c.id == current.id).values(state=ds.RELEASED, **fixed)
         )

@@ -290,6 +290,18 @@ def _bins_of_release(release: Release | SegmentedRelease) -> int:
     return release.prior.k
 
 
+def paid_columns(plan: ReleasePlan) -> dict[str, Any]:
+    """A release row's charges: the exact amounts it paid, the floats each step ran at, n."""
+    return {
+        **accountant.columns("epsilon1", plan.epsilon1),
+        **accountant.columns("epsilon2", plan.epsilon2),
+        **accountant.columns("epsilon", plan.epsilon),
+        "epsilon1": plan.epsilon1_float,
+        "epsilon2": plan.randomizer_float,
+        "n": plan.n,
+    }
+
+
 def release_record(
     header: MessageHeader,
     plan: ReleasePlan,
@@ -304,20 +316,12 @@ def release_record(
 ) -> dict[str, Any]:
     """The ``releases`` row of a release with ``header`` that ran ``plan`` (the service's or an
     external one): the floats each step ran at, and the exact amounts it paid."""
-    paid = {
-        **accountant.columns("epsilon1", plan.epsilon1),
-        **accountant.columns("epsilon2", plan.epsilon2),
-        **accountant.columns("epsilon", plan.epsilon),
-    }
     return {
         "id": header.release_id,
         "requested_mechanism": requested_mechanism,
         "mechanism": header.mechanism,
         "params": ledger.canonical_json(json_safe(header.params)),
-        **paid,
-        "epsilon1": plan.epsilon1_float,
-        "epsilon2": plan.randomizer_float,
-        "n": plan.n,
+        **paid_columns(plan),
         "created": header.created.isoformat(timespec="microseconds").replace("+00:00", "Z"),
         "message_sha256": header.body_sha256,
         "binary_sha256": binary_sha256,
