@@ -34,7 +34,7 @@ from shared.errors import InvalidParameterError
 from shared.mechanisms import registry
 from shared.mechanisms.histogram import check_bins
 from shared.mechanisms.private_mean import anchor_can_use, private_mean_variance
-from shared.selection import DEFAULT_MODEL_DIM, adaptive_bins, check_model_dim
+from shared.selection import DEFAULT_MODEL_DIM, adaptive_bins, check_model_dim, model_dim_for
 
 AUTO = "auto"
 
@@ -209,7 +209,8 @@ def labels_can_train(*, n: int, epsilon2: float, model_dim: int) -> bool:
     """Whether ``n`` labels randomized at ``epsilon2`` can train a model of dimension
     ``model_dim`` better than the DP mean: n epsilon2^2 >= LABEL_SIGNAL_MIN d (the constants'
     comment above says why). Public: both parties decide it from the plan or the header."""
-    return n * float(epsilon2) ** 2 >= LABEL_SIGNAL_MIN * check_model_dim(model_dim)
+    eps = float(epsilon2)  # eps * eps: inf, never OverflowError, for a huge epsilon2
+    return n * eps * eps >= LABEL_SIGNAL_MIN * check_model_dim(model_dim)
 
 
 def mean_first_epsilon1(
@@ -447,6 +448,8 @@ def plan_release(
     domain = LabelDomain(lo=lo, hi=hi)
     check_mechanism(mechanism)
     opts = check_options(mechanism, options or {}, width=domain.hi - domain.lo)
+    # Mean first asks whether the smallest model (the given d, else 10) could train; the
+    # randomizer is chosen for the given d, else the default for n and epsilon2 (below).
     dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
     inf_ok = bool(allow_nonprivate)
     lines: list[str] = []
@@ -494,6 +497,7 @@ def plan_release(
             f"epsilon1 ({amounts.text(first)}) and epsilon2 ({amounts.text(second)}) must each "
             "be at least the smallest positive float"
         )
+    dim = model_dim_for(model_dim, n=count, epsilon2=f2)
     if split == "mean_first":
         share = MEAN_FIRST_MEAN_SHARE
     elif mean_share is None:
@@ -520,7 +524,9 @@ def plan_release(
         f"epsilon2 {_short(second)} on the randomizer "
         + (
             "(RPWithPrior or RR-on-Bins, whichever the noisy prior predicts trains better for "
-            f"a model of dimension {dim})"
+            f"a model of dimension {dim}"
+            + (", n epsilon2^2 / 80 in [10, 300]" if model_dim is None else "")
+            + ")"
             if mechanism == "auto"
             else f"({mechanism})"
         )

@@ -44,6 +44,7 @@ from shared.selection import (
     DEFAULT_MODEL_DIM,
     check_model_dim,
     choose,
+    model_dim_for,
     recommended_transform,
 )
 
@@ -103,9 +104,13 @@ def build_mechanism(
     label MSE. Everything read here is public: the choice is post-processing.
     """
     eps = check_epsilon(epsilon, name="epsilon2")
-    dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
     if n is not None:
         check_n(n)
+    dim = (
+        model_dim_for(model_dim, n=int(n), epsilon2=eps)
+        if n is not None
+        else check_model_dim(DEFAULT_MODEL_DIM if model_dim is None else model_dim)
+    )
     if mechanism != AUTO:
         family = registry.get(mechanism)
         options = check_options(mechanism, params)

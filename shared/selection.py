@@ -40,13 +40,15 @@ from shared.mechanisms import registry
 from shared.mechanisms.histogram import Prior
 
 TRANSFORMS: tuple[str, ...] = ("raw", "debiased")
-# Default effective model dimension d when the caller does not give one. Measured on the
-# committed accuracy records (bench/results/accuracy_*.md, "Pairwise accuracy of bias^2 + k
-# variance/n by k"): over the features party's ridge / GBM / auto models on Crime, Housing, ads,
-# linear and nonlinear, k = 10 has the best worst case (>= 79% of same-epsilon pairs ordered
-# right; k = 3: 76%, k = 30: 77%, k = d = 99 on Crime: 70% for `auto`) and is within 5 points of
-# the best k on every one. The papers' MLP wants k ~ 100-1000, but it is not a product model.
+# The smallest default d: a ridge on about ten features. Measured on the committed accuracy
+# records (bench/results/accuracy_*.md, "Pairwise accuracy of bias^2 + k variance/n by k"):
+# k = 10 ordered the features party's models best where the labels are noisy.
 DEFAULT_MODEL_DIM = 10
+# The default d grows with the labels' signal (:func:`default_model_dim`): one effective
+# parameter per SIGNAL_PER_DIM of n epsilon2^2, up to MAX_DEFAULT_MODEL_DIM. Measured side by
+# side (bench/results/worst_case.md, "The model dimension the plan chooses").
+SIGNAL_PER_DIM = 80.0
+MAX_DEFAULT_MODEL_DIM = 300
 MAX_MODEL_DIM = 10**9
 # Histogram sizes of :func:`adaptive_bins`.
 MIN_ADAPTIVE_BINS = 2
@@ -86,6 +88,34 @@ def check_model_dim(model_dim: Any) -> int:
     ):
         raise InvalidParameterError(f"model_dim ({model_dim!r}) must be an integer in [1, 10^9]")
     return int(model_dim)
+
+
+def default_model_dim(n: int, epsilon2: float) -> int:
+    """The d of C for a release that does not give one: n epsilon2^2 / 80, in [10, 300].
+
+    The features party's ``auto`` picks its model by cross-validation on the noisy targets, and
+    such a selection affords more effective parameters the less noisy the targets are (a
+    nonparametric fit's variance term is (d_eff / n) sigma^2 with d_eff growing with n /
+    sigma^2; an epsilon2-LDP target has sigma^2 of order (hi - lo)^2 / epsilon2^2). A d fixed at
+    10 chose wide, noisy RPWithPrior windows under which only a ridge survives selection, where a
+    tree ensemble on a narrower window was 2x better (nonlinear, epsilon 2). At or below
+    n epsilon2^2 = 800 it is 10, so :func:`shared.plan.labels_can_train` reads the same either
+    way. Public inputs only.
+    """
+    eps = check_epsilon(epsilon2, name="epsilon2", allow_inf=True)
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
+    signal = int(n) * eps * eps / SIGNAL_PER_DIM  # inf for an infinite or huge epsilon2
+    if signal >= MAX_DEFAULT_MODEL_DIM:
+        return MAX_DEFAULT_MODEL_DIM
+    return max(DEFAULT_MODEL_DIM, math.floor(signal))
+
+
+def model_dim_for(model_dim: Any, *, n: int, epsilon2: float) -> int:
+    """``model_dim`` checked, or :func:`default_model_dim` where it is None."""
+    if model_dim is None:
+        return default_model_dim(n, epsilon2)
+    return check_model_dim(model_dim)
 
 
 def conditional_moments(mechanism: Any, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -189,9 +219,11 @@ def candidate_mechanisms(
 
 
 def candidates(
-    prior: Prior, *, epsilon: float, n: int, model_dim: int = DEFAULT_MODEL_DIM, **options: Any
+    prior: Prior, *, epsilon: float, n: int, model_dim: int | None = None, **options: Any
 ) -> list[Candidate]:
-    """Every candidate randomizer x transform with its C (``options``: see candidate_mechanisms)."""
+    """Every candidate randomizer x transform with its C (``options``: see candidate_mechanisms;
+    ``model_dim`` None: :func:`default_model_dim`)."""
+    model_dim = model_dim_for(model_dim, n=n, epsilon2=epsilon)
     out = []
     for name, mechanism in candidate_mechanisms(prior, epsilon=epsilon, **options):
         for s in score(mechanism, prior, n=n, model_dim=model_dim).values():
@@ -200,7 +232,7 @@ def candidates(
 
 
 def choose(
-    prior: Prior, *, epsilon: float, n: int, model_dim: int = DEFAULT_MODEL_DIM, **options: Any
+    prior: Prior, *, epsilon: float, n: int, model_dim: int | None = None, **options: Any
 ) -> Candidate:
     """The (randomizer, transform) with the least C; ties go to the earlier candidate."""
     found = candidates(prior, epsilon=epsilon, n=n, model_dim=model_dim, **options)

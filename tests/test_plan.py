@@ -28,6 +28,7 @@ from shared.plan import (
     split_prior_epsilon,
 )
 from shared.randomizer import execute, label_randomizer
+from shared.selection import default_model_dim
 
 epsilons = st.one_of(
     st.decimals(min_value=Decimal("1e-6"), max_value=Decimal(50), places=6),
@@ -348,3 +349,16 @@ def test_zeta_must_lie_within_its_ratio_of_the_label_range(mechanism, zeta, ok) 
     else:
         with pytest.raises(InvalidParameterError, match=r"^zeta \("):
             plan()
+
+
+@pytest.mark.parametrize(("n", "epsilon"), [(8000, "1"), (8000, "2"), (1595, "0.3"), (20, "8")])
+def test_the_randomizer_is_chosen_for_the_default_model_dim_of_its_epsilon2(n, epsilon) -> None:
+    """No model_dim: the plan's d is default_model_dim(n, epsilon2) (10 when mean first); a
+    given one is kept, and mean first still asks about the given d."""
+    plan = plan_release(n=n, lo=0.0, hi=1.0, epsilon=epsilon)
+    assert plan.model_dim == default_model_dim(n, plan.randomizer_float)
+    assert f"dimension {plan.model_dim}, n epsilon2^2 / 80" in plan.explanation[-1]
+    if plan.split == "mean_first":
+        assert plan.model_dim == 10
+    given = plan_release(n=n, lo=0.0, hi=1.0, epsilon=epsilon, model_dim=7)
+    assert given.model_dim == 7 and "n epsilon2^2 / 80" not in given.explanation[-1]

@@ -6,11 +6,14 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared import selection
 from shared.errors import InvalidParameterError
 from shared.mechanisms import rp_with_prior, rr_on_bins
 from shared.mechanisms.histogram import Prior
+from shared.plan import labels_can_train
 from shared.randomizer import build_mechanism
 
 
@@ -204,3 +207,59 @@ def test_adaptive_bins_respects_the_cap_and_refuses_bad_input() -> None:
 def test_model_dim_is_a_positive_integer(bad: object) -> None:
     with pytest.raises(InvalidParameterError, match="model_dim"):
         selection.check_model_dim(bad)
+
+
+@pytest.mark.parametrize(
+    ("n", "epsilon2", "expected"),
+    [
+        (8000, 0.3, 10),  # 720 / 80 = 9: the floor
+        (8000, 1.0, 100),
+        (8000, 2.0, 300),  # 400: the cap
+        (1276, 0.5, 10),
+        (16000, 1.0, 200),
+        (1, math.inf, 300),  # no noise: the most flexible model
+        (10**9, 1e300, 300),  # n epsilon2^2 overflows a float: still the cap
+    ],
+)
+def test_default_model_dim_table(n: int, epsilon2: float, expected: int) -> None:
+    assert selection.default_model_dim(n, epsilon2) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=10**9),
+    epsilon2=st.floats(min_value=1e-6, max_value=1e300),
+    more=st.integers(min_value=0, max_value=10**6),
+)
+def test_default_model_dim_is_the_signal_rule(n: int, epsilon2: float, more: int) -> None:
+    """d = floor(n eps2^2 / 80) in [10, 300], growing with n; where it is above 10 the mean-first
+    gate (n eps2^2 >= 20 d) passes for it exactly as for 10, so both parties read one rule."""
+    d = selection.default_model_dim(n, epsilon2)
+    signal = n * epsilon2 * epsilon2 / 80.0
+    closed = 300 if signal >= 300 else max(10, math.floor(signal))
+    assert d == closed
+    assert selection.default_model_dim(n + more, epsilon2) >= d
+    assert labels_can_train(n=n, epsilon2=epsilon2, model_dim=d) is labels_can_train(
+        n=n, epsilon2=epsilon2, model_dim=selection.DEFAULT_MODEL_DIM
+    )
+    assert selection.model_dim_for(None, n=n, epsilon2=epsilon2) == d
+    assert selection.model_dim_for(7, n=n, epsilon2=epsilon2) == 7
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "10"])
+def test_default_model_dim_refuses_a_bad_n(bad: object) -> None:
+    with pytest.raises(InvalidParameterError, match="n"):
+        selection.default_model_dim(bad, 1.0)  # type: ignore[arg-type]
+
+
+def test_auto_without_model_dim_chooses_for_the_default(prior: Prior) -> None:
+    """The engine's choice with n and no model_dim is the choice for default_model_dim."""
+    for n, eps in ((500, 0.5), (20000, 1.0), (8000, 2.0)):
+        d = selection.default_model_dim(n, eps)
+        implicit = build_mechanism(prior, epsilon=eps, mechanism="auto", n=n)
+        explicit = build_mechanism(prior, epsilon=eps, mechanism="auto", n=n, model_dim=d)
+        assert implicit[0] == explicit[0]
+        assert vars(implicit[1]).keys() == vars(explicit[1]).keys()
+        for key, value in vars(implicit[1]).items():
+            other = vars(explicit[1])[key]
+            assert np.array_equal(value, other) if isinstance(value, np.ndarray) else value == other

@@ -27,7 +27,6 @@ import numpy as np
 
 from bench import baselines
 from features_party.mean_anchor import LabelMean
-from shared import selection
 from shared.mechanisms.histogram import Prior, private_histogram
 from shared.plan import DEFAULT_BINS, default_split, plan_release
 from shared.randomizer import build_mechanism, choose_randomizer, measure
@@ -237,8 +236,9 @@ def _rp_paper(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generat
     return _built(randomizer, eps1, eps2, source=source)
 
 
-def _default_dim(ctx: CellContext) -> int:
-    return selection.DEFAULT_MODEL_DIM
+def _default_dim(ctx: CellContext) -> int | None:
+    """None: the plan's own default (``shared.selection.default_model_dim``)."""
+    return None
 
 
 def _features_dim(ctx: CellContext) -> int:
@@ -259,7 +259,7 @@ def _table5_split(ctx: CellContext) -> tuple[float, float]:
 
 def _pipeline(
     mechanism: str,
-    dim_of: Callable[[CellContext], int],
+    dim_of: Callable[[CellContext], int | None],
     split_of: Callable[[CellContext], tuple[float, float]] | None = None,
 ) -> Callable[..., Built]:
     """A release exactly as the labels party runs it: ``shared.plan.plan_release`` (the default
@@ -277,11 +277,11 @@ def _pipeline(
             if split_of is None
             else dict(zip(("epsilon1", "epsilon2"), split_of(ctx), strict=True))
         )
-        dim = dim_of(ctx)
         plan = plan_release(
-            n=n, lo=ctx.lo, hi=ctx.hi, mechanism=mechanism, max_bins=ctx.bins, model_dim=dim,
-            **split,
+            n=n, lo=ctx.lo, hi=ctx.hi, mechanism=mechanism, max_bins=ctx.bins,
+            model_dim=dim_of(ctx), **split,
         )  # fmt: skip
+        dim = plan.model_dim
         # The cell's shared prior, when it was bought with this very histogram epsilon and cells
         # (a prior paid for with more epsilon than the variant accounts would be dishonest).
         reuse = plan.bins == ctx.bins and plan.histogram_float == ctx.shared_split[0]

@@ -552,13 +552,13 @@ def build(
         return choose_parameters(
             prior, epsilon=epsilon, select=select or "mse", zeta=zeta, outside=outside
         )
-    from shared.selection import DEFAULT_MODEL_DIM, choose
+    from shared.selection import choose
 
     best = choose(
         prior,
         epsilon=epsilon,
         n=n,
-        model_dim=DEFAULT_MODEL_DIM if model_dim is None else model_dim,
+        model_dim=model_dim,
         zeta=zeta,
         outside=outside,
         families=(MECHANISM_NAME,),

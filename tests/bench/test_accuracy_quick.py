@@ -231,6 +231,7 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
 
     from shared.debias import recommended_transform
     from shared.message import MessageHeader, NoisyHistogram, json_safe
+    from shared.selection import default_model_dim
 
     ds = data.make_linear(n=600, d=5)
     y = ds.y[:480]
@@ -259,7 +260,8 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
         model_dim=message.model_dim,
     )
     header = MessageHeader.model_validate_json(header.model_dump_json())  # as pulled
-    assert header.model_dim == 10  # the engine's default, what the labels party chose for
+    # The plan's default d for this n and epsilon2, what the labels party chose for.
+    assert header.model_dim == default_model_dim(y.size, built.epsilon2)
     expected = recommended_transform(header, model_dim=header.model_dim)
     split = models.prepare(ds.x[:480], ds.x[480:], lo=ds.lo, hi=ds.hi, standardize=False)
     _, extra = models.fit_features_party(
@@ -277,7 +279,7 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
 
 def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     """RP-auto-d = ``build_mechanism("rpwithprior", model_dim=d)`` on the same noisy prior, with
-    the transform the criterion recommends for d; RP-auto is the same with the default 10. Both
+    the transform the criterion recommends for d; RP-auto is the same with the plan's default d. Both
     at the labels party's RPWithPrior split, not the one RR-on-Bins / auto share, with the
     histogram's part of epsilon1 (the rest buys the DP label mean, as in the service)."""
     from shared import selection
@@ -300,7 +302,8 @@ def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     prior = mechanisms.private_histogram(
         y, lo=0.0, hi=1.0, bins=bins, epsilon=eps_hist, rng=np.random.default_rng(9)
     )
-    for key, dim in (("rp_auto", selection.DEFAULT_MODEL_DIM), ("rp_auto_d", 400)):
+    default = selection.default_model_dim(y.size, eps2)
+    for key, dim in (("rp_auto", default), ("rp_auto_d", 400)):
         _, expected = build_mechanism(
             prior, epsilon=eps2, mechanism="rpwithprior", n=y.size, model_dim=dim
         )

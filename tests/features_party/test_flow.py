@@ -21,6 +21,7 @@ from shared.client import RetryPolicy
 from shared.debias import recommended_transform
 from shared.mechanisms.private_mean import private_mean_variance
 from shared.message import SEGMENTED
+from shared.selection import default_model_dim
 from tests.features_party.conftest import (
     TamperingProxy,
     csv_body,
@@ -109,11 +110,13 @@ def test_full_flow_join_pull_once_predict_and_restart(labels_party, features_fac
     ).json()
     second_job = wait_job(features, second["id"])
     assert second_job["status"] == "succeeded"
-    # "auto" is resolved with the d the randomizer was chosen for (the engine's default here).
+    # "auto" is resolved with the d the randomizer was chosen for (the plan's default here).
     header = labels_party.client("publisher").download_message(release.id).header
-    assert header.model_dim == 10
+    assert header.model_dim == default_model_dim(header.n, header.epsilon2)
     assert second_job["result"]["label_transform_requested"] == "auto"
-    assert second_job["result"]["label_transform"] == recommended_transform(header, model_dim=10)
+    assert second_job["result"]["label_transform"] == recommended_transform(
+        header, model_dim=header.model_dim
+    )
     assert "labeldp_features_messages_pulled_total 1.0\n" in features.get("/metrics").text
     assert count_messages(features) == 1
 

@@ -1,0 +1,114 @@
+"""Out of the box against the best product cell, the best re-measured on fresh splits (issue 25).
+
+``python -m bench.accuracy.best_cell [--datasets nonlinear,linear,...] [--epsilons ...]
+[--runs 10] [--candidates rp_auto,rr_on_bins,auto_net,unbiased] [--out FILE]``
+
+The minimum over many variants on the same runs flatters whichever variant got lucky, so each
+(data set, epsilon) is measured in two stages with the runner's trials (each its own 80/20
+split, release noise and model seed; the features party's ``auto`` model throughout):
+
+1. selection, trials 0 .. runs - 1: out of the box (labels party ``auto``, no options) and every
+   candidate variant; the best cell is the candidate with the lowest mean test MSE;
+2. fresh, trials runs .. 2 runs - 1: out of the box and that best candidate again.
+
+The table gives both stages' ratio of mean test MSEs (out of the box / best cell; target at
+most 1.05 on the fresh runs) and out of the box against the same fresh runs' DP constant
+(median and worst run). Nothing is appended to the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from bench import emit
+from bench.accuracy import data as datasets
+from bench.accuracy import mechanisms as mech
+from bench.accuracy.worst_case import Row, ratios
+
+EPSILONS = (0.05, 0.1, 0.3, 0.5, 1.0, 2.0, 4.0, 8.0)
+DATASETS = ("nonlinear", "linear", "crime", "housing", "ads")
+CANDIDATES = ("rp_auto", "rr_on_bins", "auto_net", "unbiased")
+PRODUCT = "auto"
+TARGET = 1.05
+
+
+class Cell(NamedTuple):
+    """One (data set, epsilon): the selected best candidate and both stages' numbers."""
+
+    best: str
+    selection: dict[str, float]  # variant -> mean test MSE on the selection runs
+    product_fresh: list[Row]
+    best_fresh: list[Row]
+
+
+def _mean_mse(rows: Sequence[Row]) -> float:
+    return statistics.fmean(row.product_mse for row in rows)
+
+
+def measure(
+    data: datasets.Dataset, *, epsilons: Sequence[float], runs: int, candidates: Sequence[str]
+) -> dict[float, Cell]:
+    """Both stages for every epsilon of one data set."""
+    selection: dict[str, dict[float, list[Row]]] = {
+        variant: ratios(data, epsilons=epsilons, runs=runs, variant=variant)
+        for variant in (PRODUCT, *candidates)
+    }
+    out: dict[float, Cell] = {}
+    for eps in epsilons:
+        means = {variant: _mean_mse(rows[eps]) for variant, rows in selection.items()}
+        best = min(candidates, key=lambda v: means[v])
+        fresh = {
+            variant: ratios(data, epsilons=[eps], runs=runs, first_run=runs, variant=variant)[eps]
+            for variant in (PRODUCT, best)
+        }
+        out[eps] = Cell(best, means, fresh[PRODUCT], fresh[best])
+    return out
+
+
+def table(results: dict[str, dict[float, Cell]]) -> str:
+    """The Markdown table: one row per (data set, epsilon)."""
+    lines = [
+        "| data set | eps | best cell (selected) | out of the box / best: selection runs | "
+        "out of the box / best: fresh runs | out of the box, fresh: mean MSE | "
+        "out of the box / DP constant, fresh: median / worst |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, by_eps in results.items():
+        for eps, cell in by_eps.items():
+            chosen = cell.selection[PRODUCT] / cell.selection[cell.best]
+            fresh = _mean_mse(cell.product_fresh) / _mean_mse(cell.best_fresh)
+            constant = [row.ratio for row in cell.product_fresh]
+            mark = "**" if fresh <= TARGET else ""
+            lines.append(
+                f"| {name} | {eps:g} | {mech.VARIANTS[cell.best].key} | {chosen:.3f} | "
+                f"{mark}{fresh:.3f}{mark} | {_mean_mse(cell.product_fresh):.4g} | "
+                f"{statistics.median(constant):.3f} / {max(constant):.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.accuracy.best_cell")
+    datasets.grid_arguments(parser, datasets=DATASETS, epsilons=EPSILONS, runs=10)
+    parser.add_argument("--candidates", default=",".join(CANDIDATES))
+    args = parser.parse_args(argv)
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    candidates = [c for c in args.candidates.split(",") if c]
+    unknown = sorted(set(candidates) - set(mech.VARIANTS))
+    if unknown or PRODUCT in candidates:
+        parser.error(f"--candidates: unknown or the product itself: {unknown or PRODUCT}")
+    results = {}
+    for key, data in datasets.each_keyed(args.datasets, ads_n=args.ads_n):
+        tic = time.perf_counter()
+        results[key] = measure(data, epsilons=epsilons, runs=args.runs, candidates=candidates)
+        print(f"{key}: {time.perf_counter() - tic:.0f} s", flush=True)
+    emit(table(results), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
