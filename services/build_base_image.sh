@@ -2,14 +2,22 @@
 # Prepare everything docker-compose.yml needs on a machine with no image registry:
 #   1. a Docker engine (installs Debian's docker.io + docker-compose and starts dockerd if none runs),
 #   2. the base image labeldp-base:bookworm (debootstrap -> docker import; rootfs tarball cached),
-#   3. the wheelhouse services/wheels/ (project wheel + dependency wheels for CPython 3.11).
-# Idempotent: a second run only rebuilds the project wheel.
+#   3. the wheelhouse services/wheels/ (project wheel + dependency wheels for CPython 3.11,
+#      including the `postgres` extra: psycopg[binary], so the labels image can use PostgreSQL),
+#   4. with --infra (or LABELDP_INFRA=1) only: the image labeldp-infra:bookworm of the compose
+#      profile "replicas", Debian's postgresql and haproxy installed with apt-get FROM the base
+#      image (docker build --network host services/infra; needs the Debian mirror).
+# Idempotent: a second run only rebuilds the project wheel (and re-runs the cached infra build).
+#
+#   bash services/build_base_image.sh [--infra]
 #
 # Exit codes: 0 ready; 77 Docker cannot run on this machine at all (callers skip); other = error.
 #
 # Environment:
 #   LABELDP_BASE_IMAGE      base image to prepare (default labeldp-base:bookworm; any other name
 #                           is pulled from a registry instead of built with debootstrap)
+#   LABELDP_INFRA           1: build the infra image as with --infra
+#   LABELDP_INFRA_IMAGE     tag of the infra image (default labeldp-infra:bookworm)
 #   LABELDP_COMPOSE_CACHE   cache folder (default <repo>/.compose-cache, git-ignored)
 #   LABELDP_DEBIAN_MIRROR   Debian mirror for debootstrap (default: the host's apt source)
 #   PYTHON                  host Python used to run pip (default python3)
@@ -26,6 +34,22 @@ WHEELS="$REPO/services/wheels"
 # so dependency wheels are fetched for exactly that target whatever the host Python is.
 readonly IMAGE_PY_VERSION=3.11 IMAGE_PY_ABI=cp311
 ARCH="$(uname -m)"
+INFRA_IMAGE="${LABELDP_INFRA_IMAGE:-labeldp-infra:bookworm}"
+BUILD_INFRA="${LABELDP_INFRA:-0}"
+for arg in "$@"; do
+    case "$arg" in
+        --infra) BUILD_INFRA=1 ;;
+        -h | --help)
+            sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+            exit 0
+            ;;
+        *)
+            printf '[build_base_image] ERROR: unknown argument %s (usage: %s [--infra])\n' \
+                "$arg" "$0" >&2
+            exit 2
+            ;;
+    esac
+done
 
 log() { printf '[build_base_image] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -176,6 +200,7 @@ import sys, tomllib
 with open(sys.argv[1], "rb") as f:
     project = tomllib.load(f)
 print("\n".join(project["project"]["dependencies"]))
+print("\n".join(project["project"]["optional-dependencies"]["postgres"]))
 print("\n".join(project["build-system"]["requires"]))
 EOF
 )" || die "cannot read dependencies from pyproject.toml with $PY (needs Python >= 3.11)"
@@ -190,7 +215,9 @@ if [ "$(cat "$WHEELS/deps/.stamp" 2>/dev/null || true)" != "$stamp" ]; then
     "$PY" - "$REPO/pyproject.toml" >"$tmp/deps/requirements.txt" <<'EOF'
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
-    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+    project = tomllib.load(f)["project"]
+# The `postgres` extra too: the labels image talks to PostgreSQL (compose profile "replicas").
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["postgres"]))
 EOF
     "$PY" - "$REPO/pyproject.toml" >"$tmp/build/requirements.txt" <<'EOF'
 import sys, tomllib
@@ -239,3 +266,21 @@ pip_quiet wheel -q --no-deps --no-index \
     || die "building the project wheel failed"
 dep_wheels=("$WHEELS"/deps/*.whl)
 log "ready: base image $BASE_IMAGE, wheelhouse $WHEELS (${#dep_wheels[@]} dependency wheels)"
+
+# ---------------------------------------------------------------- 4. infra image (--infra)
+# PostgreSQL and HAProxy for the compose profile "replicas", from Debian's packages: apt-get runs
+# in a build container on the host's network (the engine's bridge may have no route out), FROM
+# the base image, so no registry is needed. The services' own images carry neither.
+if [ "$BUILD_INFRA" = 1 ]; then
+    security="$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+        | awk '{print $2}' | grep security | head -n 1 || true)"
+    infra_log="$CACHE/infra-build.log"
+    log "docker build $INFRA_IMAGE: Debian's postgresql and haproxy (log: $infra_log)"
+    DOCKER_BUILDKIT=0 docker build --network host \
+        --build-arg BASE_IMAGE="$BASE_IMAGE" \
+        --build-arg DEBIAN_SECURITY="${security:-http://deb.debian.org/debian-security}" \
+        -t "$INFRA_IMAGE" "$REPO/services/infra" >"$infra_log" 2>&1 \
+        || { tail -n 30 "$infra_log" >&2; die "building $INFRA_IMAGE failed"; }
+    log "ready: infra image $INFRA_IMAGE ($(docker run --rm --network none "$INFRA_IMAGE" \
+        sh -c 'postgres --version; haproxy -v | head -n 1' | tr '\n' ' '))"
+fi
