@@ -367,10 +367,30 @@ def public_design(request: ModelRequest, features: np.ndarray, columns: list[str
         raise _bad(str(exc), [("params", str(exc))]) from None
 
 
+def request_split(request: ModelRequest) -> Any:
+    """How the request's exact (epsilon, delta) is split when the product chooses some of the
+    estimator's parameters (``EstimatorFamily.split``; e.g. ePTR-OLS's constants: their
+    estimates' share, then ePTR's rest), None if the estimator gets it all. Public: reads the
+    request only; a refusal is a 422 naming the field."""
+    family = estimators.get(request.estimator)
+    try:
+        return family.split_of(request.privacy, request.params, request.epsilon, request.delta)
+    except DesignError as exc:
+        raise _bad(str(exc), [(exc.field, str(exc))]) from None
+
+
 def fit(
-    request: ModelRequest, design: Design, labels: np.ndarray, *, lo: float, hi: float, rng: Rng
+    request: ModelRequest,
+    design: Design,
+    labels: np.ndarray,
+    *,
+    lo: float,
+    hi: float,
+    rng: Rng,
+    split: Any = None,
 ) -> Fitted:
-    """Run the estimator at floats never above the exact charges; only the release leaves."""
+    """Run the estimator at floats never above the exact charges (each part of ``split`` at
+    its own); only the release leaves."""
     args = FitArgs(
         privacy=request.privacy,
         epsilon=amounts.float_at_most(request.epsilon),
@@ -379,6 +399,7 @@ def fit(
         hi=hi,
         params=request.params,
         rng=rng,
+        split=split,
     )
     return estimators.get(request.estimator).fit(design, labels, args)
 
@@ -416,8 +437,10 @@ class ModelReleaseService:
             n = len(features.ids.split("\n"))
             matrix = np.frombuffer(features.matrix, dtype="<f8").reshape(n, len(columns))
             design = public_design(request, matrix, columns)
+        split = request_split(request)
         budget = accountant.budget_of(row)
         delta = request.delta or amounts.ZERO
+        constants = {} if split is None else {"constants": _split_preview(split)}
         return {
             "dry_run": True,
             "dataset": row.name,
@@ -436,6 +459,7 @@ class ModelReleaseService:
                 "fits": budget.fits(request.epsilon, delta=delta),
                 "after": budget.after(epsilon=request.epsilon, delta=delta).public(),
             },
+            **constants,
         }
 
     def create(
@@ -466,16 +490,19 @@ class ModelReleaseService:
             ids = features.ids.split("\n")
             matrix = np.frombuffer(features.matrix, dtype="<f8").reshape(len(ids), len(columns))
             design = public_design(request, matrix, columns)
+            split = request_split(request)
             labels = _labels(conn, row, ids)
         with self._slots:
             fitted = fit(
-                request, design, labels, lo=row.label_min, hi=row.label_max, rng=self._rng_factory()
-            )
+                request, design, labels, lo=row.label_min, hi=row.label_max,
+                rng=self._rng_factory(), split=split,
+            )  # fmt: skip
         body = ModelBody(**fitted.body)
         model_id = new_model_release_id()
         created = datetime.now(UTC)
         created_text = created.isoformat(timespec="microseconds").replace("+00:00", "Z")
         public_params = {key: value for key, value in request.params.items() if key != "queries"}
+        public_params.update(fitted.params)  # what the fit chose (DP outputs): public
         header = ModelHeader(
             model_release_id=model_id,
             dataset=row.name,
@@ -508,6 +535,9 @@ class ModelReleaseService:
             parameters={
                 "model_release_id": model_id,
                 **header.model_dump(mode="json", include=LEDGERED_HEADER_FIELDS),
+                # The charge's split (the chosen parameters' estimates, then the estimator),
+                # exact decimals summing to the entry's epsilon and delta.
+                **({} if split is None else {"split": split.public()}),
             },
         )
         with self._db.write() as conn:
@@ -535,6 +565,13 @@ class ModelReleaseService:
             )  # fmt: skip
             conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
         return {**_summary(header), "budget": budget.public(), "message": json.loads(text)}
+
+
+def _split_preview(split: Any) -> dict[str, Any]:
+    """A split as the preview shows it: which parameters the product will choose, each one's
+    share and ePTR's, and how (their values need the data: they appear in the message)."""
+    explanation = split.explanation() if hasattr(split, "explanation") else []
+    return {**split.public(), "explanation": explanation}
 
 
 def _labels(conn: Connection, row: ds.DatasetRow, ids: list[str]) -> np.ndarray:

@@ -2,7 +2,9 @@
 package is imported (``shared/estimators/__init__.py``), in this order.
 
 * ``ols``: label-DP OLS (``ols.label_dp_ols``, pure epsilon, exact L1 sensitivity) and ePTR-OLS
-  (Algorithm 4); an intercept column (default on) goes in after the features' projection.
+  (Algorithm 4); an intercept column (default on) goes in after the features' projection. Its
+  constants r_x, r_theta, c0 are chosen by the product when the request omits them
+  (``constants``: a fixed share of epsilon per constant, ePTR on the rest).
 * ``nw``: label-DP Nadaraya-Watson and ePTR-NW (Algorithm 5) at public query points.
 * ``bayes``: ePTR-Bayes (Algorithm 3), eptr only; a label's class is its nearest integer,
   clipped into 0..n_classes - 1 (a public rule).
@@ -14,12 +16,13 @@ labels (privacy: the estimators' own docstrings).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
 
 from shared.errors import IntegrityError, InvalidParameterError
-from shared.estimators import bayes, kernel, ols
+from shared.estimators import bayes, constants, kernel, ols
 from shared.estimators._checks import full_column_rank
 from shared.estimators.registry import (
     Design,
@@ -40,7 +43,7 @@ def _ols_design(
         full_column_rank(x, name="X")
     except InvalidParameterError as exc:
         raise DesignError("public_features", str(exc)) from None
-    if intercept and privacy == "eptr" and not float(params["r_x"]) > 1.0:
+    if intercept and privacy == "eptr" and "r_x" in params and not float(params["r_x"]) > 1.0:
         # The intercept column (norm 1) goes in after the features' projection onto the ball of
         # radius sqrt(r_x^2 - 1) (``ols.eptr_ols``).
         raise DesignError("params.r_x", "must be > 1 with an intercept")
@@ -58,15 +61,39 @@ def _ols_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
         )  # fmt: skip
     assert args.delta is not None
     p = args.params
+    x = design.x[:, :-1] if design.intercept else design.x
+    if args.split is not None:  # the product chooses the constants the request omits
+        given = {name: p[name] for name in constants.OLS_CONSTANTS if name in p}
+        chosen = constants.eptr_ols_chosen(
+            x, labels, split=args.split, lo=args.lo, hi=args.hi, rng=args.rng, given=given,
+            intercept=design.intercept,
+        )  # fmt: skip
+        return Fitted(
+            body={"coef": chosen.fit.coef.tolist()}, released=chosen.fit.released,
+            noise="gaussian", noise_scale=chosen.fit.noise_scale, params=chosen.header_params(),
+        )  # fmt: skip
     e = ols.eptr_ols(
-        design.x[:, :-1] if design.intercept else design.x, labels, epsilon=args.epsilon,
-        delta=args.delta, r_x=p["r_x"], r_theta=p["r_theta"], c0=p["c0"], rng=args.rng,
-        intercept=design.intercept,
+        x, labels, epsilon=args.epsilon, delta=args.delta, r_x=p["r_x"], r_theta=p["r_theta"],
+        c0=p["c0"], rng=args.rng, intercept=design.intercept,
     )  # fmt: skip
     return Fitted(
         body={"coef": e.coef.tolist()}, released=e.released, noise="gaussian",
         noise_scale=e.noise_scale,
     )  # fmt: skip
+
+
+def _ols_split(
+    privacy: str, params: Mapping[str, Any], epsilon: Decimal, delta: Decimal | None
+) -> constants.ConstantsSplit | None:
+    """ePTR-OLS without some of r_x, r_theta, c0: the product chooses them, each at its fixed
+    share of epsilon (``constants.ols_split``); None when all are given (ePTR gets it all)."""
+    chosen = [name for name in constants.OLS_CONSTANTS if name not in params]
+    if privacy != "eptr" or not chosen or delta is None:
+        return None
+    try:
+        return constants.ols_split(epsilon=epsilon, delta=delta, chosen=chosen)
+    except InvalidParameterError as exc:
+        raise DesignError("epsilon", str(exc)) from None
 
 
 def _ols_body(header: Any, body: Any) -> None:
@@ -171,8 +198,10 @@ def _bayes_predict(header: Any, body: Any, x: np.ndarray) -> np.ndarray:
 BUILTIN: tuple[EstimatorFamily, ...] = (
     EstimatorFamily(
         name="ols",
-        privacies={"label": (), "eptr": ("r_x", "r_theta", "c0")},
+        privacies={"label": (), "eptr": ()},
         optional=("intercept",),
+        chosen={"eptr": constants.OLS_CONSTANTS},
+        split=_ols_split,
         design=_ols_design,
         fit=_ols_fit,
         check_body=_ols_body,

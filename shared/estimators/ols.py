@@ -61,6 +61,20 @@ def ols_gamma(x: np.ndarray, *, r_x: float, c0: float) -> float:
     return max(smallest - c0 * n - 2.0 * r_x**2, 0.0) / (2.0 * r_x**2)
 
 
+def eptr_design(x: np.ndarray, r_x: float, *, intercept: bool = False) -> np.ndarray:
+    """The rows Algorithm 4 fits on: each projected onto the ball of radius ``r_x``, or, with an
+    ``intercept``, the features onto the ball of radius sqrt(r_x^2 - 1) and a column of ones
+    after, so every row has norm <= r_x either way (needs r_x > 1 with an intercept)."""
+    if not intercept:
+        return project_rows(x, r_x)
+    if not r_x > 1.0:
+        raise InvalidParameterError(
+            f"r_x ({r_x!r}) must be > 1 with an intercept (its column has norm 1)"
+        )
+    shrunk = project_rows(x, math.sqrt(r_x * r_x - 1.0))
+    return np.column_stack([shrunk, np.ones(x.shape[0])])
+
+
 def eptr_ols(
     X: np.ndarray,
     y: np.ndarray,
@@ -99,14 +113,7 @@ def eptr_ols(
     n, p = x.shape
     if n < p + int(intercept):
         raise InvalidParameterError(f"X has fewer rows ({n}) than columns ({p + int(intercept)})")
-    if intercept:
-        if not rx > 1.0:
-            raise InvalidParameterError(
-                f"r_x ({r_x!r}) must be > 1 with an intercept (its column has norm 1)"
-            )
-        xp = np.column_stack([project_rows(x, math.sqrt(rx * rx - 1.0)), np.ones(n)])
-    else:
-        xp = project_rows(x, rx)
+    xp = eptr_design(x, rx, intercept=intercept)
     yp = np.clip(target, -rx * rt, rx * rt)
     theta, *_ = np.linalg.lstsq(xp, yp, rcond=None)
     theta = project_vector(theta, rt)

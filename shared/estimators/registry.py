@@ -3,7 +3,9 @@
 The twin of ``shared.mechanisms.registry`` for model releases (``labels_party.model_releases``).
 A family declares its name, the privacy kinds it is released under ("label": pure epsilon
 label-DP; "eptr": (epsilon, delta)-DP by Propose-Test-Release) with the parameters each needs,
-its optional parameters, and four functions: ``design`` (every check on the PUBLIC features and
+its optional parameters, the parameters the product chooses when a request omits them (``chosen``,
+with ``split``: how the charge is then shared between choosing them and the estimator), and four
+functions: ``design`` (every check on the PUBLIC features and
 parameters, before any label is read), ``fit`` (the only step that reads labels), ``check_body``
 (the shape of a released body against its header, on both sides) and ``predict``. The service's
 request checks and fit, the model message's validation, the features party's predictions and
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -44,13 +47,16 @@ class Design:
 
 @dataclass(frozen=True, kw_only=True)
 class Fitted:
-    """What an estimator released (the message body's fields) and the noise it added."""
+    """What an estimator released (the message body's fields) and the noise it added; ``params``:
+    the public parameters the fit chose itself (DP outputs, e.g. ePTR-OLS's constants), which
+    join the request's in the model header and the ledger entry."""
 
     body: dict[str, Any]
     released: bool
     noise: str  # "discrete_laplace" | "gaussian"
     noise_scale: float
     sensitivity: float | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +71,7 @@ class FitArgs:
     hi: float
     params: Mapping[str, Any]
     rng: Any
+    split: Any = None  # the family's ``split`` of the exact charge, when it has one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,10 +87,22 @@ class EstimatorFamily:
     optional: tuple[str, ...] = ()
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # privacy kind -> the parameters the product chooses when the request omits them
+    chosen: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # (privacy, params, epsilon, delta) -> how the exact charge is split when the product
+    # chooses some parameters (an object with ``public()``), or None: all to the estimator.
+    # Public: reads the request only. Raises InvalidParameterError naming what to fix.
+    split: Callable[[str, Mapping[str, Any], Decimal, Decimal | None], Any] | None = None
 
     def allowed(self, privacy: str) -> set[str]:
         """Every parameter a release under ``privacy`` may give."""
-        return set(self.privacies[privacy]) | set(self.optional)
+        return set(self.privacies[privacy]) | set(self.optional) | set(self.chosen.get(privacy, ()))
+
+    def split_of(
+        self, privacy: str, params: Mapping[str, Any], epsilon: Decimal, delta: Decimal | None
+    ) -> Any:
+        """The family's split of (epsilon, delta) for this request, None if it has none."""
+        return None if self.split is None else self.split(privacy, params, epsilon, delta)
 
 
 def _privacy_kinds(family: EstimatorFamily) -> None:

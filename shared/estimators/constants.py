@@ -1,0 +1,449 @@
+"""Constants chosen by the product for ePTR-OLS (issue 22, item 3).
+
+Algorithm 4 (Shen, Tong & Wang) needs the feature radius R_x, the coefficient radius R_theta and
+the SaLBo constant c0, which the paper leaves to "domain knowledge or another DP scale
+estimator". When a request omits them, the product chooses each from public quantities (n, p,
+the public label bounds, epsilon, delta) and one small DP estimate, charged out of the request's
+own epsilon by a fixed rule (:data:`SHARES`; no delta), ePTR running on the rest:
+
+* ``r_x``: a DP tail quantile of the row norms (the sparse vector technique on a public
+  geometric grid, :func:`dp_norm_quantile`): about 1/40 of the rows are clipped.
+* ``c0``: a DP estimate of lambda_min(X^T X) of the projected design (Laplace,
+  :func:`noisy_lambda_min`) minus the margin that makes ePTR's release test fail with
+  probability at most :data:`NO_REPLY` (:func:`release_margin`, :func:`choose_c0`).
+* ``r_theta``: the bound ||theta-hat|| <= ||y|| / sqrt(lambda_min), with a DP estimate of the
+  labels' mean square (Laplace, :func:`noisy_second_moment`) and of lambda_min, each
+  :data:`CONFIDENCE` noise scales to the safe side (:func:`choose_r_theta`).
+
+Privacy of the whole (proof): each estimate is DP on its own (its docstring), with the earlier
+estimates as fixed inputs; ePTR-OLS is (epsilon_e, delta)-DP for ANY fixed positive constants
+(Theorem 4.1: with R_x, R_theta, c0 fixed, (18) is an alpha-SaLBo for alpha = 4 R_x^2 R_theta /
+(c0 n), which is all Algorithm 2 needs), and the constants handed to it are functions of DP
+outputs and public values only (post-processing). By basic composition, valid for adaptively
+chosen mechanisms (Dwork & Roth 2014, Theorem 3.16), the release is (sum of the estimates'
+epsilons + epsilon_e, delta)-DP = (epsilon, delta)-DP, the request's charge exactly
+(:class:`ConstantsSplit`). Every step protects a whole example (features and label), as ePTR does.
+Noise is drawn on doubles (inverse-CDF Laplace on a 2^-53 grid), like ePTR's own Gaussian and
+Bernoulli: the guarantee is for the ideal real-valued mechanisms (Mironov 2012).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+
+from shared import epsilon as amounts
+from shared.domain import LabelDomain, check_epsilon
+from shared.errors import InvalidParameterError
+from shared.estimators._checks import features, labels_for, positive
+from shared.estimators.eptr import eptr_threshold
+from shared.estimators.ols import EPTROLS, eptr_design, eptr_ols
+from shared.rng import Rng, uniforms
+
+# The constants of ePTR-OLS the product can choose, in the order it estimates them.
+OLS_CONSTANTS = ("r_x", "c0", "r_theta")
+# The share of the request's epsilon each chosen constant costs (no delta): 25% for all three.
+SHARES = {"r_x": 0.05, "c0": 0.15, "r_theta": 0.05}
+# r_x: the grid of candidate radii 2^(j/16), 2^-128 .. 2^128 (public); the target number of rows
+# above r_x is n / 40, at least TAIL_RANKS / epsilon_r_x (the sparse vector's noise is about
+# 2 / epsilon_r_x ranks), at most n / 4.
+NORM_GRID = 2.0 ** (np.arange(-128 * 16, 128 * 16 + 1) / 16.0)
+CLIPPED_SHARE = 1.0 / 40.0
+TAIL_RANKS = 10.0
+MAX_CLIPPED_SHARE = 0.25
+# c0: the probability that ePTR's test answers "no reply" on a design whose true lambda_min is
+# as large as the estimate says, over the estimate's noise and the test's own randomness.
+NO_REPLY = 1e-5
+# r_theta: noise scales of each estimate taken to the safe side (one-sided miss e^-3 / 2 each).
+CONFIDENCE = 3.0
+# No part's epsilon below this (its noise scale 1 / epsilon stays a finite double).
+MIN_PART = 1e-300
+# r_theta is clamped into [2^-256, 2^256] (public): alpha <= 4 r_theta stays finite.
+_LOG_RADIUS_LIMIT = 256.0 * math.log(2.0)
+
+
+# ---- the budget rule -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConstantsSplit:
+    """How a request's (epsilon, delta) is split: each chosen constant's exact epsilon share
+    (``parts``, summing to ``constants_epsilon``) and ePTR's rest, all the delta.
+    ``constants_epsilon + eptr_epsilon == epsilon`` exactly; each step runs at the largest
+    float not above its share."""
+
+    chosen: tuple[str, ...]
+    epsilon: Decimal
+    delta: Decimal
+    parts: Mapping[str, Decimal]
+    constants_epsilon: Decimal
+    eptr_epsilon: Decimal
+
+    def part_float(self, name: str) -> float:
+        return amounts.float_at_most(self.parts[name])
+
+    @property
+    def eptr_float(self) -> float:
+        return amounts.float_at_most(self.eptr_epsilon)
+
+    @property
+    def delta_float(self) -> float:
+        return amounts.float_at_most(self.delta)
+
+    def public(self) -> dict[str, Any]:
+        """The split as the preview and the ledger entry show it (exact decimal strings)."""
+        return {
+            "chosen": list(self.chosen),
+            "constants": {
+                "epsilon": amounts.text(self.constants_epsilon),
+                "delta": "0",
+                "parts": {name: amounts.text(part) for name, part in self.parts.items()},
+            },
+            "eptr": {"epsilon": amounts.text(self.eptr_epsilon), "delta": amounts.text(self.delta)},
+        }
+
+    def explanation(self) -> list[str]:
+        """One sentence per chosen constant: how it is chosen and what it costs."""
+        how = {
+            "r_x": "a DP tail quantile of the row norms (sparse vector on a public grid): about "
+            "1/40 of the rows are clipped",
+            "c0": "a DP estimate of lambda_min(X^T X) (Laplace) less the margin that keeps the "
+            f"release test's 'no reply' below {NO_REPLY:g}",
+            "r_theta": "||y|| / sqrt(lambda_min) from a DP mean square of the labels (Laplace) "
+            "and the lambda_min estimate",
+        }
+        lines = [
+            f"{name}: {how[name]}; epsilon {amounts.text(self.parts[name])}" for name in self.chosen
+        ]
+        return lines + [
+            f"ePTR-OLS: epsilon {amounts.text(self.eptr_epsilon)}, delta "
+            f"{amounts.text(self.delta)} (the constants spend no delta)"
+        ]
+
+
+def ols_split(
+    *, epsilon: amounts.AmountLike, delta: amounts.AmountLike, chosen: Iterable[str]
+) -> ConstantsSplit:
+    """The documented rule: each chosen constant costs ``SHARES[name]`` of epsilon (a short
+    decimal, :func:`shared.epsilon.short_part`), ePTR the exact rest and all of delta.
+
+    Public: reads the request only. Refuses (naming epsilon) an epsilon whose parts would not
+    be usable doubles."""
+    names = set(chosen)
+    unknown = sorted(names - set(OLS_CONSTANTS))
+    if unknown or not names:
+        raise InvalidParameterError(f"chosen ({sorted(names)}) must be some of {OLS_CONSTANTS}")
+    eps = amounts.exact(epsilon)
+    dlt = amounts.exact(delta, name="delta")
+    if not dlt < 1:
+        raise InvalidParameterError(f"delta ({amounts.text(dlt)}) must be in (0, 1)")
+    order = tuple(name for name in OLS_CONSTANTS if name in names)
+    parts = {name: amounts.short_part(SHARES[name] * float(eps), whole=eps) for name in order}
+    spent = amounts.add(*parts.values())
+    rest = amounts.subtract(eps, spent)
+    floats = [amounts.float_at_most(part) for part in parts.values()]
+    if rest <= 0 or min(floats) < MIN_PART or not amounts.float_at_most(rest) > 0.0:
+        raise InvalidParameterError(
+            f"epsilon ({amounts.text(eps)}) is too small for the product to choose "
+            f"{', '.join(order)}: give them"
+        )
+    return ConstantsSplit(
+        chosen=order, epsilon=eps, delta=dlt, parts=parts, constants_epsilon=spent,
+        eptr_epsilon=rest,
+    )  # fmt: skip
+
+
+# ---- the DP estimates ----------------------------------------------------------------------
+
+
+def laplace(rng: Rng, scale: float, size: int) -> np.ndarray:
+    """``size`` draws of Laplace(0, scale) by the inverse CDF of 2^-53-grid uniforms (the
+    smallest uniform nudged to half the grid step, so no draw is infinite)."""
+    u = np.maximum(uniforms(rng, size), 2.0**-54) - 0.5
+    return -scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
+
+
+def target_above(n: int, epsilon: float) -> float:
+    """How many rows r_x should leave outside: n / 40, at least 10 / epsilon (the sparse
+    vector's threshold noise is 2 / epsilon ranks: a target below a few of those would often
+    overshoot to the largest norm), at most n / 4. Public: n and epsilon only."""
+    return min(max(CLIPPED_SHARE * n, TAIL_RANKS / epsilon), MAX_CLIPPED_SHARE * n)
+
+
+def dp_norm_quantile(norms: np.ndarray, *, epsilon: float, above: float, rng: Rng) -> float:
+    """The first radius r of :data:`NORM_GRID` (ascending) at which the noisy count of norms
+    above r falls to the noisy target ``above``: the sparse vector technique (AboveThreshold,
+    Dwork & Roth 2014, Algorithm 1; Lyu, Su & Li 2017, Algorithm 7 with c = 1), epsilon-DP.
+
+    Privacy (proof): the queries are c_j = #{i : ||x_i|| > r_j}, each of sensitivity 1, and
+    MONOTONE: changing one example moves one norm, so every c_j changes by the same sign (+1
+    for the r_j between the old and the new norm if it grew, -1 if it shrank, 0 elsewhere).
+    The output is the first j with c_j - nu_j <= above - rho, rho ~ Lap(2 / epsilon),
+    nu_j ~ Lap(2 / epsilon) independent (the top of the grid if none). Write P(J = j) as the
+    integral over rho = z of f(z) prod_{i<j} P(nu_i < c_i - above + z) P(nu_j >= c_j - above +
+    z). If the neighbour's counts are c' >= c: each "not yet" factor only grows, and the last
+    one changes by at most e^(epsilon / 2) (a Laplace tail moved by 1), a ratio <= e^(epsilon/2)
+    one way; the other way, substituting z = w - 1 costs e^(epsilon / 2) in f and turns every
+    "not yet" factor of c' into one of c, the last again e^(epsilon / 2): <= e^epsilon. The
+    case c' <= c is symmetric, and "no stop" is the same without the last factor. So every
+    output's probability ratio is <= e^epsilon (monotone queries need no factor 2 on nu:
+    Lyu et al., Theorem 5). Infinite norms (overflowed) count as above every radius.
+    """
+    eps = check_epsilon(epsilon)
+    values = np.sort(np.asarray(norms, dtype=np.float64))
+    counts = values.size - np.searchsorted(values, NORM_GRID, side="right")
+    threshold = above - laplace(rng, 2.0 / eps, 1)[0]
+    fired = np.flatnonzero(counts - laplace(rng, 2.0 / eps, NORM_GRID.size) <= threshold)
+    return float(NORM_GRID[fired[0]] if fired.size else NORM_GRID[-1])
+
+
+def noisy_lambda_min(design: np.ndarray, *, r_x: float, epsilon: float, rng: Rng) -> float:
+    """lambda_min(Z^T Z) / r_x^2 + Lap(1 / epsilon) for rows of Z with norm <= r_x:
+    epsilon-DP, in units of r_x^2 (so no overflow for any radius).
+
+    Privacy (proof): changing one example replaces a row z by z', so Z^T Z moves by
+    E = z' z'^T - z z^T, whose eigenvalues lie in [-||z||^2, ||z'||^2] subset of
+    [-r_x^2, r_x^2]; by Weyl, lambda_min(Z^T Z + E) lies in [lambda_min - r_x^2,
+    lambda_min + r_x^2]. The sensitivity is r_x^2 (half the paper's 2 r_x^2 of (17), which
+    bounds |E|'s two eigenvalues together), 1 in these units: Laplace(1 / epsilon) is
+    epsilon-DP (Dwork et al. 2006). The rows must already be projected (``eptr_design``)."""
+    eps = check_epsilon(epsilon)
+    radius = positive(r_x, name="r_x")
+    scaled = design / radius
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.linalg.norm(scaled, axis=1)
+    if not np.all(norms <= 1.0 + 1e-9):
+        raise InvalidParameterError(f"design rows must have norm <= r_x ({r_x!r})")
+    smallest = float(np.linalg.eigvalsh(scaled.T @ scaled)[0])
+    return smallest + float(laplace(rng, 1.0 / eps, 1)[0])
+
+
+def noisy_second_moment(y: np.ndarray, *, bound: float, epsilon: float, rng: Rng) -> float:
+    """mean((y / bound)^2) + Lap(1 / (n epsilon)) for labels clipped into [-bound, bound]:
+    epsilon-DP.
+
+    Privacy (proof): each (y_i / bound)^2 lies in [0, 1], so changing one example moves the
+    mean by at most 1 / n (n public); Laplace(1 / (n epsilon)) is epsilon-DP."""
+    eps = check_epsilon(epsilon)
+    scale = positive(bound, name="bound")
+    values = np.clip(np.asarray(y, dtype=np.float64) / scale, -1.0, 1.0)
+    return float(np.mean(values * values)) + float(laplace(rng, 1.0 / (values.size * eps), 1)[0])
+
+
+# ---- from the estimates to the constants (post-processing) ---------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def release_margin(*, eptr_epsilon: float, lambda_epsilon: float, no_reply: float) -> float:
+    """The margin g (in SaLBo units) with P(L + T >= g) <= ``no_reply``, L ~ Laplace(1 / (2
+    lambda_epsilon)) (the lambda estimate's error over 2 r_x^2) and T ~ Logistic(2 /
+    eptr_epsilon) (Algorithm 2's test: it answers "no reply" iff gamma - M < T).
+
+    If c0 n = lambda-tilde - 2 r_x^2 (1 + M + g), then gamma - M = g - L, so the test fails
+    with probability P(L + T >= g). Chernoff: P <= exp(-t g) E[e^(tL)] E[e^(tT)] =
+    exp(-t g) / (1 - s^2 t^2) * pi sigma t / sin(pi sigma t) for 0 < t < min(1 / s, 1 / sigma)
+    (s, sigma the two scales); g is the smallest such bound over a fine grid of t. Public."""
+    s = 1.0 / (2.0 * check_epsilon(lambda_epsilon, name="lambda_epsilon"))
+    sigma = 2.0 / check_epsilon(eptr_epsilon, name="eptr_epsilon")
+    t = np.linspace(1e-4, 1.0 - 1e-4, 4000) * min(1.0 / s, 1.0 / sigma)
+    log_mgf = -np.log1p(-((s * t) ** 2)) + np.log(np.pi * sigma * t / np.sin(np.pi * sigma * t))
+    return float(np.min((log_mgf - math.log(no_reply)) / t))
+
+
+def choose_c0(
+    lambda_units: float,
+    *,
+    r_x: float,
+    n: int,
+    eptr_epsilon: float,
+    delta: float,
+    lambda_epsilon: float,
+    no_reply: float = NO_REPLY,
+) -> float:
+    """c0 from the noisy lambda_min (units of r_x^2): c0 n = lambda-tilde - 2 r_x^2 (1 + M + g),
+    M the test's threshold and g :func:`release_margin`, so on a design as good as estimated
+    the release test fails with probability <= ``no_reply``. A design too weak for that margin
+    gets c0 n = lambda-tilde / 2 (the test may then answer "no reply"), never less than r_x^2
+    (so alpha <= 4 R_theta) nor more than n r_x^2 (lambda_min can be no larger). Finite and
+    positive for any input; a function of DP outputs and public values (post-processing)."""
+    m = eptr_threshold(epsilon=eptr_epsilon, delta=delta)
+    g = release_margin(eptr_epsilon=eptr_epsilon, lambda_epsilon=lambda_epsilon, no_reply=no_reply)
+    units = min(max(lambda_units - 2.0 * (1.0 + m + g), lambda_units / 2.0, 1.0), float(n))
+    c0 = units / n * r_x * r_x
+    if not (math.isfinite(c0) and c0 > 0.0):
+        raise InvalidParameterError(f"r_x ({r_x!r}) is out of range for the product to choose c0")
+    return c0
+
+
+def choose_r_theta(
+    moment: float,
+    *,
+    bound: float,
+    r_x: float,
+    n: int,
+    lambda_low_units: float,
+    moment_epsilon: float,
+) -> float:
+    """r_theta = bound / r_x * sqrt(n m / lambda_low): ||theta-hat|| <= ||y|| / sqrt(lambda_min)
+    (theta-hat = (X^T X)^-1 X^T y = A^-1/2 (A^-1/2 X^T y), and ||A^-1/2 X^T|| <= 1, so
+    ||theta-hat|| <= ||A^-1/2|| ||y||), with m the noisy mean square (units of bound^2) raised by
+    :data:`CONFIDENCE` noise scales and lambda_low a lower estimate of lambda_min (units of
+    r_x^2). It bounds ||theta-hat|| unless an estimate misses by more than that, so the
+    projection of Algorithm 4 rarely binds. Clamped into [2^-256, 2^256]: finite and positive
+    for any input. Post-processing of DP outputs and public values."""
+    scale = 1.0 / (n * moment_epsilon)
+    upper = max(moment + CONFIDENCE * scale, scale)
+    low = max(lambda_low_units, 1e-300)
+    log_r = math.log(bound) - math.log(r_x) + 0.5 * (math.log(n) + math.log(upper) - math.log(low))
+    return math.exp(min(max(log_r, -_LOG_RADIUS_LIMIT), _LOG_RADIUS_LIMIT))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChosenConstants:
+    """The constants ePTR-OLS ran with (given or chosen; the chosen ones are DP outputs, public
+    to the recipient) and which were chosen."""
+
+    r_x: float
+    r_theta: float
+    c0: float
+    chosen: tuple[str, ...]
+
+    def params(self) -> dict[str, float]:
+        return {"r_x": self.r_x, "r_theta": self.r_theta, "c0": self.c0}
+
+
+def _choose_r_x(x: np.ndarray, epsilon: float, *, intercept: bool, rng: Rng) -> float:
+    """r_x from the DP quantile of the feature rows' norms; with an intercept the ones column
+    joins after the projection (``eptr_design``), so r_x = sqrt(q^2 + 1) > 1."""
+    with np.errstate(over="ignore"):
+        norms = np.linalg.norm(x, axis=1)
+    q = dp_norm_quantile(norms, epsilon=epsilon, above=target_above(x.shape[0], epsilon), rng=rng)
+    return max(math.hypot(q, 1.0), math.nextafter(1.0, 2.0)) if intercept else q
+
+
+def choose_ols_constants(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    bound: float,
+    split: ConstantsSplit,
+    given: Mapping[str, float],
+    intercept: bool,
+    rng: Rng,
+) -> ChosenConstants:
+    """The constants of ePTR-OLS: those in ``given`` as given, the others (``split.chosen``)
+    estimated in the order r_x, c0, r_theta, each at its share of ``split`` (module
+    docstring). ``y`` lies in [-bound, bound] (the public label bounds)."""
+    n = x.shape[0]
+    r_x = (
+        _choose_r_x(x, split.part_float("r_x"), intercept=intercept, rng=rng)
+        if "r_x" in split.chosen
+        else positive(given["r_x"], name="r_x")
+    )
+    if "c0" in split.chosen:
+        lambda_epsilon = split.part_float("c0")
+        design = eptr_design(x, r_x, intercept=intercept)
+        noisy = noisy_lambda_min(design, r_x=r_x, epsilon=lambda_epsilon, rng=rng)
+        c0 = choose_c0(
+            noisy, r_x=r_x, n=n, eptr_epsilon=split.eptr_float, delta=split.delta_float,
+            lambda_epsilon=lambda_epsilon,
+        )  # fmt: skip
+        low = max(noisy - CONFIDENCE / lambda_epsilon, c0 * n / (r_x * r_x))
+    else:
+        c0 = positive(given["c0"], name="c0")
+        low = c0 * n / (r_x * r_x) + 2.0  # a release (gamma > 0) implies lambda_min above this
+    if "r_theta" in split.chosen:
+        epsilon = split.part_float("r_theta")
+        moment = noisy_second_moment(y, bound=bound, epsilon=epsilon, rng=rng)
+        r_theta = choose_r_theta(
+            moment, bound=bound, r_x=r_x, n=n, lambda_low_units=low, moment_epsilon=epsilon
+        )
+    else:
+        r_theta = positive(given["r_theta"], name="r_theta")
+    return ChosenConstants(r_x=r_x, r_theta=r_theta, c0=c0, chosen=split.chosen)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChosenEPTROLS:
+    """ePTR-OLS with constants chosen by the product: the fit (``fit.coef`` and
+    ``fit.released`` are the DP output), the constants (public) and the split (public)."""
+
+    fit: EPTROLS
+    constants: ChosenConstants
+    split: ConstantsSplit
+
+    def header_params(self) -> dict[str, Any]:
+        """What the model header adds to the request's parameters: the chosen constants' values
+        and the split (exact decimal strings; the header's epsilon and delta are the totals)."""
+        values = self.constants.params()
+        return {
+            **{name: values[name] for name in self.split.chosen},
+            "constants_chosen": ",".join(self.split.chosen),
+            "constants_epsilon": amounts.text(self.split.constants_epsilon),
+            "eptr_epsilon": amounts.text(self.split.eptr_epsilon),
+        }
+
+
+def eptr_ols_chosen(
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    split: ConstantsSplit,
+    lo: float,
+    hi: float,
+    rng: Rng,
+    given: Mapping[str, float] | None = None,
+    intercept: bool = False,
+    no_reply: np.ndarray | float = 0.0,
+) -> ChosenEPTROLS:
+    """ePTR-OLS (Algorithm 4) with the constants in ``split.chosen`` chosen by the product and
+    the rest ``given``: (split.epsilon, split.delta)-DP for whole examples (module docstring).
+
+    Labels are clipped into the public bounds [lo, hi] first (a public map); the constants'
+    estimates run at their shares, then ``ols.eptr_ols`` at the rest of epsilon and all of
+    delta. Inputs are validated before anything is drawn."""
+    x = features(X)
+    target = LabelDomain(lo=lo, hi=hi).clip(labels_for(y, x.shape[0]))
+    n, p = x.shape
+    if n < p + int(intercept):
+        raise InvalidParameterError(f"X has fewer rows ({n}) than columns ({p + int(intercept)})")
+    values = dict(given or {})
+    missing = [name for name in OLS_CONSTANTS if name not in split.chosen and name not in values]
+    if missing:
+        raise InvalidParameterError(f"{missing[0]} must be given or chosen by the product")
+    bound = max(abs(float(lo)), abs(float(hi)))
+    constants = choose_ols_constants(
+        x, target, bound=bound, split=split, given=values, intercept=intercept, rng=rng
+    )
+    fit = eptr_ols(
+        x, target, epsilon=split.eptr_float, delta=split.delta_float, r_x=constants.r_x,
+        r_theta=constants.r_theta, c0=constants.c0, rng=rng, no_reply=no_reply,
+        intercept=intercept,
+    )  # fmt: skip
+    return ChosenEPTROLS(fit=fit, constants=constants, split=split)
+
+
+def eptr_ols_product(
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    epsilon: amounts.AmountLike,
+    delta: amounts.AmountLike,
+    lo: float,
+    hi: float,
+    rng: Rng,
+    intercept: bool = False,
+    no_reply: np.ndarray | float = 0.0,
+) -> ChosenEPTROLS:
+    """ePTR-OLS with every constant (r_x, r_theta, c0) chosen by the product (the benchmark's
+    "ePTR-OLS (product)"): (epsilon, delta)-DP in all, 25% of epsilon on the constants."""
+    split = ols_split(epsilon=epsilon, delta=delta, chosen=OLS_CONSTANTS)
+    return eptr_ols_chosen(
+        X, y, split=split, lo=lo, hi=hi, rng=rng, intercept=intercept, no_reply=no_reply
+    )
