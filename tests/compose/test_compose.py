@@ -134,11 +134,12 @@ class Deployment:
         return FeaturesPartyClient(self.features_url, token=self.tokens["features"], timeout=120)
 
 
-def _prepare_images() -> None:
-    """Run the build script; skip only if it says Docker cannot run here."""
+def _prepare_images(*script_args: str) -> None:
+    """Run the build script (with ``script_args``, e.g. ``--infra``); skip only if it says Docker
+    cannot run here."""
     env = {**os.environ, "PYTHON": sys.executable, "LABELDP_BASE_IMAGE": BASE_IMAGE}
     proc = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)],
+        ["bash", str(BUILD_SCRIPT), *script_args],
         cwd=REPO_ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
