@@ -91,13 +91,24 @@ def queries_for(queries: object, dim: int, *, name: str = "queries") -> np.ndarr
     return array
 
 
+def row_norms(x: np.ndarray) -> np.ndarray:
+    """The Euclidean norm of each row, computed on the row divided by its largest entry so
+    that finite rows up to the largest double do not overflow midway (a norm beyond the
+    largest double is inf)."""
+    scale = np.max(np.abs(x), axis=1) if x.shape[1] else np.zeros(x.shape[0])
+    safe = np.where(scale > 0.0, scale, 1.0)
+    with np.errstate(over="ignore"):
+        return safe * np.linalg.norm(x / safe[:, None], axis=1)
+
+
 def project_rows(x: np.ndarray, radius: float) -> np.ndarray:
-    """Pi_R(x) = R x / max(||x||, R) row by row (Shen, Tong & Wang, Section 1.4)."""
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    """Pi_R(x) = R x / max(||x||, R) row by row (Shen, Tong & Wang, Section 1.4); a row whose
+    norm overflows a double is sent to 0 (still inside the ball)."""
+    norms = row_norms(x)[:, None]
     return x * (radius / np.maximum(norms, radius))
 
 
 def project_vector(v: np.ndarray, radius: float) -> np.ndarray:
-    """Pi_R(v) for one vector."""
-    norm = float(np.linalg.norm(v))
+    """Pi_R(v) for one vector (its norm computed without overflow, as :func:`row_norms`)."""
+    norm = float(row_norms(np.reshape(v, (1, -1)))[0])
     return v if norm <= radius else v * (radius / norm)

@@ -37,11 +37,13 @@ from decimal import Decimal
 from typing import Any
 
 import numpy as np
+from scipy import integrate
+from scipy.special import expit
 
 from shared import epsilon as amounts
 from shared.domain import LabelDomain, check_epsilon
 from shared.errors import InvalidParameterError
-from shared.estimators._checks import features, labels_for, positive
+from shared.estimators._checks import features, labels_for, positive, row_norms
 from shared.estimators.eptr import eptr_threshold
 from shared.estimators.ols import EPTROLS, eptr_design, eptr_ols
 from shared.rng import Rng, uniforms
@@ -216,9 +218,7 @@ def noisy_lambda_min(design: np.ndarray, *, r_x: float, epsilon: float, rng: Rng
     eps = check_epsilon(epsilon)
     radius = positive(r_x, name="r_x")
     scaled = design / radius
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = np.linalg.norm(scaled, axis=1)
-    if not np.all(norms <= 1.0 + 1e-9):
+    if not np.all(row_norms(scaled) <= 1.0 + 1e-9):
         raise InvalidParameterError(f"design rows must have norm <= r_x ({r_x!r})")
     smallest = float(np.linalg.eigvalsh(scaled.T @ scaled)[0])
     return smallest + float(laplace(rng, 1.0 / eps, 1)[0])
@@ -239,21 +239,54 @@ def noisy_second_moment(y: np.ndarray, *, bound: float, epsilon: float, rng: Rng
 # ---- from the estimates to the constants (post-processing) ---------------------------------
 
 
+def no_reply_probability(margin: float, *, eptr_epsilon: float, lambda_epsilon: float) -> float:
+    """P(L + T >= margin) for L ~ Laplace(1 / (2 lambda_epsilon)) (the lambda_min estimate's
+    error over 2 r_x^2, in SaLBo units) and T ~ Logistic(2 / eptr_epsilon) (Algorithm 2's test
+    answers "no reply" iff gamma - M < T, with probability sigmoid(-(eps / 2)(gamma - M))):
+    E[sigmoid((L - margin) / sigma)] by adaptive quadrature on the pieces where the integrand
+    is smooth. Public."""
+    s = 1.0 / (2.0 * check_epsilon(lambda_epsilon, name="lambda_epsilon"))
+    sigma = 2.0 / check_epsilon(eptr_epsilon, name="eptr_epsilon")
+
+    def integrand(ell: float) -> float:
+        return math.exp(-abs(ell) / s) / (2.0 * s) * float(expit((ell - margin) / sigma))
+
+    reach = abs(margin) + 80.0 * (s + sigma)
+    cuts = sorted({-reach, 0.0, margin, reach})
+    return sum(
+        integrate.quad(integrand, a, b, epsabs=0.0, epsrel=1e-10, limit=200)[0]
+        for a, b in zip(cuts, cuts[1:], strict=False)
+    )
+
+
 @functools.lru_cache(maxsize=256)
 def release_margin(*, eptr_epsilon: float, lambda_epsilon: float, no_reply: float) -> float:
-    """The margin g (in SaLBo units) with P(L + T >= g) <= ``no_reply``, L ~ Laplace(1 / (2
-    lambda_epsilon)) (the lambda estimate's error over 2 r_x^2) and T ~ Logistic(2 /
-    eptr_epsilon) (Algorithm 2's test: it answers "no reply" iff gamma - M < T).
+    """The smallest margin g (SaLBo units, to 1e-6 relative, rounded up) with
+    :func:`no_reply_probability` (g) <= ``no_reply``.
 
-    If c0 n = lambda-tilde - 2 r_x^2 (1 + M + g), then gamma - M = g - L, so the test fails
-    with probability P(L + T >= g). Chernoff: P <= exp(-t g) E[e^(tL)] E[e^(tT)] =
-    exp(-t g) / (1 - s^2 t^2) * pi sigma t / sin(pi sigma t) for 0 < t < min(1 / s, 1 / sigma)
-    (s, sigma the two scales); g is the smallest such bound over a fine grid of t. Public."""
+    If c0 n = lambda-tilde - 2 r_x^2 (1 + M + g), then gamma - M = g - L on the data set whose
+    lambda_min the estimate missed by 2 r_x^2 L, so the test answers "no reply" with
+    probability P(L + T >= g). Bisection between 0 and the Chernoff bound exp(-t g) / (1 - s^2
+    t^2) * pi sigma t / sin(pi sigma t) (0 < t < min(1 / s, 1 / sigma), s and sigma the two
+    scales), where the probability is at most ``no_reply``. Public; cached."""
     s = 1.0 / (2.0 * check_epsilon(lambda_epsilon, name="lambda_epsilon"))
     sigma = 2.0 / check_epsilon(eptr_epsilon, name="eptr_epsilon")
     t = np.linspace(1e-4, 1.0 - 1e-4, 4000) * min(1.0 / s, 1.0 / sigma)
     log_mgf = -np.log1p(-((s * t) ** 2)) + np.log(np.pi * sigma * t / np.sin(np.pi * sigma * t))
-    return float(np.min((log_mgf - math.log(no_reply)) / t))
+    low, high = 0.0, float(np.min((log_mgf - math.log(no_reply)) / t))
+
+    def too_small(margin: float) -> bool:
+        found = no_reply_probability(
+            margin, eptr_epsilon=eptr_epsilon, lambda_epsilon=lambda_epsilon
+        )
+        return found > no_reply
+
+    if not too_small(low):
+        return low
+    while high - low > 1e-6 * high:
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if too_small(middle) else (low, middle)
+    return high
 
 
 def choose_c0(
@@ -321,8 +354,7 @@ class ChosenConstants:
 def _choose_r_x(x: np.ndarray, epsilon: float, *, intercept: bool, rng: Rng) -> float:
     """r_x from the DP quantile of the feature rows' norms; with an intercept the ones column
     joins after the projection (``eptr_design``), so r_x = sqrt(q^2 + 1) > 1."""
-    with np.errstate(over="ignore"):
-        norms = np.linalg.norm(x, axis=1)
+    norms = row_norms(x)
     q = dp_norm_quantile(norms, epsilon=epsilon, above=target_above(x.shape[0], epsilon), rng=rng)
     return max(math.hypot(q, 1.0), math.nextafter(1.0, 2.0)) if intercept else q
 

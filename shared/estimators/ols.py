@@ -61,6 +61,17 @@ def ols_gamma(x: np.ndarray, *, r_x: float, c0: float) -> float:
     return max(smallest - c0 * n - 2.0 * r_x**2, 0.0) / (2.0 * r_x**2)
 
 
+def _unrepresentable(xp: np.ndarray, *, c0_n: float) -> np.ndarray:
+    """A least-squares solution beyond the doubles (extreme feature scales) is replaced by 0,
+    which only matters where lambda_min(X^T X) < c0 n: then this data set and every neighbour
+    (lambda_min moves by at most r_x^2) have gamma = 0, where Algorithm 2 releases with
+    probability <= delta whatever the estimate (the both-zero case of its proof). Anywhere
+    else the refusal stands (the estimate must be finite)."""
+    if float(np.linalg.eigvalsh(xp.T @ xp)[0]) < c0_n:
+        return np.zeros(xp.shape[1])
+    raise InvalidParameterError("the least-squares estimate overflows a double")
+
+
 def eptr_design(x: np.ndarray, r_x: float, *, intercept: bool = False) -> np.ndarray:
     """The rows Algorithm 4 fits on: each projected onto the ball of radius ``r_x``, or, with an
     ``intercept``, the features onto the ball of radius sqrt(r_x^2 - 1) and a column of ones
@@ -115,7 +126,10 @@ def eptr_ols(
         raise InvalidParameterError(f"X has fewer rows ({n}) than columns ({p + int(intercept)})")
     xp = eptr_design(x, rx, intercept=intercept)
     yp = np.clip(target, -rx * rt, rx * rt)
-    theta, *_ = np.linalg.lstsq(xp, yp, rcond=None)
+    with np.errstate(over="ignore", invalid="ignore"):
+        theta, *_ = np.linalg.lstsq(xp, yp, rcond=None)
+    if not np.all(np.isfinite(theta)):
+        theta = _unrepresentable(xp, c0_n=c * n)
     theta = project_vector(theta, rt)
     gamma = ols_gamma(xp, r_x=rx, c0=c)
     alpha = 4.0 * rx**2 * rt / (c * n)

@@ -18,6 +18,7 @@ def test_quick_run_writes_every_section(tmp_path: Path) -> None:
         assert heading in text
     for method in (
         "ePTR-OLS (tuned)",
+        "ePTR-OLS (product)",
         "label-DP OLS",
         "FM (diffprivlib)",
         "RR-on-Bins",
@@ -31,7 +32,7 @@ def test_quick_run_writes_every_section(tmp_path: Path) -> None:
 
 def test_ols_trial_reports_finite_errors_for_every_method() -> None:
     rows = estimators.ols_trial(1000, 4.0, 500, np.random.default_rng(0))
-    assert len(rows) == 7
+    assert len(rows) == 8
     for param, mse in rows.values():
         assert math.isfinite(param) and param >= 0 and math.isfinite(mse) and mse > 0
     # Non-private OLS is close to theta at n = 1000; label-DP OLS at epsilon 4 nearly as close.

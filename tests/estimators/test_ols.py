@@ -222,3 +222,21 @@ def test_eptr_ols_intercept_is_added_after_the_projection() -> None:
     with pytest.raises(InvalidParameterError, match="r_x"):
         eptr_ols(x, y, epsilon=1.0, delta=1e-3, r_x=1.0, r_theta=1.0, c0=0.1, rng=rng,
                  intercept=True)  # fmt: skip
+
+
+def test_eptr_ols_replaces_an_overflowing_estimate_only_where_gamma_is_zero_everywhere() -> None:
+    """Extreme scales (features 1e-200, labels 1e200): the least-squares solution overflows a
+    double. It is replaced by 0 only where lambda_min < c0 n (that data set and every neighbour
+    have gamma = 0, so the estimate never matters for privacy), instead of failing after the
+    labels were read."""
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(40, 2)) * 1e-200
+    y = rng.normal(size=40) * 1e200
+    out = eptr_ols(x, y, epsilon=1.0, delta=1e-9, r_x=1.0, r_theta=1e250, c0=0.1, rng=rng)
+    assert out.gamma == 0.0 and not out.released and np.all(out.coef == 0.0)
+    # A row with a norm beyond the doubles is projected to 0 (inside the ball), no warning.
+    big = rng.normal(size=(40, 2))
+    big[0] = [1.5e308, 1.5e308]
+    assert np.all(project_rows(big, 2.0)[0] == 0.0)
+    # A row whose squared norm would overflow keeps its direction.
+    assert np.allclose(project_rows(np.array([[1e200, 1e200]]), 2.0), [[2**0.5, 2**0.5]])
