@@ -431,10 +431,16 @@ class ModelParams(BaseModel):
         max_length=4096,
         description="nw: the public query points, one value per feature column",
     )
-    r_x: float | None = Field(default=None, gt=0, description="eptr ols/bayes: feature radius")
-    r_theta: float | None = Field(default=None, gt=0, description="eptr ols: coefficient radius")
+    r_x: float | None = Field(
+        default=None, gt=0, description="eptr ols/bayes: feature radius (ols: chosen if omitted)"
+    )
+    r_theta: float | None = Field(
+        default=None, gt=0, description="eptr ols: coefficient radius (chosen if omitted)"
+    )
     r_f: float | None = Field(default=None, gt=0, description="eptr nw: label radius")
-    c0: float | None = Field(default=None, gt=0, description="eptr: the SaLBo constant")
+    c0: float | None = Field(
+        default=None, gt=0, description="eptr: the SaLBo constant (ols: chosen if omitted)"
+    )
     n_classes: int | None = Field(default=None, ge=2, le=64, description="bayes: classes")
 
 
