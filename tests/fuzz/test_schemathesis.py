@@ -10,6 +10,7 @@ schema declares OpenAPI links, so there is no stateful run. Bounded: about a min
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -161,6 +162,106 @@ def test_features_party_never_answers_5xx(features_app: Any) -> None:
 
     statuses = fuzz(schema, call)
     assert statuses[2] > 20 and statuses[4] > 20, statuses
+
+
+# Decimal edge values (issue 24): sent as JSON strings and, where JSON has a literal for them,
+# as raw numbers, in every exact-decimal amount field of every operation.
+EDGE_STRINGS = ("1e-10001", "1e10001", "NaN", "-0", "Infinity", "-Infinity", "sNaN", "1e100000")
+EDGE_LITERALS = ("1e-10001", "1e10001", "-0", "1e100000")
+
+
+PLAIN = {"epsilon_histogram": "0.01", "delta": "0.001", "delta_budget": "0.001"}
+EDGE_BASES: dict[str, dict[str, Any]] = {
+    "/v1/datasets": {"name": "edge-ds", "label_min": 0, "label_max": 10, "default_label": 0},
+    "/v1/datasets/{name}/budget": {"reason": "edge values"},
+    "/v1/datasets/{name}/releases": {"mechanism": "rr_on_bins", "dry_run": True},
+    "/v1/datasets/{name}/model-releases": {
+        "estimator": "ols",
+        "privacy": "label",
+        "dry_run": True,
+    },  # fmt: skip
+}
+
+
+def _is_amount(prop: dict[str, Any]) -> bool:
+    """An exact-decimal amount field: its schema accepts a number or a (decimal) string."""
+    kinds: set[str] = set()
+    stack = [prop]
+    while stack:
+        node = stack.pop()
+        kinds.update([node["type"]] if isinstance(node.get("type"), str) else [])
+        stack.extend(node.get("anyOf", []))
+    return {"number", "string"} <= kinds
+
+
+def _amount_fields(raw: dict[str, Any], body_schema: dict[str, Any]) -> list[str]:
+    ref = body_schema.get("$ref", "")
+    schema = raw["components"]["schemas"][ref.rsplit("/", 1)[-1]] if ref else body_schema
+    return [name for name, prop in schema.get("properties", {}).items() if _is_amount(prop)]
+
+
+def _edge_texts(base: dict[str, Any], field: str) -> list[str]:
+    """``base`` with ``field`` set to each edge value: JSON strings, then raw number literals."""
+    texts = [json.dumps({**base, field: edge}) for edge in EDGE_STRINGS]
+    zero = json.dumps({**base, field: 0})
+    return texts + [zero.replace(f'"{field}": 0', f'"{field}": {lit}') for lit in EDGE_LITERALS]
+
+
+def _edge_run(operation: Any, fields: list[str], client: Any, known: dict[str, str]) -> Any:
+    """A one-example test of ``operation``: its generated body with each edge in each field."""
+
+    @settings(FUZZ, max_examples=1)
+    @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE))
+    def run(case: Any) -> None:
+        if case.path_parameters:
+            case.path_parameters.update({k: v for k, v in known.items() if k in
+                                         case.path_parameters})  # fmt: skip
+        headers = LABELS_ROLES.get((case.method.upper(), case.operation.path), OPS)
+        headers = {**headers, "Content-Type": "application/json"}
+        # A valid body where one is known (nothing spent: dry runs), else the generated one;
+        # generated amounts are any strings, so every amount starts from a plain valid value.
+        base = dict(EDGE_BASES.get(case.operation.path) or
+                    (case.body if isinstance(case.body, dict) else {}))  # fmt: skip
+        base.update({f: PLAIN.get(f, "1") for f in fields})
+        base_ok = (
+            client.request(
+                case.method.upper(), case.formatted_path, content=json.dumps(base), headers=headers
+            ).status_code
+            != 422
+        )
+        for field in fields:
+            for text in _edge_texts(base, field):
+                answer = client.request(
+                    case.method.upper(), case.formatted_path, content=text, headers=headers
+                )
+                assert answer.status_code < 500, (case.formatted_path, text, answer.text)
+                if answer.status_code == 422 and base_ok:  # refused for this field alone
+                    assert field in answer.text, (case.formatted_path, text, answer.text)
+
+    return run
+
+
+def test_every_amount_field_answers_decimal_edge_values_with_a_4xx_naming_it(
+    labels_service: dict[str, Any],
+) -> None:
+    """Each amount field of each operation, one valid generated body per operation, with each
+    edge value in it: never a 5xx; a refusal is a 4xx whose JSON names the field. Runs before
+    the ledger check below (file order), which then proves nothing was half-stored."""
+    schema = schemathesis.openapi.from_asgi("/openapi.json", labels_service["app"])
+    raw = schema.raw_schema
+    client = TestClient(labels_service["app"], raise_server_exceptions=False)
+    known = {"name": "ds", "release_id": labels_service["release_id"]}
+    covered: set[str] = set()
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        content = raw["paths"][operation.path][operation.method.lower()].get("requestBody", {})
+        body_schema = content.get("content", {}).get("application/json", {}).get("schema")
+        fields = _amount_fields(raw, body_schema) if body_schema else []
+        if fields:
+            _edge_run(operation, fields, client, known)()
+            covered.update(fields)
+    assert {"epsilon_budget", "delta_budget", "add", "epsilon", "epsilon_histogram",
+            "delta"} <= covered, covered  # fmt: skip
 
 
 def test_nothing_half_stored_after_fuzzing(labels_service: dict[str, Any]) -> None:
