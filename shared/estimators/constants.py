@@ -62,6 +62,9 @@ MAX_CLIPPED_SHARE = 0.25
 # c0: the probability that ePTR's test answers "no reply" on a design whose true lambda_min is
 # as large as the estimate says, over the estimate's noise and the test's own randomness.
 NO_REPLY = 1e-5
+# ... and never less than one example's worth of SaLBo: at a huge epsilon the exact margin
+# tends to 0 and the test's outcome would be decided by the rounding of lambda_min.
+MIN_MARGIN = 1.0
 # r_theta: noise scales of each estimate taken to the safe side (one-sided miss e^-3 / 2 each).
 CONFIDENCE = 3.0
 # No part's epsilon below this (its noise scale 1 / epsilon stays a finite double).
@@ -262,7 +265,7 @@ def no_reply_probability(margin: float, *, eptr_epsilon: float, lambda_epsilon: 
 @functools.lru_cache(maxsize=256)
 def release_margin(*, eptr_epsilon: float, lambda_epsilon: float, no_reply: float) -> float:
     """The smallest margin g (SaLBo units, to 1e-6 relative, rounded up) with
-    :func:`no_reply_probability` (g) <= ``no_reply``.
+    :func:`no_reply_probability` (g) <= ``no_reply``, at least :data:`MIN_MARGIN`.
 
     If c0 n = lambda-tilde - 2 r_x^2 (1 + M + g), then gamma - M = g - L on the data set whose
     lambda_min the estimate missed by 2 r_x^2 L, so the test answers "no reply" with
@@ -282,11 +285,11 @@ def release_margin(*, eptr_epsilon: float, lambda_epsilon: float, no_reply: floa
         return found > no_reply
 
     if not too_small(low):
-        return low
+        return MIN_MARGIN
     while high - low > 1e-6 * high:
         middle = 0.5 * (low + high)
         low, high = (middle, high) if too_small(middle) else (low, middle)
-    return high
+    return max(high, MIN_MARGIN)
 
 
 def choose_c0(

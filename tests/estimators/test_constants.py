@@ -274,6 +274,20 @@ def test_release_margin_bounds_the_no_reply_probability(
     assert g < separate
 
 
+def test_the_margin_is_at_least_one_example_at_a_huge_epsilon() -> None:
+    """At epsilon 1e6 the exact margin is below 1e-4: the test's outcome would hang on the
+    rounding of lambda_min; the floor keeps the release (the service's epsilon 1e300 too)."""
+    assert C.release_margin(eptr_epsilon=1e6, lambda_epsilon=1e5, no_reply=1e-5) == C.MIN_MARGIN
+    rng = np.random.default_rng(14)
+    x = rng.normal(size=(200, 3))
+    y = x @ np.array([1.0, 2.0, 3.0]) + rng.normal(size=200)
+    for epsilon in ("1e6", "1e300"):
+        out = C.eptr_ols_product(
+            x, y, epsilon=epsilon, delta="0.01", lo=-20, hi=20, rng=rng, intercept=True
+        )
+        assert out.fit.released and np.allclose(out.fit.coef[:3], [1, 2, 3], atol=0.3)
+
+
 def test_choose_c0_closed_form_and_its_fallbacks() -> None:
     n, r_x, eps, delta, lam_eps = 8000, 3.7, 0.75, 0.01, 0.15
     m = eptr_threshold(epsilon=eps, delta=delta)
