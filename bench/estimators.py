@@ -55,7 +55,7 @@ LABEL_BOUND = 5.0  # labels clipped to [-5, 5]: y ~ N(0, 2) puts 0.04% outside
 FEATURE_BOUND = 4.0  # diffprivlib's per-feature bounds_X = (-4, 4)
 # ePTR-OLS constants: "theory" follows Theorem 4.3 (C_x = 1: R_x = 2 sqrt(p log n),
 # c0 = 1/4); "tuned" is the tightest we would defend a priori for N(0, I_5) features
-# (R_x = 4 clips 0.4% of rows; lambda_p / n is about 0.95, so c0 = 1/2 keeps gamma >> 2M).
+# (R_x = 4 clips 0.7% of rows; lambda_p / n is about 0.95, so c0 = 1/2 keeps gamma >> 2M).
 EPTR_OLS_SETTINGS = {
     "theory": {"r_theta": 1.5, "c0": 0.25},
     "tuned": {"r_x": 4.0, "r_theta": 1.0, "c0": 0.5},
