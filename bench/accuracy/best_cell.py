@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -96,16 +95,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     datasets.grid_arguments(parser, datasets=DATASETS, epsilons=EPSILONS, runs=10)
     parser.add_argument("--candidates", default=",".join(CANDIDATES))
     args = parser.parse_args(argv)
-    epsilons = [float(e) for e in args.epsilons.split(",")]
     candidates = [c for c in args.candidates.split(",") if c]
     unknown = sorted(set(candidates) - set(mech.VARIANTS))
     if unknown or PRODUCT in candidates:
         parser.error(f"--candidates: unknown or the product itself: {unknown or PRODUCT}")
-    results = {}
-    for key, data in datasets.each_keyed(args.datasets, ads_n=args.ads_n):
-        tic = time.perf_counter()
-        results[key] = measure(data, epsilons=epsilons, runs=args.runs, candidates=candidates)
-        print(f"{key}: {time.perf_counter() - tic:.0f} s", flush=True)
+    results = datasets.measure_each(
+        args,
+        lambda data: measure(
+            data, epsilons=datasets.epsilons_of(args), runs=args.runs, candidates=candidates
+        ),
+    )
     emit(table(results), args.out)
     return 0
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
+T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATASETS_DIR = REPO_ROOT.parent / "shared" / "datasets"
 
@@ -275,6 +278,22 @@ def grid_arguments(
         "--ads-n", type=int, default=None, help="rows of the synthetic ad set (default 20,000)"
     )
     parser.add_argument("--out", type=Path, default=None, help="write the table here too")
+
+
+def measure_each(args: argparse.Namespace, measure: Callable[[Dataset], T]) -> dict[str, T]:
+    """``measure`` of each data set the grid arguments (:func:`grid_arguments`) name, by key,
+    printing each one's wall time as it finishes."""
+    results = {}
+    for key, data in each_keyed(args.datasets, ads_n=args.ads_n):
+        tic = time.perf_counter()
+        results[key] = measure(data)
+        print(f"{key}: {time.perf_counter() - tic:.0f} s", flush=True)
+    return results
+
+
+def epsilons_of(args: argparse.Namespace) -> list[float]:
+    """The grid arguments' --epsilons as floats."""
+    return [float(e) for e in args.epsilons.split(",")]
 
 
 def each_keyed(names: str, *, ads_n: int | None = None) -> Iterator[tuple[str, Dataset]]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -163,15 +162,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.accuracy.segments")
     datasets.grid_arguments(parser, datasets=DATASETS, epsilons=EPSILONS, runs=10)
     args = parser.parse_args(argv)
-    results: dict[str, dict[float, list[Run]]] = {}
+
+    def measure(data: datasets.Dataset) -> dict[float, list[Run]]:
+        out = {}
+        for eps in datasets.epsilons_of(args):
+            out[eps] = runs(data, epsilon=eps, trials=range(args.runs))
+            print(table({data.name: {eps: out[eps]}}).splitlines()[-1], flush=True)
+        return out
+
     with threadpool_limits(1):
-        for key, data in datasets.each_keyed(args.datasets, ads_n=args.ads_n):
-            tic = time.perf_counter()
-            results[key] = {}
-            for eps in (float(e) for e in args.epsilons.split(",")):
-                results[key][eps] = runs(data, epsilon=eps, trials=range(args.runs))
-                print(table({key: {eps: results[key][eps]}}).splitlines()[-1], flush=True)
-            print(f"{key}: {time.perf_counter() - tic:.0f} s", flush=True)
+        results = datasets.measure_each(args, measure)
     emit(table(results), args.out)
     return 0
 

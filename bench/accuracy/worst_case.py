@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -132,19 +131,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--nonprivate", action="store_true", help="also fit on the exact labels (a column)"
     )
     args = parser.parse_args(argv)
-    epsilons = [float(e) for e in args.epsilons.split(",")]
-    results = {}
-    for key, data in datasets.each_keyed(args.datasets, ads_n=args.ads_n):
-        tic = time.perf_counter()
-        results[key] = ratios(
+    results = datasets.measure_each(
+        args,
+        lambda data: ratios(
             data,
-            epsilons=epsilons,
+            epsilons=datasets.epsilons_of(args),
             runs=args.runs,
             first_run=args.first_run,
             variant=args.variant,
             nonprivate=args.nonprivate,
-        )
-        print(f"{key}: {time.perf_counter() - tic:.0f} s", flush=True)
+        ),
+    )
     emit(table(results), args.out)
     return 0
 
