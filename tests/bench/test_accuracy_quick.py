@@ -279,9 +279,9 @@ def test_product_pipeline_resolves_auto_from_its_message_as_the_service(eps: flo
 
 def test_rp_auto_d_is_the_engine_choice_with_model_dim_d() -> None:
     """RP-auto-d = ``build_mechanism("rpwithprior", model_dim=d)`` on the same noisy prior, with
-    the transform the criterion recommends for d; RP-auto is the same with the plan's default d. Both
-    at the labels party's RPWithPrior split, not the one RR-on-Bins / auto share, with the
-    histogram's part of epsilon1 (the rest buys the DP label mean, as in the service)."""
+    the transform the criterion recommends for d; RP-auto is the same with the plan's default
+    d. Both at the labels party's RPWithPrior split, not the one RR-on-Bins / auto share, with
+    the histogram's part of epsilon1 (the rest buys the DP label mean, as in the service)."""
     from shared import selection
     from shared.plan import default_split, release_mean_share, split_prior_epsilon
     from shared.randomizer import build_mechanism

@@ -8,6 +8,7 @@ when it reports (exit 77) that Docker cannot run on this machine at all.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -18,7 +19,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,6 +155,38 @@ def _prepare_images(*script_args: str) -> None:
         pytest.fail(f"{BUILD_SCRIPT} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
 
 
+def compose_env(env_file: Path, **variables: str) -> dict[str, str]:
+    """The environment of a test's compose commands: its env file, the local base image and
+    ``variables`` (ports); no project, file or profile inherited from the caller's shell."""
+    env = {
+        **os.environ,
+        "LABELDP_ENV_FILE": str(env_file),
+        "LABELDP_BASE_IMAGE": BASE_IMAGE,
+        # Compose v1: build with the engine's classic builder, which uses the local base image.
+        "COMPOSE_DOCKER_CLI_BUILD": "0",
+        "DOCKER_BUILDKIT": "0",
+        **variables,
+    }
+    for name in ("COMPOSE_PROJECT_NAME", "COMPOSE_FILE", "COMPOSE_PROFILES"):
+        env.pop(name, None)
+    return env
+
+
+@contextlib.contextmanager
+def running(dep: Deployment, *services: str, healthy: Sequence[str]) -> Iterator[Deployment]:
+    """``up -d --build`` of ``services`` (default: the default ones), wait until ``healthy`` are
+    healthy, yield; always take the project down with its volumes (logs shown on failure)."""
+    try:
+        dep.run("up", "-d", "--build", *services, timeout=UP_TIMEOUT_S)
+        for service in healthy:
+            dep.wait_healthy(service)
+        yield dep
+    finally:
+        # Shown by pytest only when something failed.
+        print(dep.run("logs", "--no-color", "--tail", "100", timeout=120, check=False))
+        dep.run("down", "-v", "--remove-orphans", "--timeout", "20", timeout=300, check=False)
+
+
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """Build and start the compose project on fresh loopback ports; always take it down."""
@@ -176,18 +209,11 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     while features_port == labels_port:
         features_port = _free_loopback_port()
     project = f"labeldptest{os.getpid()}{secrets.token_hex(3)}"
-    env = {
-        **os.environ,
-        "LABELDP_ENV_FILE": str(env_file),
-        "LABELDP_BASE_IMAGE": BASE_IMAGE,
-        "LABELDP_LABELS_PORT": str(labels_port),
-        "LABELDP_FEATURES_PORT": str(features_port),
-        # Compose v1: build with the engine's classic builder, which uses the local base image.
-        "COMPOSE_DOCKER_CLI_BUILD": "0",
-        "DOCKER_BUILDKIT": "0",
-    }
-    env.pop("COMPOSE_PROJECT_NAME", None)
-    env.pop("COMPOSE_FILE", None)
+    env = compose_env(
+        env_file,
+        LABELDP_LABELS_PORT=str(labels_port),
+        LABELDP_FEATURES_PORT=str(features_port),
+    )
     dep = Deployment(
         project=project,
         compose=compose,
@@ -196,15 +222,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         features_url=f"http://127.0.0.1:{features_port}",
         tokens=tokens,
     )
-    try:
-        dep.run("up", "-d", "--build", timeout=UP_TIMEOUT_S)
-        for service in SERVICES:
-            dep.wait_healthy(service)
+    with running(dep, healthy=SERVICES):
         yield dep
-    finally:
-        # Shown by pytest only when something failed.
-        print(dep.run("logs", "--no-color", "--tail", "100", timeout=120, check=False))
-        dep.run("down", "-v", "--remove-orphans", "--timeout", "20", timeout=300, check=False)
 
 
 def test_containers_are_healthy_non_root_and_only_on_loopback(deployment: Deployment) -> None:

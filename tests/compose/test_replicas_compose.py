@@ -28,12 +28,12 @@ import pytest
 
 from shared import receipt as rc
 from tests.compose.test_compose import (
-    BASE_IMAGE,
-    UP_TIMEOUT_S,
     Deployment,
     _compose_command,
     _free_loopback_port,
     _prepare_images,
+    compose_env,
+    running,
 )
 
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(1500)]
@@ -76,17 +76,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     )  # fmt: skip
     env_file.chmod(0o600)
     port = _free_loopback_port()
-    env = {
-        **os.environ,
-        "LABELDP_ENV_FILE": str(env_file),
-        "LABELDP_BASE_IMAGE": BASE_IMAGE,
-        "LABELDP_REPLICAS_PORT": str(port),
-        # Compose v1: build with the engine's classic builder, which uses the local base image.
-        "COMPOSE_DOCKER_CLI_BUILD": "0",
-        "DOCKER_BUILDKIT": "0",
-    }
-    for name in ("COMPOSE_PROJECT_NAME", "COMPOSE_FILE", "COMPOSE_PROFILES"):
-        env.pop(name, None)
+    env = compose_env(env_file, LABELDP_REPLICAS_PORT=str(port))
     dep = Deployment(
         project=f"labeldpreplicas{os.getpid()}{secrets.token_hex(3)}",
         compose=[*_compose_command(), "--profile", PROFILE],
@@ -95,16 +85,9 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         features_url="",  # no features party in this profile
         tokens=tokens,
     )
-    try:
-        # The balancer pulls in its dependencies: db, then labels-a, then labels-b (healthy).
-        dep.run("up", "-d", "--build", "balancer", timeout=UP_TIMEOUT_S)
-        for service in SERVICES:
-            dep.wait_healthy(service)
+    # The balancer pulls in its dependencies: db, then labels-a, then labels-b (healthy).
+    with running(dep, "balancer", healthy=SERVICES):
         yield dep
-    finally:
-        # Shown by pytest only when something failed.
-        print(dep.run("logs", "--no-color", "--tail", "100", timeout=120, check=False))
-        dep.run("down", "-v", "--remove-orphans", "--timeout", "20", timeout=300, check=False)
 
 
 def _auth(dep: Deployment, role: str) -> dict[str, str]:
