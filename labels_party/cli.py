@@ -174,7 +174,10 @@ def export_command(args: argparse.Namespace) -> int:
 
     with _ledger_reader(args, "export") as conn:
         if args.out is not None:
-            with args.out.open("w", encoding="utf-8", newline="") as out:
+            # Owner-only, like the database it comes from (a new file; an existing one keeps
+            # its mode and is truncated).
+            fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(fd, "w", encoding="utf-8", newline="") as out:
                 count = ledger.export_csv(conn, out)
             print(f"wrote {count} ledger entries to {args.out}", file=sys.stderr)
             return 0

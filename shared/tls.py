@@ -125,7 +125,7 @@ def write_bundle(
 ) -> Path:
     """Write ca.pem and NAME.pem / NAME-key.pem for each name (valid for it and localhost)."""
     folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)  # 0700 when it creates it
     if if_missing and (folder / "ca.pem").exists():
         return folder
     ca_key, ca_cert = make_ca()

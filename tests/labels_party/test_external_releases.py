@@ -207,3 +207,23 @@ def test_a_zeta_out_of_range_is_refused_on_every_path(client) -> None:
     assert charged.status_code == 422, charged.text
     assert charged.json()["errors"][0]["field"] == "params.zeta"
     assert spent(client) == 0
+
+
+def test_an_archived_dataset_refuses_external_charges_and_publications(client, db_path):
+    """Issue 24: after archive the Spark path can neither charge nor publish (409 naming the
+    dataset's state); nothing is spent, and the ledger still verifies."""
+    create_dataset(client, "ds")
+    charged_id = new_release_id()
+    assert client.post(PATH.format(name="ds"), json=charge_body(charged_id), headers=ADV).is_success
+    archived = client.post("/v1/datasets/ds/archive", json={"reason": "retention"}, headers=OPS)
+    assert archived.status_code == 200, archived.text
+    before = (spent(client), kinds(client))
+    charge = client.post(PATH.format(name="ds"), json=charge_body(new_release_id()), headers=ADV)
+    assert charge.status_code == 409, charge.text
+    assert charge.json()["errors"][0] == {"field": "dataset", "message": "archived"}
+    published = publish(client, charged_id, staged_header(charged_id))
+    assert published.status_code == 409, published.text
+    assert published.json()["errors"][0] == {"field": "dataset", "message": "archived"}
+    assert (spent(client), kinds(client)) == before
+    assert client.get(f"/v1/releases/{charged_id}/header", headers=ADV).status_code == 404
+    assert verify(db_path).ok

@@ -126,6 +126,7 @@ def test_export_writes_every_entry_as_csv(populated, tmp_path):
     out_file = tmp_path / "ledger.csv"
     result = cli("ledger", "export", "--db", str(populated), "--out", str(out_file))
     assert result.returncode == 0, result.stderr
+    assert out_file.stat().st_mode & 0o777 == 0o600  # a ledger file is owner-only
     rows = list(csv.DictReader(out_file.open()))
     assert [r["kind"] for r in rows] == ["dataset", "dataset"] + ["histogram", "randomizer"] * 3
     assert rows[0]["prev_hash"] == ledger.GENESIS_HASH

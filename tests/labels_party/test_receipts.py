@@ -229,6 +229,18 @@ def test_key_file_is_owner_only_and_a_readable_one_is_refused(
         make_client()
 
 
+def test_a_key_folder_it_creates_is_owner_only(tmp_path: Path) -> None:
+    """A named key file in a folder that does not exist yet: the folder is created 0700."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from labels_party.receipts import _write_private
+
+    key_file = tmp_path / "keys" / "signing.pem"
+    _write_private(key_file, Ed25519PrivateKey.generate())
+    assert key_file.parent.stat().st_mode & 0o777 == 0o700
+    assert key_file.stat().st_mode & 0o777 == 0o600
+
+
 def test_a_database_without_a_directory_needs_the_key_file_named(tmp_path: Path) -> None:
     """Regression: with PostgreSQL the key went to the working directory (and into git)."""
     from labels_party.config import Settings, default_key_path, resolve_signing_key

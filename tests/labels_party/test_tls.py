@@ -29,7 +29,7 @@ NO_RETRY = RetryPolicy(attempts=1)
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_bundle(tmp_path_factory.mktemp("tls"), ["labels"])
+    return write_bundle(tmp_path_factory.mktemp("tls") / "bundle", ["labels"])
 
 
 def spawn_https(
@@ -160,6 +160,7 @@ def test_the_features_party_uses_its_labels_ca(
 
 
 def test_bundle_files_and_modes(bundle: Path) -> None:
+    assert bundle.stat().st_mode & 0o777 == 0o700  # the folder it created holds private keys
     assert (bundle / "labels-key.pem").stat().st_mode & 0o777 == 0o600
     assert (bundle / "ca.pem").stat().st_mode & 0o777 == 0o644
     assert not any("ca-key" in path.name for path in bundle.iterdir())  # the CA key is not kept
