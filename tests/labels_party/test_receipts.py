@@ -162,6 +162,30 @@ def test_cli_verify_exit_codes(client: Any, db_path: Path, tmp_path: Path) -> No
     )
 
 
+def test_cli_refuses_the_issues_tampered_json_message(client: Any, tmp_path: Path) -> None:
+    """Issue 24's attack as the user ran it: a JSON message whose noisy histogram is reversed
+    and whose default_label changed (the body untouched) no longer verifies with `labeldp
+    receipt verify --message`, and the output names both fields; the untouched JSON does."""
+    meta = released(client)
+    receipt = client.get(f"/v1/releases/{meta['id']}/receipt", headers=PUB).json()
+    ((_, key),) = keys_of(client).items()
+    pin = tmp_path / "labels.pub"
+    pin.write_text(rc.public_pem(key))
+    (tmp_path / "receipt.json").write_text(json.dumps(receipt))
+    message = client.get(f"/v1/releases/{meta['id']}/message", headers=PUB).json()
+    (tmp_path / "message.json").write_text(json.dumps(message))
+    args = ["receipt", "verify", str(tmp_path / "receipt.json"), "--public-key", str(pin)]
+    assert labeldp(*args, "--message", str(tmp_path / "message.json")).returncode == 0
+    header = message["header"]
+    header["histogram"]["probs"] = header["histogram"]["probs"][::-1]
+    header["default_label"] = header["default_label"] + 1.0
+    (tmp_path / "tampered.json").write_text(json.dumps(message))
+    tampered = labeldp(*args, "--message", str(tmp_path / "tampered.json"))
+    assert tampered.returncode == 1, tampered.stdout
+    said = tampered.stdout + tampered.stderr
+    assert "histogram" in said and "default_label" in said, said
+
+
 def test_rotation_keeps_old_receipts_verifiable(
     make_client: Callable[..., Any], db_path: Path, tmp_path: Path
 ) -> None:
