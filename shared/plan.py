@@ -34,7 +34,14 @@ from shared.errors import InvalidParameterError
 from shared.mechanisms import registry
 from shared.mechanisms.histogram import check_bins
 from shared.mechanisms.private_mean import anchor_can_use, private_mean_variance
-from shared.selection import DEFAULT_MODEL_DIM, adaptive_bins, check_model_dim, model_dim_for
+from shared.selection import (
+    DEFAULT_MODEL_DIM,
+    MAX_DEFAULT_MODEL_DIM,
+    SIGNAL_PER_DIM,
+    adaptive_bins,
+    check_model_dim,
+    model_dim_for,
+)
 
 AUTO = "auto"
 
@@ -450,7 +457,7 @@ def plan_release(
     opts = check_options(mechanism, options or {}, width=domain.hi - domain.lo)
     # Mean first asks whether the smallest model (the given d, else 10) could train; the
     # randomizer is chosen for the given d, else the default for n and epsilon2 (below).
-    dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
+    gate_dim = DEFAULT_MODEL_DIM if model_dim is None else check_model_dim(model_dim)
     inf_ok = bool(allow_nonprivate)
     lines: list[str] = []
     if epsilon is not None:
@@ -465,7 +472,7 @@ def plan_release(
             if total.is_infinite():
                 raise InvalidParameterError("an infinite epsilon needs epsilon1 and epsilon2")
             first, split, line = _default_first(
-                total, n=count, domain=domain, mechanism=mechanism, model_dim=dim,
+                total, n=count, domain=domain, mechanism=mechanism, model_dim=gate_dim,
                 mean_share_given=mean_share is not None,
             )  # fmt: skip
             lines.append(line)
@@ -525,7 +532,12 @@ def plan_release(
         + (
             "(RPWithPrior or RR-on-Bins, whichever the noisy prior predicts trains better for "
             f"a model of dimension {dim}"
-            + (", n epsilon2^2 / 80 in [10, 300]" if model_dim is None else "")
+            + (
+                f", n epsilon2^2 / {SIGNAL_PER_DIM:g} in [{DEFAULT_MODEL_DIM}, "
+                f"{MAX_DEFAULT_MODEL_DIM}]"
+                if model_dim is None
+                else ""
+            )
             + ")"
             if mechanism == "auto"
             else f"({mechanism})"
