@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from labels_party import datasets as ds
 from labels_party import ledger
 from labels_party.db.engine import Database
-from labels_party.db.models import PART_HEAD, datasets, message_chunks, model_releases, releases
+from labels_party.db.models import PART_HEAD, datasets, message_chunks, releases
 from labels_party.errors import FieldError, NotFoundError
 from shared import epsilon as amounts
 from shared.errors import IntegrityError
@@ -45,13 +45,7 @@ def list_datasets(db: Database, *, role: str) -> list[dict[str, Any]]:
         query = query.where(datasets.c.n_examples > 0)
     with db.read() as conn:
         rows = conn.execute(query).all()
-        models = dict(
-            conn.execute(
-                select(model_releases.c.dataset_id, func.count()).group_by(
-                    model_releases.c.dataset_id
-                )
-            ).all()
-        )
+        models = ds.model_release_counts(conn)
         ids: dict[int, list[str]] = {}
         for dataset_id, release_id in conn.execute(
             select(releases.c.dataset_id, releases.c.id).order_by(releases.c.created, releases.c.id)
@@ -59,9 +53,13 @@ def list_datasets(db: Database, *, role: str) -> list[dict[str, Any]]:
             ids.setdefault(dataset_id, []).append(release_id)
     out = []
     for row in rows:
-        view = ds.public_view(ds.DatasetRow.from_row(row), ids.get(row.id, []), role=role)
+        view = ds.public_view(
+            ds.DatasetRow.from_row(row),
+            ids.get(row.id, []),
+            role=role,
+            n_model_releases=models.get(row.id, 0),
+        )
         view["n_releases"] = int(row.n_releases or 0)
-        view["n_model_releases"] = int(models.get(row.id, 0))
         view["last_release"] = row.last_release
         out.append(view)
     return out

@@ -15,11 +15,17 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from labels_party import accountant, ledger
 from labels_party.db.engine import Database
-from labels_party.db.models import datasets, entries, public_feature_sets, releases
+from labels_party.db.models import (
+    datasets,
+    entries,
+    model_releases,
+    public_feature_sets,
+    releases,
+)
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
@@ -242,8 +248,18 @@ def load(conn: Connection, name: str, *, for_update: bool = False) -> DatasetRow
     return DatasetRow.from_row(row)
 
 
-def get_dataset(db: Database, name: str) -> tuple[DatasetRow, list[str]]:
-    """The dataset and the ids of its releases (oldest first)."""
+def model_release_counts(conn: Connection, dataset_id: int | None = None) -> dict[int, int]:
+    """Model releases per dataset id (only ``dataset_id``'s when given; a dataset without any
+    is absent): the one count a dataset's view and the listing show as ``n_model_releases``."""
+    query = select(model_releases.c.dataset_id, func.count()).group_by(model_releases.c.dataset_id)
+    if dataset_id is not None:
+        query = query.where(model_releases.c.dataset_id == dataset_id)
+    return {int(key): int(count) for key, count in conn.execute(query).all()}
+
+
+def view(db: Database, name: str, *, role: str) -> dict[str, Any]:
+    """``GET /v1/datasets/{name}``: the dataset as shown to ``role``, with the ids of its
+    releases (oldest first) and its model-release count, read in one snapshot."""
     with db.read() as conn:
         row = load(conn, name)
         ids = conn.execute(
@@ -251,10 +267,13 @@ def get_dataset(db: Database, name: str) -> tuple[DatasetRow, list[str]]:
             .where(releases.c.dataset_id == row.id)
             .order_by(releases.c.created, releases.c.id)
         ).scalars()
-        return row, list(ids)
+        n_models = model_release_counts(conn, row.id).get(row.id, 0)
+        return public_view(row, list(ids), role=role, n_model_releases=n_models)
 
 
-def public_view(row: DatasetRow, release_ids: list[str], *, role: str) -> dict[str, Any]:
+def public_view(
+    row: DatasetRow, release_ids: list[str], *, role: str, n_model_releases: int
+) -> dict[str, Any]:
     """The dataset as shown to ``role`` (``n_labels`` for the advertiser only)."""
     view: dict[str, Any] = {
         "name": row.name,
@@ -265,6 +284,7 @@ def public_view(row: DatasetRow, release_ids: list[str], *, role: str) -> dict[s
         "state": row.state,
         "n_examples": row.n_examples,
         "releases": release_ids,
+        "n_model_releases": n_model_releases,
         "created": row.created,
     }
     if row.segment_column is not None:

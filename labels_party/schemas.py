@@ -341,6 +341,9 @@ class DatasetPublic(BaseModel):
     n_examples: int
     n_labels: int | None = Field(default=None, description="advertiser only")
     releases: list[str]
+    n_model_releases: int = Field(
+        default=0, description="model releases (estimators) of the dataset"
+    )
     created: str
     segment_column: str | None = Field(default=None, description="None: not segmented")
 
@@ -481,7 +484,6 @@ class DatasetSummary(DatasetPublic):
     """One item of ``GET /v1/datasets``."""
 
     n_releases: int
-    n_model_releases: int = Field(description="model releases (estimators) of the dataset")
     last_release: str | None = Field(description="created time of the newest label release")
 
 

@@ -455,6 +455,28 @@ def test_the_dataset_listing_counts_model_releases(client: Any) -> None:
     assert (item["n_releases"], item["n_model_releases"], item["epsilon_spent"]) == (0, 2, "2")
 
 
+def test_the_dataset_view_counts_model_releases_as_the_listing_does(client: Any) -> None:
+    """The dataset's own view (and the answers of a top-up, an archive and a creation, which
+    are that view) carry the listing's ``n_model_releases``: an audit found it only there."""
+    created = create_dataset(client, "other")
+    assert created["n_model_releases"] == 0
+    setup_dataset(client)
+    for _ in range(2):
+        assert (
+            model_release(client, estimator="ols", privacy="label", epsilon="1").status_code == 201
+        )
+    listed = {d["name"]: d for d in client.get("/v1/datasets", headers=OPS).json()["datasets"]}
+    for role in (OPS, ADV, PUB):
+        view = client.get("/v1/datasets/ds", headers=role)
+        assert view.status_code == 200, view.text
+        assert view.json()["n_model_releases"] == 2 == listed["ds"]["n_model_releases"]
+    assert client.get("/v1/datasets/other", headers=OPS).json()["n_model_releases"] == 0
+    topped = client.post("/v1/datasets/ds/budget", headers=OPS, json={"add": 1, "reason": "x"})
+    assert topped.status_code == 200 and topped.json()["n_model_releases"] == 2
+    archived = client.post("/v1/datasets/ds/archive", headers=OPS, json={"reason": "done"})
+    assert archived.status_code == 200 and archived.json()["n_model_releases"] == 2
+
+
 def test_dry_run_previews_the_charge_and_spends_nothing(client: Any) -> None:
     """Issue 22, item 2: a model release's preview makes every check a release makes before
     it reads a label, answers the charge in epsilon and delta and the budget after it, and

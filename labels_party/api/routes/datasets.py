@@ -57,14 +57,13 @@ async def create_dataset(
     )
     create = partial(ds.create_dataset, actor_role=role, actor=actor)
     row = await run_in_threadpool(create, services.db, spec)
-    return ds.public_view(row, [], role=role)
+    return ds.public_view(row, [], role=role, n_model_releases=0)
 
 
 @router.get("/{name}", response_model=DatasetPublic, response_model_exclude_unset=True)
 def get_dataset(call: AnyRoleOn) -> Any:
     """Counts, state and budget of a dataset (``n_labels`` for the advertiser only)."""
-    row, release_ids = ds.get_dataset(call.services.db, call.name)
-    return ds.public_view(row, release_ids, role=call.role)
+    return ds.view(call.services.db, call.name, role=call.role)
 
 
 TopUpBody = Annotated[BudgetTopUp, json_body(BudgetTopUp)]
@@ -72,8 +71,7 @@ ArchiveBody = Annotated[DatasetArchive, json_body(DatasetArchive)]
 
 
 async def _view(call: DatasetCall) -> Any:
-    row, release_ids = await run_in_threadpool(ds.get_dataset, call.services.db, call.name)
-    return ds.public_view(row, release_ids, role=call.role)
+    return await run_in_threadpool(partial(ds.view, role=call.role), call.services.db, call.name)
 
 
 @router.post("/{name}/budget", response_model=DatasetPublic)
