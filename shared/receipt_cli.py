@@ -1,7 +1,9 @@
-"""``labeldp receipt verify RECEIPT.json --public-key KEYFILE [--message FILE]``.
+"""``labeldp receipt verify RECEIPT.json --public-key KEYFILE [--message FILE|DIR]``.
 
 Exit 0 when the receipt's signature verifies under a key of KEYFILE (and, with ``--message``,
-the message file is the one the receipt names); 1 when it does not; 2 for unusable input.
+the message is the one the receipt names: a binary or JSON file, or a Parquet message directory
+as the Spark job publishes it, ``shared.parquet_message``); 1 when it does not, naming what
+differs; 2 for unusable input.
 """
 
 from __future__ import annotations
@@ -28,21 +30,49 @@ def register_commands(commands: Any) -> None:
         "--public-key", type=Path, required=True, help="PEM or base64 public key(s) to trust"
     )
     verify.add_argument(
-        "--message", type=Path, help="a downloaded message (binary or JSON) the receipt must name"
+        "--message",
+        type=Path,
+        help="a downloaded message (binary or JSON file) or a Parquet message directory "
+        "(header.json + body/) the receipt must name",
     )
     verify.set_defaults(func=verify_command)
 
 
 def check_message_file(receipt: dict[str, Any], path: Path) -> None:
-    """Raise ``IntegrityError`` unless the file is the (intact) message the receipt names."""
+    """Raise ``IntegrityError`` unless the file (or directory) is the intact message the receipt
+    names: its whole header, its body sha256 and, for a binary file, the sha256 of its bytes."""
     from shared.client import parse_message
 
+    if path.is_dir():
+        check_parquet_message(receipt, path)
+        return
     raw = path.read_bytes()
     binary = raw.startswith(MAGIC)
     header, _ids, _labels = parse_message(raw, BINARY_MEDIA_TYPE if binary else JSON_MEDIA_TYPE)
     rc.check_header(
         receipt, header, binary_sha256=hashlib.sha256(raw).hexdigest() if binary else None
     )
+
+
+def check_parquet_message(receipt: dict[str, Any], directory: Path) -> None:
+    """Raise ``IntegrityError`` unless the Parquet message directory is the one the receipt names.
+
+    First ``header.json``: equal to the receipt's header field by field (the error names the
+    fields that differ) and its bytes of the sha256 the labels party recorded at publication
+    (the receipt's ``binary_sha256``); then the body, read and checked against the header's body
+    sha256 (``shared.parquet_message.read_parquet_message``).
+    """
+    from shared.message import MessageHeader
+    from shared.parquet_message import HEADER, read_parquet_message
+
+    raw = (directory / HEADER).read_bytes()
+    try:
+        header = MessageHeader.model_validate_json(raw)
+    except ValueError as exc:
+        raise IntegrityError(f"{directory}/{HEADER} is not a valid message header: {exc}") from None
+    rc.check_header(receipt, header, binary_sha256=hashlib.sha256(raw).hexdigest())
+    if read_parquet_message(directory).raw_header != raw:
+        raise IntegrityError(f"{directory}/{HEADER} changed while it was read")
 
 
 def verify_command(args: argparse.Namespace) -> int:
@@ -60,6 +90,9 @@ def verify_command(args: argparse.Namespace) -> int:
     except (IntegrityError, OSError) as exc:
         print(f"INVALID: {exc}", file=sys.stderr)
         return 1
+    except ImportError as exc:  # a Parquet message needs pyarrow (the spark extra)
+        print(f"labeldp receipt verify: cannot read a Parquet message: {exc}", file=sys.stderr)
+        return 2
     print(
         f"OK: release {body.get('release_id')} of dataset {body.get('dataset')}, epsilon "
         f"{body.get('epsilon')} (epsilon1 {body.get('epsilon1')}, "

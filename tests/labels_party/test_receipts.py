@@ -323,7 +323,8 @@ def test_any_changed_header_field_fails_and_is_named_in_every_format(
     client: Any, tmp_path: Path, field: str
 ) -> None:
     """Issue 24, item 1: the receipt binds the WHOLE header, so a JSON (or binary) message with
-    any one header field changed (and its body intact) fails verification, naming the field."""
+    any one header field changed (and its body intact) fails verification, naming the field.
+    The Parquet format (a Spark job's real output): tests/spark_release/test_receipts.py."""
     from shared.message import MessageHeader, encode_binary, from_json_message
 
     meta = released(client, mechanism="rr_on_bins", epsilon=1.0)
