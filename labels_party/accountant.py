@@ -33,21 +33,18 @@ def columns(prefix: str, amount: Decimal) -> dict[str, Any]:
 
 def budget_of(row: Any) -> Budget:
     """A ``datasets`` row's (or a ``DatasetRow``'s) budget; NULL delta columns read as 0. An
-    amount outside the accepted range (a database written before the range was enforced) is
-    read conservatively into it (``shared.epsilon.budget_as_read`` / ``spent_as_read``), so one
-    such row never fails a view or a listing."""
+    amount outside the accepted range, NaN or unparseable (a database written before the range
+    was enforced, or edited by hand) is read conservatively into it
+    (``shared.epsilon.budget_as_read`` / ``spent_as_read``), so one such row never fails a
+    view or a listing; migration 0012 repairs such budgets in the database."""
     return Budget(
-        budget=amounts.budget_as_read(
-            ledger.stored_amount(row.epsilon_budget_exact, row.epsilon_budget)
-        ),
-        spent=amounts.spent_as_read(
-            ledger.stored_amount(row.epsilon_spent_exact, row.epsilon_spent)
-        ),
+        budget=amounts.budget_as_read(amounts.stored(row.epsilon_budget_exact, row.epsilon_budget)),
+        spent=amounts.spent_as_read(amounts.stored(row.epsilon_spent_exact, row.epsilon_spent)),
         delta_budget=amounts.budget_as_read(
-            ledger.stored_amount(getattr(row, "delta_budget_exact", None), None)
+            amounts.stored(getattr(row, "delta_budget_exact", None), None)
         ),
         delta_spent=amounts.spent_as_read(
-            ledger.stored_amount(getattr(row, "delta_spent_exact", None), None)
+            amounts.stored(getattr(row, "delta_spent_exact", None), None)
         ),
     )
 

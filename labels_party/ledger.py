@@ -49,6 +49,11 @@ KIND_MODEL = "model"
 # and randomizer entries carry no message; a ``publication`` entry (epsilon 0) then names the
 # chosen randomizer and the message, or a ``failure`` entry (epsilon 0) says why there is none.
 KIND_PUBLICATION, KIND_FAILURE = "publication", "failure"
+# A budget a database held outside the amount range, repaired by a migration (epsilon 0; actor
+# role ``migration``): parameters name the ``field``, what was ``stored`` and the new value under
+# the field's name; the recorded entries stay as they were (labels_party migration 0012).
+KIND_REPAIR = "repair"
+REPAIRABLE = ("epsilon_budget", "delta_budget")
 COLUMNS = (
     "seq",
     "time",
@@ -265,6 +270,8 @@ class _Walk:
             return self._release_spend(entry, epsilon)
         if kind in (KIND_PUBLICATION, KIND_FAILURE):
             return self._release_event(entry, epsilon)
+        if kind == KIND_REPAIR:
+            return self._repair(entry, epsilon)
         if kind == KIND_MODEL:
             self.spends[name].append(epsilon)
             self.delta_spends[name].append(delta(entry))
@@ -286,6 +293,29 @@ class _Walk:
         budgets["epsilon_budget"] = params["epsilon_budget"]
         if raised != Decimal(params["epsilon_budget"]):
             return [f"entry seq {seq}: the top-up's budgets do not add up"]
+        return []
+
+    def _repair(self, entry: dict[str, Any], epsilon: Decimal) -> list[str]:
+        """A budget repaired into the range: it follows ``shared.epsilon.budget_as_read`` from
+        what it says was stored, and what was stored is what the ledger recorded (else the row
+        had been edited by hand: said, the repair applied all the same)."""
+        seq = entry["seq"]
+        params = json.loads(entry["parameters"])
+        budgets = self.created.get(entry["dataset"])
+        field = params.get("field")
+        if budgets is None or epsilon != 0 or field not in REPAIRABLE:
+            return [f"entry seq {seq}: a repair of no created dataset's budget, or spending"]
+        was = amounts.stored(str(params.get("stored")), None)
+        repaired = amounts.stored(str(params.get(field)), None)
+        if repaired.is_nan() or repaired != amounts.budget_as_read(was):
+            return [f"entry seq {seq}: the repair's {field} is not the stored one in range"]
+        recorded = _param_amount(budgets.get(field)) or Decimal(0)
+        budgets[field] = params[field]
+        if was.is_nan() or recorded != was:
+            return [
+                f"entry seq {seq}: {field} of {entry['dataset']!r} was {params.get('stored')} "
+                f"when repaired; the ledger had recorded {_text(recorded)}"
+            ]
         return []
 
     def _release_spend(self, entry: dict[str, Any], epsilon: Decimal) -> list[str]:

@@ -400,6 +400,7 @@ class LedgerEntry(BaseModel):
         "archive",
         "publication",
         "failure",
+        "repair",
     ]
     mechanism: str | None
     epsilon: str = Field(description="exact decimal")

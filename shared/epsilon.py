@@ -100,20 +100,37 @@ def check_range(amount: Decimal, *, name: str = "epsilon") -> Decimal:
 
 
 def budget_as_read(amount: Decimal) -> Decimal:
-    """A stored budget read conservatively into the range: above ``MAX_AMOUNT`` (or not
-    finite) as ``MAX_AMOUNT``, below ``MIN_AMOUNT`` as 0. Only databases written before
-    :func:`check_range` existed can hold such amounts (the ledger, hash-chained, keeps them)."""
-    if not amount.is_finite() or amount > MAX_AMOUNT:
+    """A stored budget read conservatively into the range: above ``MAX_AMOUNT`` (or +infinity)
+    as ``MAX_AMOUNT``; NaN (an unparseable text reads as NaN), a negative amount or one below
+    ``MIN_AMOUNT`` as 0: nothing spendable. Only databases written before :func:`check_range`
+    existed, or edited by hand, can hold such amounts; migration 0012 of the labels party
+    repairs them to exactly this value (the ledger, hash-chained, keeps what it recorded)."""
+    if amount.is_nan() or amount <= 0:
+        return ZERO
+    if amount > MAX_AMOUNT:
         return MAX_AMOUNT
-    return amount if amount == 0 or amount >= MIN_AMOUNT else ZERO
+    return amount if amount >= MIN_AMOUNT else ZERO
 
 
 def spent_as_read(amount: Decimal) -> Decimal:
-    """A stored spend read conservatively into the range: above ``MAX_AMOUNT`` (or not finite)
-    as ``MAX_AMOUNT``, a positive amount below ``MIN_AMOUNT`` as ``MIN_AMOUNT``."""
-    if not amount.is_finite() or amount > MAX_AMOUNT:
+    """A stored spend read conservatively into the range: above ``MAX_AMOUNT``, not finite
+    (NaN included) or negative as ``MAX_AMOUNT`` (nothing left), a positive amount below
+    ``MIN_AMOUNT`` as ``MIN_AMOUNT``."""
+    if not amount.is_finite() or amount > MAX_AMOUNT or amount < 0:
         return MAX_AMOUNT
     return MIN_AMOUNT if ZERO < amount < MIN_AMOUNT else amount
+
+
+def stored(text: str | None, legacy: float | None) -> Decimal:
+    """An amount as a database stores it, never raising: its exact text, else its float taken
+    exactly (NULL and NULL: 0); a text that is not a decimal reads as NaN (for
+    :func:`budget_as_read` / :func:`spent_as_read` to place)."""
+    try:
+        if text is not None:
+            return Decimal(text.strip()) if len(text) <= _MAX_TEXT else Decimal("NaN")
+        return ZERO if legacy is None else Decimal(float(legacy))
+    except (ArithmeticError, ValueError, TypeError):
+        return Decimal("NaN")
 
 
 def add(*amounts: Decimal) -> Decimal:

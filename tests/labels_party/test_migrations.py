@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, Integer, Table, create_engine
+from sqlalchemy import Column, Integer, Table, create_engine, select
 
 from features_party.db import engine as features_engine
 from features_party.db.models import Base
 from labels_party import ledger
 from labels_party.db.engine import MIGRATIONS, Database, create_schema, make_engine
-from labels_party.db.models import metadata
+from labels_party.db.models import datasets, metadata
 from shared import epsilon as amounts
 from shared import migrations
 from tests.labels_party.conftest import ADV, OPS, cli, create_dataset
@@ -229,3 +229,187 @@ def test_operator_sees_the_budget_of_an_upgraded_dataset(make_client: Any, db_pa
         "0",
         "0",
     )
+
+
+# ---- migration 0012: budgets stored outside the amount range --------------------------------
+
+
+def _database_at_0011(url: str) -> Database:
+    """A database built by the migrations up to 0011: the schema of the code before 0012."""
+    from alembic import command
+
+    engine = make_engine(url)
+    with engine.connect() as conn, conn.begin():
+        command.upgrade(migrations.config(MIGRATIONS, conn), "0011")
+    return Database(engine)
+
+
+def _old_dataset(db: Database, name: str, budget: str, delta: str = "0") -> None:
+    """A dataset created as the code before the amount range did: any amount > 0 stored as it
+    was given, its creation ledgered with it (``DatasetSpec`` checks no range: the API does)."""
+    from labels_party import datasets as ds
+
+    spec = ds.DatasetSpec(
+        name=name,
+        label_min=0.0,
+        label_max=10.0,
+        default_label=0.0,
+        epsilon_budget=Decimal(budget),
+        delta_budget=Decimal(delta),
+    )
+    ds.create_dataset(db, spec, actor_role="operator")
+
+
+def _app_client(url: str, tmp_path: Path) -> Any:
+    from fastapi.testclient import TestClient
+
+    from labels_party.main import create_app
+    from tests.labels_party.conftest import make_settings
+
+    settings = make_settings(tmp_path / "unused.db", signing_key_path=tmp_path / "key.pem")
+    settings = type(settings)(**{**settings.__dict__, "database_url": url})
+    return TestClient(create_app(settings), raise_server_exceptions=False)
+
+
+def _ledger_entries(db: Database) -> list[dict[str, Any]]:
+    with db.read() as conn:
+        return ledger.entries(conn)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'labels.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def test_0012_repairs_out_of_range_budgets_and_the_ledger_still_verifies(
+    any_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 24, item 4: a database that holds an out-of-range budget (``1e10001`` was stored
+    by the code before the range) is repaired by the migration: the budget above 1e300 becomes
+    1e300, one below 1e-400 (epsilon or delta) 0; each repair is a ledger entry of kind
+    ``repair`` (the recorded entries untouched) and a log line; the listing and the datasets
+    answer 200 with the repaired values; the ledger verifies."""
+    db = _database_at_0011(any_url)
+    _old_dataset(db, "huge", "1e10001")
+    _old_dataset(db, "tiny", "1e-10001", delta="1e-10001")
+    _old_dataset(db, "fine", "2.5", delta="0.001")
+    before = _ledger_entries(db)
+    with db.read() as conn:
+        assert ledger.verify(conn).ok  # the old database was consistent: only out of range
+    with caplog.at_level("WARNING", logger="labels_party"):
+        create_schema(db.engine)
+    after = _ledger_entries(db)
+    assert after[: len(before)] == before, "the recorded entries are not rewritten"
+    repairs = after[len(before) :]
+    assert [(e["kind"], e["dataset"], e["actor_role"], e["epsilon"]) for e in repairs] == [
+        ("repair", "huge", "migration", 0.0),
+        ("repair", "tiny", "migration", 0.0),
+        ("repair", "tiny", "migration", 0.0),
+    ]
+    import json
+
+    assert [json.loads(e["parameters"]) for e in repairs] == [
+        {"field": "epsilon_budget", "stored": "1E+10001", "epsilon_budget": "1E+300",
+         "reason": "outside the amount range [1E-400, 1E+300]", "migration": "0012"},
+        {"field": "epsilon_budget", "stored": "1E-10001", "epsilon_budget": "0",
+         "reason": "outside the amount range [1E-400, 1E+300]", "migration": "0012"},
+        {"field": "delta_budget", "stored": "1E-10001", "delta_budget": "0",
+         "reason": "outside the amount range [1E-400, 1E+300]", "migration": "0012"},
+    ]  # fmt: skip
+    logged = [r.getMessage() for r in caplog.records if "migration 0012" in r.getMessage()]
+    assert len(logged) == 3 and "'huge': epsilon_budget was 1E+10001" in logged[0]
+    with db.read() as conn:
+        report = ledger.verify(conn)
+        stored = {
+            row.name: (row.epsilon_budget, row.epsilon_budget_exact, row.delta_budget_exact)
+            for row in conn.execute(select(datasets))
+        }
+    assert report.ok, report.problems
+    assert stored == {
+        "huge": (1e300, "1E+300", None),
+        "tiny": (0.0, "0", "0"),
+        "fine": (2.5, "2.5", "0.001"),
+    }
+    create_schema(db.engine)  # at head: nothing more to repair
+    assert len(_ledger_entries(db)) == len(after)
+    db.dispose()
+
+    with _app_client(any_url, tmp_path) as client:
+        listed = client.get("/v1/datasets", headers=OPS)
+        assert listed.status_code == 200, listed.text
+        views = {d["name"]: d for d in listed.json()["datasets"]}
+        assert (views["huge"]["epsilon_budget"], views["huge"]["epsilon_left"]) == ("1E+300",) * 2
+        assert (views["tiny"]["epsilon_budget"], views["tiny"]["delta_budget"]) == ("0", "0")
+        assert (views["fine"]["epsilon_budget"], views["fine"]["delta_budget"]) == ("2.5", "0.001")
+        for name in views:
+            view = client.get(f"/v1/datasets/{name}", headers=ADV)
+            assert view.status_code == 200, view.text
+            assert view.json()["epsilon_budget"] == views[name]["epsilon_budget"]
+        shown = client.get("/v1/ledger", params={"kind": "repair"}, headers=OPS)
+        assert shown.status_code == 200, shown.text
+        assert [e["parameters"]["field"] for e in shown.json()["entries"]] == [
+            "epsilon_budget", "epsilon_budget", "delta_budget",
+        ]  # fmt: skip
+        checked = client.get("/v1/ledger/verify", headers=OPS)
+        assert checked.status_code == 200 and checked.json()["ok"] is True, checked.text
+    done = cli("ledger", "verify", "--database-url", any_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_0012_repairs_hand_edited_budgets_to_zero_and_verify_names_them(
+    tmp_path: Path,
+) -> None:
+    """A NaN, negative or unparseable budget (only a hand-edited database holds one) becomes 0:
+    nothing spendable. The ledger had recorded another budget, so verify names each one."""
+    path = tmp_path / "labels.db"
+    db = _database_at_0011(f"sqlite:///{path}")
+    for name in ("nan", "negative", "junk", "fine"):
+        _old_dataset(db, name, "5")
+    db.dispose()
+    with sqlite3.connect(path) as conn:
+        for name, text, value in (("nan", "NaN", 5.0), ("negative", "-3", -3.0),
+                                  ("junk", "five", 5.0)):  # fmt: skip
+            conn.execute(
+                "UPDATE datasets SET epsilon_budget_exact = ?, epsilon_budget = ? WHERE name = ?",
+                (text, value, name),
+            )
+    db = Database(make_engine(f"sqlite:///{path}"))
+    create_schema(db.engine)
+    with db.read() as conn:
+        budgets = dict(conn.execute(select(datasets.c.name, datasets.c.epsilon_budget_exact)).all())
+        problems = ledger.verify(conn).problems
+    db.dispose()
+    assert budgets == {"nan": "0", "negative": "0", "junk": "0", "fine": "5"}
+    assert sorted(p.split(": ", 1)[1] for p in problems) == [
+        "epsilon_budget of 'junk' was five when repaired; the ledger had recorded 5",
+        "epsilon_budget of 'nan' was NaN when repaired; the ledger had recorded 5",
+        "epsilon_budget of 'negative' was -3 when repaired; the ledger had recorded 5",
+    ]
+    with _app_client(f"sqlite:///{path}", tmp_path) as client:
+        listed = client.get("/v1/datasets", headers=OPS)
+        assert listed.status_code == 200, listed.text
+        assert {d["name"]: d["epsilon_left"] for d in listed.json()["datasets"]} == {
+            "fine": "5", "junk": "0", "nan": "0", "negative": "0",
+        }  # fmt: skip
+
+
+def test_a_nan_or_unparseable_budget_reads_as_nothing_spendable(
+    make_client: Any, db_path: Path
+) -> None:
+    """Read before any repair (a row edited after the migrations ran): NaN or text that is not
+    a number is a budget of 0 (it read as 1e300, or failed the listing), never the widest."""
+    client = make_client()
+    for name in ("nan", "junk"):
+        create_dataset(client, name)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE datasets SET epsilon_budget_exact = 'NaN' WHERE name = 'nan'")
+        conn.execute("UPDATE datasets SET epsilon_budget_exact = 'x1' WHERE name = 'junk'")
+    listed = client.get("/v1/datasets", headers=OPS)
+    assert listed.status_code == 200, listed.text
+    assert {d["name"]: d["epsilon_left"] for d in listed.json()["datasets"]} == {
+        "junk": "0",
+        "nan": "0",
+    }
+    assert client.get("/v1/datasets/nan", headers=ADV).json()["epsilon_budget"] == "0"
