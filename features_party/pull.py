@@ -129,22 +129,40 @@ def check_receipt(settings: Settings, header: MessageHeader, *, raw: bytes | Non
     log.info("receipt of release %s verified (key %s)", header.release_id, body["key_id"])
 
 
-def check_model_receipt(settings: Settings, model_release_id: str, header_json: Any) -> None:
+def check_model_receipt(
+    settings: Settings,
+    model_release_id: str,
+    header_json: Any,
+    *,
+    receipt: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """With a pinned key: the model release's receipt verifies and states exactly this model
-    message's header (``shared.receipt.check_model_header``), else raise."""
+    message's header (``shared.receipt.check_model_header``), else raise; returns the receipt
+    as signed (to keep), or None without a pin.
+
+    ``receipt``: the one kept with the stored message (checked offline, against the pinned keys
+    and their validity); None fetches it from the labels party."""
     if settings.labels_public_key is None:
-        return
+        return None
     keys = load_public_keys(settings.labels_public_key)
     validity = load_key_validity(settings.labels_public_key)
-    with labels_client(settings) as client:
-        receipt = client.request(
-            "GET", f"/v1/model-releases/{model_release_id}/receipt", idempotent=True
-        ).json()
+    stored = receipt is not None
+    if receipt is None:
+        with labels_client(settings) as client:
+            receipt = client.request(
+                "GET", f"/v1/model-releases/{model_release_id}/receipt", idempotent=True
+            ).json()
     body = verify_receipt(receipt, keys, validity=validity)
     if body.get("model_release_id") != model_release_id:
         raise ReceiptError("the receipt is about another model release")
     check_model_header(body, header_json)
-    log.info("receipt of model release %s verified (key %s)", model_release_id, body["key_id"])
+    log.log(
+        logging.DEBUG if stored else logging.INFO,
+        "receipt of model release %s verified (key %s)",
+        model_release_id,
+        body["key_id"],
+    )
+    return dict(receipt)
 
 
 def _check_dataset(header: MessageHeader, dataset: str) -> None:

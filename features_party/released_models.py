@@ -30,12 +30,14 @@ from shared.client import ServiceError
 from shared.errors import IntegrityError
 from shared.estimators import registry as estimators
 from shared.model_message import ModelMessage, verify_model
+from shared.receipt import ReceiptError
 
 RELEASED = "released"
 
 
-def _load(session: Session, model_release_id: str) -> ModelMessage | None:
-    """The stored message, verified again (a corrupted row is not trusted)."""
+def _load(session: Session, settings: Settings, model_release_id: str) -> ModelMessage | None:
+    """The stored message, verified again (a corrupted row is not trusted); with a pinned key,
+    also against its signed receipt (see :func:`_check_stored_receipt`)."""
     stored = session.get(ReleasedModelMessage, model_release_id)
     if stored is None:
         return None
@@ -45,14 +47,39 @@ def _load(session: Session, model_release_id: str) -> ModelMessage | None:
         or message.header.model_release_id != model_release_id
     ):
         raise IntegrityError(f"stored model release {model_release_id!r} does not match its row")
+    _check_stored_receipt(session, settings, stored, message)
     return message
+
+
+def _check_stored_receipt(
+    session: Session, settings: Settings, stored: ReleasedModelMessage, message: ModelMessage
+) -> None:
+    """With a pinned key: the receipt kept with the stored message verifies and states its whole
+    header (a changed stored field is refused, named), on every load. A row kept without one
+    (pulled before the key was pinned) has it fetched from the labels party once, then kept."""
+    if settings.labels_public_key is None:
+        return
+    kept: dict[str, Any] | None = None
+    if stored.receipt is not None:
+        try:
+            kept = json.loads(stored.receipt)
+        except ValueError:
+            raise ReceiptError(
+                f"the stored receipt of model release {stored.model_release_id!r} is not JSON"
+            ) from None
+    header = json.loads(message.header.model_dump_json())
+    receipt = check_model_receipt(settings, stored.model_release_id, header, receipt=kept)
+    if kept is None and receipt is not None:
+        stored.receipt = json.dumps(receipt, separators=(",", ":"))
+        session.commit()
 
 
 def pull(
     session: Session, settings: Settings, *, model_release_id: str, dataset: str
 ) -> ModelMessage:
-    """The verified model message (from the database, or pulled once and stored)."""
-    message = _load(session, model_release_id)
+    """The verified model message (from the database, its receipt checked again with a pinned
+    key, or pulled once and stored with its receipt)."""
+    message = _load(session, settings, model_release_id)
     if message is None:
         with labels_client(settings) as client:
             try:
@@ -76,7 +103,7 @@ def pull(
                 f"the labels party answered model release {message.header.model_release_id!r} "
                 f"for {model_release_id!r}"
             )
-        check_model_receipt(
+        receipt = check_model_receipt(
             settings, model_release_id, json.loads(message.header.model_dump_json())
         )
         if message.header.dataset == dataset:
@@ -86,6 +113,7 @@ def pull(
                     dataset=dataset,
                     message=answer.content.decode("utf-8"),
                     body_sha256=message.header.body_sha256,
+                    receipt=None if receipt is None else json.dumps(receipt, separators=(",", ":")),
                 )
             )
     if message.header.dataset != dataset:
@@ -208,9 +236,10 @@ def _ids_matrix(session: Session, dataset: str, ids: list[str], columns: list[st
     return x
 
 
-def predict(session: Session, job: TrainedModel, body: PredictIn) -> PredictOut:
-    """``POST /v1/models/{id}/predict`` for a released model (rows or stored example ids)."""
-    message = _load(session, job.release_id)
+def predict(session: Session, settings: Settings, job: TrainedModel, body: PredictIn) -> PredictOut:
+    """``POST /v1/models/{id}/predict`` for a released model (rows or stored example ids); the
+    stored message is verified again, with a pinned key against its receipt too."""
+    message = _load(session, settings, job.release_id)
     if message is None:
         raise IntegrityError(f"model {job.id!r}: its model release message is not stored")
     columns = message.header.columns

@@ -93,3 +93,6 @@ class ReleasedModelMessage(Base):
     message: Mapped[str] = mapped_column(Text)
     body_sha256: Mapped[str] = mapped_column(String(64))
     fetched: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The model release's signed receipt (JSON) as verified at the pull, with a pinned key: every
+    # later load verifies it again and checks the stored header against it (released_models).
+    receipt: Mapped[str | None] = mapped_column(Text, nullable=True)

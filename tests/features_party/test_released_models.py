@@ -250,3 +250,92 @@ def test_a_pinned_key_checks_the_model_releases_receipt(
     wrong = features_factory(labels_public_key=other, db_path=tmp_path / "wrong.db")
     refused = _released(wrong, release)
     assert refused.status_code >= 400 and "not a pinned key" in refused.text, refused.text
+
+
+def _rewrite_stored(features: Any, model_release_id: str, **columns: Any) -> None:
+    """Change the stored row of a pulled model release (as someone with the database could)."""
+    with features.app.state.sessions() as session:
+        session.execute(
+            update(ReleasedModelMessage)
+            .where(ReleasedModelMessage.model_release_id == model_release_id)
+            .values(**columns)
+        )
+        session.commit()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("epsilon", "20"), ("label_max", 1000.0), ("noise_scale", 0.0)]
+)
+def test_a_stored_model_message_changed_after_its_pull_is_refused_at_every_use(
+    labels_party: LabelsParty,
+    features_factory: Callable[..., Any],
+    tmp_path: Any,
+    field: str,
+    value: Any,
+) -> None:
+    """Issue 24, item 1: with a pinned key the model release's receipt is kept with the stored
+    message and checked on every load, not only at the first pull. A header field of the stored
+    message changed afterwards (its body, hence its sha256, intact) makes the next prediction and
+    the next pull fail, naming the field; a changed stored receipt fails its signature."""
+    from tests.features_party.test_receipts import pin
+
+    release = _labels_party_model(
+        labels_party, f"fp-kept-{field}", estimator="ols", privacy="label", epsilon="1"
+    )
+    features = features_factory(labels_public_key=pin(labels_party, tmp_path / "labels.pub"))
+    model = _released(features, release)
+    assert model.status_code == 201, model.text
+    predict = f"/v1/models/{model.json()['id']}/predict"
+    rows = {"rows": [{"features": {"x1": 0, "x2": 0}}]}
+    assert features.post(predict, json=rows).status_code == 200
+    with features.app.state.sessions() as session:
+        stored = session.get(ReleasedModelMessage, release["id"])
+        original, kept = stored.message, stored.receipt
+    assert kept is not None and json.loads(kept)["model_release_id"] == release["id"]
+
+    changed = json.loads(original)
+    changed["header"][field] = value
+    verify_model(changed)  # still a valid, self-consistent model message
+    _rewrite_stored(features, release["id"], message=json.dumps(changed))
+    for answer in (features.post(predict, json=rows), _released(features, release)):
+        assert answer.status_code == 502, answer.text
+        assert f"differs from the receipt's in: {field}" in answer.json()["detail"], answer.text
+
+    receipt = json.loads(kept)
+    _rewrite_stored(
+        features, release["id"], message=original, receipt=json.dumps({**receipt, "epsilon": "9"})
+    )
+    refused = features.post(predict, json=rows)
+    assert refused.status_code == 502 and "signature" in refused.json()["detail"], refused.text
+    _rewrite_stored(features, release["id"], receipt=kept)
+    assert features.post(predict, json=rows).status_code == 200
+
+
+def test_a_model_pulled_before_the_key_was_pinned_gets_its_receipt_checked_and_kept(
+    labels_party: LabelsParty, features_factory: Callable[..., Any], tmp_path: Any
+) -> None:
+    """A row kept without a receipt (no pin at its pull): the first use with a pinned key fetches
+    the receipt, checks the stored header against it and keeps it."""
+    from tests.features_party.test_receipts import pin
+
+    release = _labels_party_model(
+        labels_party, "fp-late-pin", estimator="ols", privacy="label", epsilon="1"
+    )
+    unpinned = features_factory()
+    model = _released(unpinned, release).json()
+    with unpinned.app.state.sessions() as session:
+        stored = session.get(ReleasedModelMessage, release["id"])
+        assert stored.receipt is None
+        original = stored.message
+    changed = json.loads(original)
+    changed["header"]["epsilon"] = "20"
+    _rewrite_stored(unpinned, release["id"], message=json.dumps(changed))
+    pinned = features_factory(labels_public_key=pin(labels_party, tmp_path / "labels.pub"))
+    predict = f"/v1/models/{model['id']}/predict"
+    rows = {"rows": [{"features": {"x1": 0, "x2": 0}}]}
+    refused = pinned.post(predict, json=rows)
+    assert refused.status_code == 502 and "in: epsilon" in refused.json()["detail"], refused.text
+    _rewrite_stored(pinned, release["id"], message=original)
+    assert pinned.post(predict, json=rows).status_code == 200
+    with pinned.app.state.sessions() as session:
+        assert session.get(ReleasedModelMessage, release["id"]).receipt is not None

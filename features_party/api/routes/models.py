@@ -158,7 +158,7 @@ async def predict(body: PredictIn, request: Request, model_id: str = ModelIdPath
                     message=f"is {job.status}, not trained",
                 )
             if job.model == released_models.RELEASED:
-                return released_models.predict(session, job, body)
+                return released_models.predict(session, request.app.state.settings, job, body)
             fitted = runner.fitted(session, model_id)
             columns = list(fitted.encoder.columns)
             if body.example_ids is not None:
