@@ -93,13 +93,61 @@ class LabelDPNW:
         return interpolate(self.queries, self.values, points, neighbours=neighbours)
 
 
-def nw_gamma(degree: np.ndarray, *, n: int, c0: float, k_max: float) -> float:
-    """SaLBo (21) for the whole query vector: min_q (d(x_q) - c0 n - 2 K_max)_+ / (2 K_max).
+def nw_gammas(degree: np.ndarray, *, n: int, c0: float, k_max: float) -> np.ndarray:
+    """The SaLBo of each query on its own: (d(x_q) - c0 n)_+ / K_max.
 
-    Each d(x_q) moves by at most K_max <= 2 K_max when one example changes (20), so each term
-    is 1-Lipschitz, and a minimum of 1-Lipschitz functions is 1-Lipschitz.
+    A tightening of the paper's (21), gamma = (d - c0 n - 2 K_max)_+ / (2 K_max), for a
+    NONNEGATIVE kernel with 0 <= K <= K_max (the Gaussian): replacing one example moves
+    d(x_q) by |K(x_q, x_i) - K(x_q, x_i')| <= K_max, not the 2 K_max of (20), so d / K_max is
+    already 1-Lipschitz; and the sensitivity bound of :func:`eptr_nw` needs d(x_q) >= c0 n on
+    the data set itself only (not on every neighbour), so the 2 K_max margin is not needed.
     """
-    return float(max(float(degree.min()) - c0 * n - 2.0 * k_max, 0.0) / (2.0 * k_max))
+    d = np.asarray(degree, dtype=np.float64)
+    return np.maximum(d - c0 * n, 0.0) / k_max
+
+
+def nw_gamma(degree: np.ndarray, *, n: int, c0: float, k_max: float) -> float:
+    """The alpha-SaLBo of the whole query vector: min_q (d(x_q) - c0 n)_+ / K_max.
+
+    Each term is 1-Lipschitz (:func:`nw_gammas`) and a minimum of 1-Lipschitz functions is
+    1-Lipschitz; gamma > 0 gives d(x_q) > c0 n at EVERY query, which is what the vector's
+    sensitivity bound (:func:`eptr_nw`) needs.
+    """
+    return float(nw_gammas(degree, n=n, c0=c0, k_max=k_max).min())
+
+
+def query_overlap(queries: np.ndarray, *, bandwidth: float) -> float:
+    """A public bound G >= sup_x sum_q exp(-||x - x_q||^2 / sigma^2), over EVERY x in R^d.
+
+    G = min(m, max_q sum_r exp(-||x_q - x_r||^2 / (4 sigma^2))). Proof: for any x let q* be
+    the query nearest to x; for every r, ||x_r - x_q*|| <= ||x_r - x|| + ||x - x_q*|| <=
+    2 ||x_r - x||, so exp(-||x - x_r||^2 / sigma^2) <= exp(-||x_r - x_q*||^2 / (4 sigma^2));
+    summing over r bounds the sum at x by the row of q*, hence by the largest row; each term
+    is <= 1, hence also <= m. A function of the public queries and bandwidth only.
+    """
+    points = np.asarray(queries, dtype=np.float64)
+    sigma = positive(bandwidth, name="bandwidth")
+    best = 0.0
+    for start in range(0, points.shape[0], _ROWS_PER_BLOCK):
+        block = points[start : start + _ROWS_PER_BLOCK]
+        sq = (
+            np.sum(block**2, axis=1)[:, None]
+            + np.sum(points**2, axis=1)[None, :]
+            - 2.0 * block @ points.T
+        )
+        np.maximum(sq, 0.0, out=sq)
+        best = max(best, float(np.exp(-sq / (4.0 * sigma * sigma)).sum(axis=1).max()))
+    return min(float(points.shape[0]), best)
+
+
+def nw_alpha(*, span: float, k_max: float, c0: float, n: int, overlap: float = 1.0) -> float:
+    """L2 local-sensitivity level of the NW vector where every d(x_q) >= c0 n.
+
+    alpha = span K_max sqrt(min(m, 2 G)) / (c0 n) with ``overlap`` = min(m, 2 G) (1 for one
+    query): see :func:`eptr_nw` for the proof. The paper's per-point alpha is 4 R_f K_max /
+    (c0 n) with span = 2 R_f: this one is half of it for one query.
+    """
+    return span * k_max * math.sqrt(overlap) / (c0 * n)
 
 
 def eptr_nw(
@@ -110,41 +158,72 @@ def eptr_nw(
     epsilon: float,
     delta: float,
     bandwidth: float,
-    r_f: float,
     c0: float,
     rng: Rng,
+    r_f: float | None = None,
+    lo: float | None = None,
+    hi: float | None = None,
     no_reply: np.ndarray | float = 0.0,
 ) -> EPTRNW:
     """(epsilon, delta)-DP Nadaraya-Watson at the m public ``queries``, one ePTR release.
 
-    Implements Shen, Tong & Wang, Algorithm 5 (Gaussian kernel, C_K = (2 pi)^(-d/2)):
-    y_i <- Pi_{r_f}(y_i), f(x_q) = Pi_{r_f}(sum K y / d(x_q)), then Algorithm 2 with the
-    per-point alpha = 4 r_f C_K / (sigma^d c0 n) and gamma (21), extended to m points.
+    Implements Shen, Tong & Wang, Algorithm 5 (Gaussian kernel, K_max = sigma^-d C_K with
+    C_K = (2 pi)^(-d/2)): labels projected to [lo, hi] (the paper's Pi_{R_f}: [-r_f, r_f]
+    when only ``r_f`` is given), f(x_q) = sum_i K y_i / d(x_q), then Algorithm 2 with
 
-    Privacy: gamma = min_q gamma_q (:func:`nw_gamma`) is 1-Lipschitz; gamma > 0 gives
-    d(x_q) >= c0 n + 2 K_max at every query, so on every neighbour d'(x_q) >= c0 n and each
-    coordinate moves by at most alpha (19); the vector's L2 change is at most sqrt(m) alpha,
-    which is the alpha handed to Algorithm 2. With m = 1 this is the paper's Algorithm 5. The
-    Gaussian kernel satisfies |K| <= sigma^-d C_K everywhere, so the projection Pi_M of the
-    features is not needed for privacy and is left to the caller.
+        alpha = (hi - lo) K_max sqrt(min(m, 2 G)) / (c0 n),  gamma = min_q (d(x_q) - c0 n)_+ / K_max
+
+    (G: :func:`query_overlap`). For one query and [-R_f, R_f] this alpha is 2 R_f K_max /
+    (c0 n), half the paper's 4 R_f C_K / (sigma^d c0 n), and gamma is the paper's (21) with
+    its 2 K_max terms replaced by K_max (:func:`nw_gammas`); both are proved below.
+
+    Privacy (for all data sets; features need no projection, the Gaussian kernel is in
+    [0, K_max] everywhere). Let X, X' differ in example i, and at query q let D = sum_{j != i}
+    K_j, k = K(x_q, x_i), k' = K(x_q, x_i'). f = f0 + w (y_i - f0) with f0 = S / D in [lo, hi]
+    and w = k / (D + k), likewise f' with w' = k' / (D + k'); so |f - f'| <= (hi - lo)
+    max(w, w') (the two label terms have opposite worst signs), and max(w, w') <=
+    max(k, k') / (c0 n) whenever d(x_q) = D + k >= c0 n (if k' > k then D + k' > D + k; if
+    D = 0 the same bound holds with f = y_i). gamma > 0 gives d(x_q) > c0 n at every query,
+    so the vector moves by at most (hi - lo) / (c0 n) sqrt(sum_q max(k_q, k_q')^2) <= (hi - lo)
+    K_max sqrt(min(m, 2 G)) / (c0 n) = alpha in L2 (sum_q k_q^2 <= K_max^2 G for any x_i).
+    gamma is 1-Lipschitz (:func:`nw_gamma`): it is an alpha-SaLBo (Definition 2.1), and
+    Algorithm 2 (:func:`.eptr.eptr_release`, noise calibrated to the exact delta of the whole
+    step) is (epsilon, delta)-DP. The final clip of the paper's step 4 is a no-op here (a
+    weighted mean of labels in [lo, hi] stays in [lo, hi]).
     """
     x = features(X)
     target = labels_for(y, x.shape[0])
     points = queries_for(queries, x.shape[1])
     eps, dlt = epsilon_delta(epsilon, delta)
-    sigma, rf, c = positives(bandwidth=bandwidth, r_f=r_f, c0=c0)
+    sigma, c = positives(bandwidth=bandwidth, c0=c0)
+    low, high = _label_interval(r_f=r_f, lo=lo, hi=hi)
     n, dim = x.shape
     k_max = kernel_bound(dim, sigma)
-    sums, degree = nw_estimate(points, x, np.clip(target, -rf, rf), bandwidth=sigma)
+    sums, degree = nw_estimate(points, x, np.clip(target, low, high), bandwidth=sigma)
     safe = np.where(degree > 0.0, degree, 1.0)
-    estimate = np.clip(np.where(degree > 0.0, sums / safe, 0.0), -rf, rf)
+    estimate = np.clip(np.where(degree > 0.0, sums / safe, 0.5 * (low + high)), low, high)
     gamma = nw_gamma(degree, n=n, c0=c, k_max=k_max)
-    alpha_point = 4.0 * rf * k_max / (c * n)
-    alpha = math.sqrt(points.shape[0]) * alpha_point
+    overlap = min(float(points.shape[0]), 2.0 * query_overlap(points, bandwidth=sigma))
+    alpha = nw_alpha(span=high - low, k_max=k_max, c0=c, n=n, overlap=overlap)
     out = eptr_release(
         estimate, gamma=gamma, alpha=alpha, epsilon=eps, delta=dlt, no_reply=no_reply, rng=rng
     )
     return EPTRNW(queries=points, values=out.value, **EPTROutcome.of(out, alpha=alpha))
+
+
+def _label_interval(
+    *, r_f: float | None, lo: float | None, hi: float | None
+) -> tuple[float, float]:
+    """The public label interval: [lo, hi] when both are given, else [-r_f, r_f]."""
+    if lo is not None or hi is not None:
+        if lo is None or hi is None:
+            raise InvalidParameterError("lo and hi must be given together")
+        domain = LabelDomain(lo=lo, hi=hi)
+        return float(domain.lo), float(domain.hi)
+    if r_f is None:
+        raise InvalidParameterError("r_f (or lo and hi) is required")
+    radius = positive(r_f, name="r_f")
+    return -radius, radius
 
 
 def nw_map(
