@@ -17,15 +17,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from labels_party.db.models import metadata
-from labels_party.errors import ServiceUnavailableError
+from labels_party.errors import FieldError, ServiceUnavailableError
 from shared import migrations
-from shared.database_url import create_private_sqlite, normalise, sqlite_path
+from shared.database_url import (
+    create_private_sqlite,
+    normalise,
+    sqlite_path,
+    sqlite_write_problem,
+)
 
 _WRITE = "labeldp_write"
+# PostgreSQL's read_only_sql_transaction: a write (or the ledger lock) in a read-only session.
+_READ_ONLY_SQLSTATE = "25006"
 
 
 def make_engine(database_url: str, *, lock_timeout: float = 120.0) -> Engine:
@@ -110,6 +118,51 @@ def schema_behind(engine: Engine) -> str | None:
     )
 
 
+# What the service's writes need on PostgreSQL: INSERT into every table it keeps, UPDATE of
+# the rows it changes (a budget, a label, a release's state), and the ledger lock every write
+# transaction takes (LOCK ... SHARE ROW EXCLUSIVE needs UPDATE, DELETE or TRUNCATE).
+_POSTGRES_PRIVILEGES: tuple[tuple[str, str], ...] = (
+    *((table, "INSERT") for table in metadata.tables),
+    ("datasets", "UPDATE"),
+    ("entries", "UPDATE"),
+    ("releases", "UPDATE"),
+    ("ledger", "UPDATE, DELETE, TRUNCATE"),
+)
+
+
+def postgres_write_problem(conn: Connection) -> str | None:
+    """Why this PostgreSQL session cannot write (``None`` if it can), without writing: a
+    server in recovery (a read-only standby), a read-only session (``transaction_read_only``:
+    ``default_transaction_read_only`` set on the database, the role or the server), or a
+    privilege of :data:`_POSTGRES_PRIVILEGES` the role lacks. One catalogue query."""
+    checks = ", ".join(
+        f"has_table_privilege(:t{i}, :p{i})" for i in range(len(_POSTGRES_PRIVILEGES))
+    )
+    params: dict[str, str] = {}
+    for i, (table, privilege) in enumerate(_POSTGRES_PRIVILEGES):
+        params[f"t{i}"], params[f"p{i}"] = table, privilege
+    row = conn.execute(
+        text(
+            "SELECT pg_is_in_recovery(), current_setting('transaction_read_only'), "
+            f"current_user, {checks}"
+        ),
+        params,
+    ).one()
+    standby, read_only, user, *granted = row
+    if standby:
+        return "the PostgreSQL server is a read-only standby (in recovery)"
+    if read_only == "on":
+        return "the PostgreSQL session is read-only (transaction_read_only is on)"
+    missing = [
+        f"{privilege.replace(', ', ' or ')} on {table}"
+        for (table, privilege), ok in zip(_POSTGRES_PRIVILEGES, granted, strict=True)
+        if not ok
+    ]
+    if missing:
+        return f"the PostgreSQL role {user} lacks {', '.join(missing)}"
+    return None
+
+
 class Database:
     """The engine plus an in-process writer lock (fair queueing before SQLite's own lock)."""
 
@@ -135,15 +188,41 @@ class Database:
         try:
             with self.engine.connect() as conn:
                 conn.execution_options(**{_WRITE: True})
-                with conn.begin():
-                    if self.engine.dialect.name == "postgresql":
-                        # The equivalent of BEGIN IMMEDIATE: one writer at a time, so the
-                        # ledger head and the budget are read and extended atomically.
-                        # (Not exercised by the test suite, which runs on SQLite.)
-                        conn.exec_driver_sql("LOCK TABLE ledger IN SHARE ROW EXCLUSIVE MODE")
-                    yield conn
+                try:
+                    with conn.begin():
+                        if self.engine.dialect.name == "postgresql":
+                            # The equivalent of BEGIN IMMEDIATE: one writer at a time, so the
+                            # ledger head and the budget are read and extended atomically.
+                            conn.exec_driver_sql("LOCK TABLE ledger IN SHARE ROW EXCLUSIVE MODE")
+                        yield conn
+                except DBAPIError as exc:
+                    if getattr(exc.orig, "sqlstate", None) != _READ_ONLY_SQLSTATE:
+                        raise
+                    # A read-only session (it keeps the default it started with): dropped,
+                    # so a write after the database is writable again opens a new one.
+                    conn.invalidate()
+                    raise ServiceUnavailableError(
+                        "the database is read-only; retry later",
+                        [FieldError(field="database", message="read-only")],
+                    ) from exc
         finally:
             self._writer.release()
+
+    def write_problem(self) -> str | None:
+        """Why the database cannot be written (``None`` if it can), checked without writing:
+        SQLite by the file's permissions (``shared.database_url.sqlite_write_problem``),
+        PostgreSQL by :func:`postgres_write_problem` on a pooled session. A read-only finding
+        empties the pool: sessions keep the read-only default they started with, so the next
+        check (and write) opens new ones and sees the database as it is by then."""
+        if self.is_sqlite:
+            return sqlite_write_problem(str(self.engine.url))
+        if self.engine.dialect.name != "postgresql":
+            return None
+        with self.read() as conn:
+            problem = postgres_write_problem(conn)
+        if problem is not None and "read-only" in problem:
+            self.engine.dispose()
+        return problem
 
     def sql(self, statement: str) -> str:
         """Adapt a ``?``-placeholder statement to the driver's paramstyle (raw DBAPI use)."""

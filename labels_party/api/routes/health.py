@@ -13,7 +13,6 @@ from labels_party.api.deps import Operator, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.db.models import datasets
 from labels_party.metrics import CONTENT_TYPE
-from shared.database_url import sqlite_write_problem
 from shared.http.errors import database_error, error_shape
 
 router = APIRouter(tags=["health"], route_class=BodyDocumentedRoute)
@@ -21,16 +20,17 @@ router = APIRouter(tags=["health"], route_class=BodyDocumentedRoute)
 
 @router.get("/healthz", response_model=None)
 def healthz(services: ServicesDep) -> dict[str, Any] | JSONResponse:
-    """The service is up and its database answers (no authentication); 503 if it does not."""
+    """The service is up and its database answers and can be written (no authentication);
+    503 naming the reason if not (``Database.write_problem``: nothing is written)."""
     try:
         with services.db.read() as conn:
             conn.execute(text("SELECT 1"))
+        problem = services.db.write_problem()
     except SQLAlchemyError as exc:
         answer = database_error(exc)
         if answer is None:
             raise
         return JSONResponse({"status": "unavailable", **answer[1]}, status_code=answer[0])
-    problem = sqlite_write_problem(str(services.db.engine.url))
     if problem is not None:
         body = error_shape(f"the database cannot be written: {problem}", [("database", problem)])
         return JSONResponse({"status": "unavailable", **body}, status_code=503)
