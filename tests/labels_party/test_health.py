@@ -1,7 +1,7 @@
 """``/healthz`` says "not ok" (503, naming why) for a PostgreSQL database that cannot be written.
 
 Issue 24, item 7: a health check that only reads says ok while every write fails. SQLite is
-checked by permissions (tests/labels_party/test_no_leak.py); these run against a REAL
+checked by permissions (tests/http/test_kit.py); these run against a REAL
 PostgreSQL server (tests/postgres.py): a database set read-only, then writable again, and a role
 whose INSERT on the ledger is revoked, then granted again.
 """
