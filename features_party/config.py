@@ -89,9 +89,10 @@ class Settings:
         if not (math.isfinite(self.pull_timeout) and self.pull_timeout > 0):
             raise InvalidParameterError(f"pull_timeout ({self.pull_timeout}) must be > 0")
         if self.labels_public_key is not None:
-            from shared.receipt import load_public_keys
+            from shared.receipt import load_key_validity, load_public_keys
 
             load_public_keys(self.labels_public_key)  # refuse to start with an unusable pin
+            load_key_validity(self.labels_public_key)  # or with unreadable dates in it
         if (self.tls_cert is None) != (self.tls_key is None):
             raise InvalidParameterError("tls_cert and tls_key go together (give both or neither)")
 

@@ -3,7 +3,8 @@
 ``rotate`` writes a new private key (0600) over the key file and retires the old public key,
 which ``GET /v1/keys`` keeps publishing; a running service signs with the new key from its next
 receipt on (it reads the key file at each signature). ``public`` prints the current public key
-as PEM, the file the features party pins (``--labels-public-key``).
+(``--all``: every key) as PEM with its validity above it, the file the features party pins
+(``--labels-public-key``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def register_commands(commands: Any) -> None:
             help="key file (default: LABELDP_SIGNING_KEY, else next to the SQLite database)",
         )
         action.set_defaults(func=func)
+        if name == "public":
+            action.add_argument(
+                "--all",
+                action="store_true",
+                help="every key that ever signed (retired ones with their Retired: date), "
+                "to pin after a rotation",
+            )
 
 
 def _store(args: argparse.Namespace) -> Any:
@@ -59,13 +67,19 @@ def rotate_command(args: argparse.Namespace) -> int:
 
 
 def public(args: argparse.Namespace) -> int:
+    """Print the current public key (``--all``: every published key) as PEM, each block under
+    its ``Key-Id:``, ``Created:`` and, if retired, ``Retired:`` lines: a pin that carries the
+    keys' validity (``shared.receipt.load_key_validity``)."""
     from shared import receipt as rc
 
     try:
         keys = _store(args)
-        keys.ensure()
-        print(rc.public_pem(keys.current().public_key()), end="")
+        current = keys.ensure()
+        listed = [k for k in keys.published() if args.all or k["key_id"] == current]
     except (FileNotFoundError, InvalidParameterError) as exc:
         print(f"labeldp keys public: {exc}", file=sys.stderr)
         return 2
+    for key in listed:
+        pem = rc.pem_with_validity(rc.from_b64(key["public_key"]), key["created"], key["retired"])
+        print(pem, end="")
     return 0

@@ -19,7 +19,9 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from collections.abc import Mapping
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,14 @@ ALGORITHM = "ed25519"
 # Version 2 adds ``header``: the message's whole header, compared field by field on verify.
 RECEIPT_VERSION = 2
 PEM_BEGIN = "-----BEGIN PUBLIC KEY-----"
+PEM_END = "-----END PUBLIC KEY-----"
+# RFC 7468 explanatory text right above a PEM block: ``Created:`` / ``Retired:`` (the key's
+# validity, as ``GET /v1/keys`` states it) and ``Key-Id:``, as ``labeldp keys public`` prints.
+_PEM_WITH_TEXT = re.compile(
+    r"((?:^[A-Za-z][A-Za-z-]*:[^\n]*\n)*)(" + PEM_BEGIN + r".*?" + PEM_END + r")",
+    re.MULTILINE | re.DOTALL,
+)
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
 
 
 class ReceiptError(IntegrityError):
@@ -137,6 +147,7 @@ def load_public_keys(path: str | Path) -> dict[str, Ed25519PublicKey]:
             keys = [from_b64(item["public_key"]) for item in json.loads(text)["keys"]]
         elif PEM_BEGIN in text:
             for block in text.split(PEM_BEGIN)[1:]:
+                block = block.split(PEM_END)[0] + PEM_END + "\n"  # not the next key's text
                 key = serialization.load_pem_public_key((PEM_BEGIN + block).encode("ascii"))
                 if not isinstance(key, Ed25519PublicKey):
                     raise ValueError("not an Ed25519 key")
@@ -153,12 +164,16 @@ def load_public_keys(path: str | Path) -> dict[str, Ed25519PublicKey]:
 
 
 def load_key_validity(path: str | Path) -> dict[str, tuple[str | None, str | None]]:
-    """(created, retired) of each key by id, where the key file states them (the JSON of
-    ``GET /v1/keys``); {} for PEM or base64 files, which carry no dates."""
+    """(created, retired) of each key by id, where the key file states them: the JSON of
+    ``GET /v1/keys``, or a PEM file whose blocks carry ``Created:`` / ``Retired:`` lines above
+    them (:func:`pem_with_validity`, ``labeldp keys public``). A key stated without dates (a
+    bare PEM block, base64 lines) is absent: no date check for it."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidParameterError(f"cannot read public key file {path}: {exc}") from None
+    if PEM_BEGIN in text and not text.lstrip().startswith("{"):
+        return _pem_validity(text, path)
     if not text.lstrip().startswith("{"):
         return {}
     try:
@@ -168,6 +183,57 @@ def load_key_validity(path: str | Path) -> dict[str, tuple[str | None, str | Non
         }
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidParameterError(f"public key file {path}: {exc}") from None
+
+
+def pem_with_validity(key: Ed25519PublicKey, created: str | None, retired: str | None) -> str:
+    """A PEM public key with its id and validity as RFC 7468 explanatory text above the block,
+    the pin file format :func:`load_key_validity` reads dates from."""
+    lines = [f"Key-Id: {key_id(key)}"]
+    lines += [f"{name}: {value}" for name, value in (("Created", created), ("Retired", retired))
+              if value is not None]  # fmt: skip
+    return "\n".join(lines) + "\n" + public_pem(key)
+
+
+def _pem_validity(text: str, path: str | Path) -> dict[str, tuple[str | None, str | None]]:
+    """The dates above each PEM block (``Created:``, ``Retired:``), checked, by key id."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for match in _PEM_WITH_TEXT.finditer(text):
+        fields: dict[str, str] = {}
+        for line in match.group(1).splitlines():
+            name, _, value = line.partition(":")
+            fields[name.strip().lower()] = value.strip()
+        try:
+            key = serialization.load_pem_public_key(match.group(2).encode("ascii"))
+        except ValueError as exc:
+            raise InvalidParameterError(f"public key file {path}: {exc}") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise InvalidParameterError(f"public key file {path}: not an Ed25519 key")
+        kid = key_id(key)
+        if fields.get("key-id", kid) != kid:
+            raise InvalidParameterError(
+                f"public key file {path}: Key-Id {fields['key-id']} is above key {kid}"
+            )
+        created, retired = (
+            _utc_time(fields.get(name.lower()), name, kid, path) for name in ("Created", "Retired")
+        )
+        if created is not None or retired is not None:
+            out[kid] = (created, retired)
+    return out
+
+
+def _utc_time(value: str | None, name: str, kid: str, path: str | Path) -> str | None:
+    """A stated time in the form receipts date themselves (``signed_at``: microseconds, Z), so
+    that the string comparison of :func:`verify` orders them; InvalidParameterError if it is
+    not a UTC time."""
+    if value is None:
+        return None
+    if not _TIMESTAMP.match(value):
+        raise InvalidParameterError(
+            f"public key file {path}: {name} of key {kid} must be a UTC time like "
+            f"2025-01-31T12:00:00.000000Z, not {value!r}"
+        )
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def from_b64(text: str) -> Ed25519PublicKey:

@@ -169,3 +169,26 @@ def test_check_matches_names_the_field_that_differs() -> None:
     rc.check_matches(third, **{**fields, "epsilon1": below})
     with pytest.raises(rc.ReceiptError, match="epsilon1"):
         rc.check_matches(third, **{**fields, "epsilon1": 0.1})
+
+
+def test_pem_validity_lines_are_read_checked_and_normalized(tmp_path: Path) -> None:
+    """``Created:`` / ``Retired:`` above a PEM block date its key (``labeldp keys public``); a
+    time in another form is refused, a Key-Id over another key too; a bare block has no dates."""
+    first, second = (Ed25519PrivateKey.generate().public_key() for _ in range(2))
+    pin = tmp_path / "pin.pem"
+    pin.write_text(
+        rc.pem_with_validity(first, "2025-01-01T00:00:00Z", "2025-06-01T00:00:00.5Z")
+        + rc.public_pem(second)
+    )
+    assert set(rc.load_public_keys(pin)) == {rc.key_id(first), rc.key_id(second)}
+    assert rc.load_key_validity(pin) == {
+        rc.key_id(first): ("2025-01-01T00:00:00.000000Z", "2025-06-01T00:00:00.500000Z")
+    }
+    for bad, match in (
+        (rc.pem_with_validity(first, "1 Jan 2025", None), "Created of key"),
+        (rc.pem_with_validity(first, None, "2025-06-01T00:00:00+02:00"), "Retired of key"),
+        (f"Key-Id: {rc.key_id(second)}\n" + rc.public_pem(first), "Key-Id"),
+    ):
+        pin.write_text(bad)
+        with pytest.raises(InvalidParameterError, match=match):
+            rc.load_key_validity(pin)

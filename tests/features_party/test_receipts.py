@@ -147,3 +147,22 @@ def test_an_unusable_pin_is_refused_at_start(features_factory, tmp_path) -> None
     bad.write_text("not a key")
     with pytest.raises(InvalidParameterError, match="public key"):
         features_factory(labels_public_key=bad)
+
+
+def test_a_pem_pins_dates_are_checked_at_the_pull_and_read_at_start(
+    labels_party, features_factory, tmp_path
+) -> None:
+    """A PEM pin carrying its key's validity (``Created:`` / ``Retired:`` above the block, as
+    ``labeldp keys public`` writes it): a receipt signed after the stated retirement is refused
+    at the pull; a date that is not a UTC time stops the service at start."""
+    key = pin(labels_party, tmp_path / "labels.pub")
+    pem = key.read_text()
+    key.write_text("Created: 2000-01-01T00:00:00Z\nRetired: 2000-01-02T00:00:00Z\n" + pem)
+    features = features_factory(labels_public_key=key)
+    _, _, _, release = prepare(labels_party, features, "rcpt_pem_dates", n=200)
+    job = train(features, "rcpt_pem_dates", release.id)
+    assert job["status"] == "failed" and "outside key" in job["error"], job["error"]
+    assert count_messages(features) == 0
+    key.write_text("Created: yesterday\n" + pem)
+    with pytest.raises(InvalidParameterError, match="Created of key"):
+        features_factory(labels_public_key=key, db_path=tmp_path / "other.db")

@@ -386,6 +386,49 @@ def test_a_retired_key_signs_nothing_dated_after_its_retirement(
     )
 
 
+def test_a_pem_pin_from_keys_public_carries_the_keys_validity(
+    make_client: Callable[..., Any], db_path: Path, tmp_path: Path
+) -> None:
+    """Issue 24, item 1, for the PEM pin: ``labeldp keys public`` writes each key's Created (and,
+    with ``--all``, a retired key's Retired) above its PEM block, so a PEM pin dates its keys as
+    the JSON of ``GET /v1/keys`` does: a receipt a leaked retired key signs after its retirement
+    does not verify (library and CLI), the key's own receipts still do."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    client = make_client()
+    first = released(client)
+    old_receipt = client.get(f"/v1/releases/{first['id']}/receipt", headers=PUB).json()
+    leaked = load_pem_private_key((db_path.parent / DEFAULT_KEY_FILE).read_bytes(), None)
+    assert labeldp("keys", "rotate", "--db", str(db_path)).returncode == 0
+    listed = {k["key_id"]: k for k in client.get("/v1/keys", headers=PUB).json()["keys"]}
+    old = listed[old_receipt["key_id"]]
+
+    current = labeldp("keys", "public", "--db", str(db_path))
+    assert current.returncode == 0, current.stderr
+    (new_id,) = [kid for kid, k in listed.items() if k["status"] == "current"]
+    assert f"Key-Id: {new_id}\nCreated: {listed[new_id]['created']}\n" in current.stdout
+    assert "Retired:" not in current.stdout and old["key_id"] not in current.stdout
+
+    every = labeldp("keys", "public", "--all", "--db", str(db_path))
+    assert every.returncode == 0, every.stderr
+    pin = tmp_path / "labels.pem"
+    pin.write_text(every.stdout)
+    assert set(rc.load_public_keys(pin)) == set(listed)
+    validity = rc.load_key_validity(pin)
+    assert validity == {kid: (k["created"], k["retired"]) for kid, k in listed.items()}
+
+    body = {k: v for k, v in old_receipt.items() if k not in ("signature", "algorithm", "key_id")}
+    forged = rc.sign({**body, "signed_at": "2999-01-01T00:00:00.000000Z"}, leaked)  # type: ignore[arg-type]
+    with pytest.raises(rc.ReceiptError, match="outside key"):
+        rc.verify(forged, rc.load_public_keys(pin), validity=validity)
+    for receipt, code in ((old_receipt, 0), (forged, 1)):
+        path = tmp_path / "receipt.json"
+        path.write_text(json.dumps(receipt))
+        done = labeldp("receipt", "verify", str(path), "--public-key", str(pin))
+        assert done.returncode == code, done.stderr
+        assert code == 0 or "outside key" in done.stderr
+
+
 def _pem_file(tmp_path: Path, keys: dict[str, Any]) -> Path:
     path = tmp_path / "keys.pem"
     path.write_text("".join(rc.public_pem(key) for key in keys.values()))
