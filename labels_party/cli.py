@@ -99,7 +99,16 @@ def serve(args: argparse.Namespace) -> int:
     except (SQLAlchemyError, OSError, ValueError, ModuleNotFoundError) as exc:
         print(f"labeldp serve labels: {database_url.open_failure(exc, url)}", file=sys.stderr)
         return 2
-    serve_app(app, settings, host=args.host, port=args.port, log_level=args.log_level)
+    # proxy_headers off: uvicorn would take X-Forwarded-For from 127.0.0.1 (its default);
+    # only LABELDP_TRUSTED_PROXIES decides whose forwarded header is believed (create_app).
+    serve_app(
+        app,
+        settings,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        proxy_headers=False,
+    )
     return 0
 
 

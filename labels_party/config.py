@@ -17,6 +17,8 @@ from typing import Literal, TypeVar
 from sqlalchemy.engine import make_url
 
 from shared.errors import InvalidParameterError
+from shared.http.proxies import ENV as TRUSTED_PROXIES_ENV
+from shared.http.proxies import parse_entries
 
 T = TypeVar("T", int, float)
 
@@ -204,6 +206,9 @@ class Settings:
     # Per bearer token (labels_party.api.limits): sustained requests per second and burst; 0 off.
     rate_limit: float = 0.0
     rate_burst: int = 0
+    # Reverse proxies whose X-Forwarded-For names the client (shared.http.proxies): addresses,
+    # CIDR networks or host names; empty: forwarded headers are never trusted.
+    trusted_proxies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -215,6 +220,7 @@ class Settings:
             raise InvalidParameterError("tls_cert and tls_key go together (give both or neither)")
         if self.rate_limit > 0 and self.rate_burst < 1:
             raise InvalidParameterError(f"rate_burst ({self.rate_burst}) must be >= 1")
+        object.__setattr__(self, "trusted_proxies", parse_entries(self.trusted_proxies))
 
     @classmethod
     def from_env(
@@ -252,6 +258,7 @@ class Settings:
             "tls_key": Path(env["LABELDP_TLS_KEY"]) if env.get("LABELDP_TLS_KEY") else None,
             "rate_limit": _env_float(env, "LABELDP_RATE_LIMIT", DEFAULT_RATE_LIMIT),
             "rate_burst": _env_int(env, "LABELDP_RATE_BURST", DEFAULT_RATE_BURST, minimum=1),
+            "trusted_proxies": parse_entries(env.get(TRUSTED_PROXIES_ENV, "")),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -41,6 +41,7 @@ from labels_party.receipts import KeyStore, ReceiptService
 from labels_party.releases import Randomizer, ReleaseService, RngFactory
 from shared.http import openapi
 from shared.http.app import add_outer_layers, service_app
+from shared.http.proxies import ForwardedClientMiddleware, TrustedProxies
 from shared.message import LabelMessage
 
 log = logging.getLogger("labels_party")
@@ -132,6 +133,10 @@ def create_app(
             rate=settings.rate_limit,
             burst=settings.rate_burst,
             is_valid=lambda header: authenticate(header) is not None,
+        )
+    if settings.trusted_proxies:  # outside the rate limit: it keys on the client found here
+        app.add_middleware(
+            ForwardedClientMiddleware, proxies=TrustedProxies(settings.trusted_proxies)
         )
     add_outer_layers(app, record=metrics.request, catch_all=errors.CatchAllMiddleware)
     openapi.install(app, models=[*BODY_MODELS, LabelMessage])

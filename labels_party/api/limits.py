@@ -2,8 +2,10 @@
 
 Rate: each valid token has a bucket of ``burst`` requests refilled at ``rate`` per second; every
 other request (no ``Authorization``, or one that is not a valid token) shares the bucket of its
-client address. A request finding its bucket empty gets 429 with ``Retry-After`` (whole seconds
-until one request fits) and the JSON error shape, before any handler runs. So failed
+client address (behind a reverse proxy listed in ``LABELDP_TRUSTED_PROXIES``, the address its
+``X-Forwarded-For`` names: ``shared.http.proxies``, installed outside this layer). A request
+finding its bucket empty gets 429 with ``Retry-After`` (whole seconds until one request fits)
+and the JSON error shape, before any handler runs. So failed
 authentication is limited per address: 1,000 different bad tokens from one address are one
 bucket, not 1,000 fresh ones, and cannot push the legitimate tokens' buckets out of the table.
 Buckets are keyed by a keyed hash (no token kept as a key) and at most ``MAX_BUCKETS`` are kept

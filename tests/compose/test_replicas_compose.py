@@ -291,3 +291,26 @@ def test_twenty_releases_over_both_replicas_spend_exactly_the_budget(replicas: D
         "exec", "-T", "labels-b", "labeldp", "ledger", "verify", "--database-url", DATABASE_URL
     )
     assert "ledger OK" in out, out
+
+
+def test_the_replicas_trust_forwarded_addresses_from_the_balancer_only(
+    replicas: Deployment,
+) -> None:
+    """Failed-authentication buckets are per client address: HAProxy appends the client's
+    address to X-Forwarded-For (option forwardfor) and each replica believes it from the
+    balancer's address alone (LABELDP_TRUSTED_PROXIES=balancer, resolved by Docker's DNS)."""
+    network = f"{replicas.project}_labeldp"
+
+    def address(service: str) -> str:
+        return str(replicas.inspect(service)["NetworkSettings"]["Networks"][network]["IPAddress"])
+
+    for service in REPLICAS:
+        env = replicas.inspect(service)["Config"]["Env"]
+        assert "LABELDP_TRUSTED_PROXIES=balancer" in env, env
+    check = (
+        "from shared.http.proxies import TrustedProxies as T; p = T(['balancer']); p.refresh(); "
+        f"print(p.client('{address('balancer')}', ['203.0.113.1']), "
+        f"p.client('{address('labels-b')}', ['203.0.113.1']))"
+    )
+    out = replicas.run("exec", "-T", "labels-a", "python", "-c", check)
+    assert out.split()[-2:] == ["203.0.113.1", address("labels-b")], out
