@@ -441,7 +441,11 @@ class ModelParams(BaseModel):
     r_theta: float | None = Field(
         default=None, gt=0, description="eptr ols: coefficient radius (chosen if omitted)"
     )
-    r_f: float | None = Field(default=None, gt=0, description="eptr nw: label radius")
+    r_f: float | None = Field(
+        default=None,
+        gt=0,
+        description="eptr nw: labels clipped to [-r_f, r_f] (omitted: [label_min, label_max])",
+    )
     c0: float | None = Field(
         default=None, gt=0, description="eptr: the SaLBo constant (ols: chosen if omitted)"
     )

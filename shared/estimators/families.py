@@ -5,7 +5,10 @@ package is imported (``shared/estimators/__init__.py``), in this order.
   (Algorithm 4); an intercept column (default on) goes in after the features' projection. Its
   constants r_x, r_theta, c0 are chosen by the product when the request omits them
   (``constants``: a fixed share of epsilon per constant, ePTR on the rest).
-* ``nw``: label-DP Nadaraya-Watson and ePTR-NW (Algorithm 5) at public query points.
+* ``nw``: label-DP Nadaraya-Watson and ePTR-NW (Algorithm 5) at public query points. ePTR-NW
+  clips the labels to the dataset's public [label_min, label_max] (alpha proportional to
+  label_max - label_min) unless the request gives ``r_f``, which keeps its meaning [-r_f, r_f]
+  (``_nw_label_interval``).
 * ``bayes``: ePTR-Bayes (Algorithm 3), eptr only; a label's class is its nearest integer,
   clipped into 0..n_classes - 1 (a public rule).
 
@@ -15,6 +18,7 @@ labels (privacy: the estimators' own docstrings).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -120,7 +124,47 @@ def _nw_design(
         except InvalidParameterError as exc:
             where = "params.queries" if "params.queries" in str(exc) else "public_features"
             raise DesignError(where, str(exc)) from None
+    else:
+        _nw_eptr_public_checks(params, p)
     return Design(x=features, queries=queries)
+
+
+def _nw_eptr_public_checks(params: Mapping[str, Any], dim: int) -> None:
+    """ePTR-NW's public refusals, before any label is read: a kernel bound K_max = sigma^-d
+    (2 pi)^(-d/2) that is a positive double (a bandwidth too small or too large for d
+    overflows or underflows it, and alpha with it), and an ``r_f`` whose range 2 r_f is finite.
+    Functions of the request and the public dimension only."""
+    try:
+        k_max = kernel.kernel_bound(dim, float(params["bandwidth"]))
+    except OverflowError:  # Python's float power raises where numpy's would give inf
+        k_max = math.inf
+    if not (math.isfinite(k_max) and k_max > 0.0):
+        raise DesignError(
+            "params.bandwidth",
+            f"bandwidth ({params['bandwidth']!r}) makes the kernel's maximum sigma^-d (2 pi)^"
+            f"(-d/2) {k_max!r} in dimension {dim}: not a positive finite number",
+        )
+    r_f = params.get("r_f")
+    if r_f is not None and not (math.isfinite(float(r_f)) and math.isfinite(2.0 * float(r_f))):
+        raise DesignError("params.r_f", f"r_f ({r_f!r}) must be finite with 2 r_f finite")
+
+
+def _nw_label_interval(params: Mapping[str, Any], args: FitArgs) -> dict[str, float]:
+    """The public label interval ePTR-NW clips to, as ``kernel.eptr_nw``'s keywords.
+
+    Without ``r_f``: the dataset's public bounds [label_min, label_max] (``args.lo``,
+    ``args.hi``), so alpha = (hi - lo) K_max sqrt(min(m, 2 G)) / (c0 n) (Algorithm 5 with the
+    span of (19) tightened, ``kernel.eptr_nw``). With ``r_f`` (the paper's Pi_{R_f}, as the
+    API always documented it): [-r_f, r_f], alpha with span 2 r_f, exactly as before. Either
+    interval is fixed before any label is read (the request and the dataset's operator-set
+    bounds), so the privacy proof of ``eptr_nw`` holds for it as given; labels outside it are
+    clipped (a fixed public map). For r_f >= max(|lo|, |hi|) the bounds' span is never larger:
+    hi - lo <= 2 max(|lo|, |hi|) <= 2 r_f.
+    """
+    r_f = params.get("r_f")
+    if r_f is not None:
+        return {"r_f": float(r_f)}
+    return {"lo": float(args.lo), "hi": float(args.hi)}
 
 
 def _nw_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
@@ -139,7 +183,7 @@ def _nw_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
     assert args.delta is not None
     k = kernel.eptr_nw(
         design.x, labels, design.queries, epsilon=args.epsilon, delta=args.delta,
-        bandwidth=p["bandwidth"], r_f=p["r_f"], c0=p["c0"], rng=args.rng,
+        bandwidth=p["bandwidth"], c0=p["c0"], rng=args.rng, **_nw_label_interval(p, args),
     )  # fmt: skip
     return Fitted(
         body={**body, "values": k.values.tolist()}, released=k.released, noise="gaussian",
@@ -212,8 +256,10 @@ BUILTIN: tuple[EstimatorFamily, ...] = (
         name="nw",
         privacies={
             "label": ("bandwidth", "queries"),
-            "eptr": ("bandwidth", "queries", "r_f", "c0"),
+            "eptr": ("bandwidth", "queries", "c0"),
         },
+        # r_f omitted: the labels' interval is the dataset's public [label_min, label_max]
+        chosen={"eptr": ("r_f",)},
         design=_nw_design,
         fit=_nw_fit,
         check_body=_nw_body,

@@ -1,0 +1,152 @@
+"""ePTR-NW model releases clip the labels to the dataset's public [label_min, label_max] when the
+request omits ``r_f`` (alpha proportional to label_max - label_min), and keep ``r_f``'s meaning
+[-r_f, r_f] when it is given; through the real app, the features party's prediction and the
+message checks on the same message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from features_party.released_models import predict_matrix
+from labels_party import ledger
+from shared import epsilon as amounts
+from shared.estimators.eptr import eptr_noise_scale
+from shared.estimators.kernel import interpolate, kernel_bound, nw_alpha, query_overlap
+from shared.model_message import verify_model
+from tests.labels_party.conftest import create_dataset, put_labels, register
+from tests.labels_party.test_model_releases import (
+    N,
+    _csv,
+    _data,
+    model_release,
+    setup_dataset,
+    state,
+    upload,
+    verify,
+)
+
+GRID = [[a, b] for a in (-1.0, 0.0, 1.0) for b in (-1.0, 0.0, 1.0)]
+BANDWIDTH, C0 = 0.5, 0.01
+BODY = {"estimator": "nw", "privacy": "eptr", "epsilon": "4", "delta": "0.0001"}
+
+
+def expected_noise_scale(span: float, *, epsilon: str = "4", delta: str = "0.0001") -> float:
+    """Algorithm 2's noise for ePTR-NW's alpha = span K_max sqrt(min(m, 2 G)) / (c0 n), at the
+    floats the service runs (never above the exact charge)."""
+    queries = np.array(GRID)
+    overlap = min(float(len(GRID)), 2.0 * query_overlap(queries, bandwidth=BANDWIDTH))
+    alpha = nw_alpha(span=span, k_max=kernel_bound(2, BANDWIDTH), c0=C0, n=N, overlap=overlap)
+    return eptr_noise_scale(
+        alpha=alpha,
+        epsilon=amounts.float_at_most(amounts.exact(epsilon)),
+        delta=amounts.float_at_most(amounts.exact(delta)),
+    )
+
+
+def small_range_dataset(client: Any, name: str = "small") -> None:
+    """Labels in the public [0, 5] (the paper would need R_f = 5, i.e. [-5, 5])."""
+    ids, x, y = _data()
+    create_dataset(
+        client, name, label_min=0.0, label_max=5.0, epsilon_budget="10", delta_budget="0.001"
+    )
+    register(client, name, ids)
+    pairs = list(zip(ids, (y / 20.0).tolist(), strict=True))
+    assert put_labels(client, name, pairs).status_code == 200
+    assert upload(client, name, _csv(ids, x), "text/csv").status_code == 201
+
+
+def test_without_r_f_the_noise_is_the_one_for_label_max_minus_label_min(client: Any) -> None:
+    small_range_dataset(client)
+    params = {"bandwidth": BANDWIDTH, "queries": GRID, "c0": C0}
+    answer = model_release(client, "small", **BODY, params=params)
+    assert answer.status_code == 201, answer.text
+    header = verify_model(answer.json()["message"]).header
+    assert header.params == {"bandwidth": BANDWIDTH, "c0": C0}  # no r_f: [label_min, label_max]
+    assert (header.label_min, header.label_max) == (0.0, 5.0)
+    assert header.noise == "gaussian"
+    assert header.noise_scale == pytest.approx(expected_noise_scale(5.0), rel=1e-12)
+    # r_f = 5 keeps its meaning [-5, 5]: a span of 10, twice the noise.
+    given = model_release(client, "small", **BODY, params={**params, "r_f": 5.0})
+    assert given.status_code == 201, given.text
+    header_given = verify_model(given.json()["message"]).header
+    assert header_given.params == {"bandwidth": BANDWIDTH, "c0": C0, "r_f": 5.0}
+    assert header_given.noise_scale == pytest.approx(expected_noise_scale(10.0), rel=1e-12)
+    assert header_given.noise_scale == pytest.approx(2.0 * header.noise_scale, rel=1e-9)
+    assert verify(client).ok
+
+
+def test_the_ledger_entry_and_the_features_party_agree_on_a_release_without_r_f(
+    client: Any,
+) -> None:
+    setup_dataset(client)  # labels in [0, 100]
+    answer = model_release(
+        client, **BODY, params={"bandwidth": BANDWIDTH, "queries": GRID, "c0": C0}
+    )
+    assert answer.status_code == 201, answer.text
+    out = answer.json()
+    message = verify_model(out["message"])  # the message checks (the family's check_body)
+    assert message.header.noise_scale == pytest.approx(expected_noise_scale(100.0), rel=1e-12)
+    assert message.header.released and len(message.body.values) == len(GRID)
+    with client.app.state.services.db.read() as conn:
+        entry = ledger.public_entry(ledger.entries(conn)[-1])
+    assert (entry["kind"], entry["mechanism"]) == ("model", "eptr_nw")
+    assert (entry["epsilon"], entry["delta"]) == ("4", "0.0001")
+    assert entry["parameters"]["params"] == {"bandwidth": BANDWIDTH, "c0": C0}
+    # The features party predicts with the family's predict: interpolation of the released
+    # grid, a released value at a query point itself.
+    points = np.array([[0.0, 0.0], [0.3, -0.4], [2.0, 2.0]])
+    predicted = predict_matrix(message, points)
+    queries, values = np.array(message.body.queries), np.array(message.body.values)
+    assert predicted.tolist() == interpolate(queries, values, points).tolist()
+    assert predicted[0] == values[GRID.index([0.0, 0.0])]
+    # Without r_f the estimate is a weighted mean of labels in [0, 100]: the released values are
+    # that plus noise of the header's scale (10 scales: a bound that fails with p < 1e-20).
+    slack = 10.0 * message.header.noise_scale
+    assert np.all(values >= -slack) and np.all(values <= 100.0 + slack)
+    assert verify(client).ok
+
+
+def test_the_preview_of_a_release_without_r_f_spends_nothing(client: Any) -> None:
+    setup_dataset(client)
+    before = state(client)
+    params = {"bandwidth": BANDWIDTH, "queries": GRID, "c0": C0}
+    answer = model_release(client, **BODY, params=params, dry_run=True)
+    assert answer.status_code == 200, answer.text
+    preview = answer.json()
+    assert preview["charge"] == {"epsilon": "4", "delta": "0.0001"} and "constants" not in preview
+    assert state(client) == before
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        # r_f is ePTR-NW's only: label-DP NW uses the bounds' exact sensitivity.
+        ({"privacy": "label", "epsilon": "1", "delta": None,
+          "params": {"bandwidth": BANDWIDTH, "queries": GRID, "r_f": 5.0}}, "params.r_f"),
+        ({"params": {"bandwidth": BANDWIDTH, "queries": GRID, "c0": C0, "r_f": 1e308}},
+         "params.r_f"),
+        ({"params": {"bandwidth": BANDWIDTH, "queries": GRID, "c0": C0, "r_f": 0.0}},
+         "params.r_f"),
+        ({"params": {"bandwidth": BANDWIDTH, "queries": GRID, "c0": C0, "r_f": "5"}},
+         "params.r_f"),
+        # K_max = sigma^-d (2 pi)^(-d/2) overflows a double: refused before any label is read.
+        ({"params": {"bandwidth": 1e-200, "queries": GRID, "c0": C0}}, "params.bandwidth"),
+        ({"params": {"bandwidth": BANDWIDTH, "queries": GRID}}, "params.c0"),
+        ({"params": {"queries": GRID, "c0": C0}}, "params.bandwidth"),
+        ({"params": {"bandwidth": BANDWIDTH, "c0": C0}}, "params.queries"),
+    ],
+)  # fmt: skip
+def test_bad_nw_parameters_name_the_field_and_spend_nothing(
+    client: Any, body: dict[str, Any], field: str
+) -> None:
+    setup_dataset(client)
+    before = state(client)
+    request = {key: value for key, value in {**BODY, **body}.items() if value is not None}
+    answer = model_release(client, **request)
+    assert 400 <= answer.status_code < 500, answer.text
+    assert field in {e["field"] for e in answer.json()["errors"]}, answer.json()
+    assert state(client) == before
+    assert verify(client).ok
