@@ -7,9 +7,14 @@
 #   4. with --infra (or LABELDP_INFRA=1) only: the image labeldp-infra:bookworm of the compose
 #      profile "replicas", Debian's postgresql and haproxy installed with apt-get FROM the base
 #      image (docker build --network host services/infra; needs the Debian mirror).
-# Idempotent: a second run only rebuilds the project wheel (and re-runs the cached infra build).
+#   5. with --spark (or LABELDP_SPARK=1) only: the image labeldp-spark:bookworm of the compose
+#      profile "spark" (master, workers, driver): Debian's openjdk-17-jre-headless FROM the base
+#      image, and a venv with the project and its `spark` extra (pyspark, pyarrow, pandas) from
+#      the wheelhouse plus a spark wheelhouse kept in the cache folder (docker build --network
+#      host services/spark/Dockerfile; needs the Debian mirror, and the package index once).
+# Idempotent: a second run only rebuilds the project wheel (and re-runs the cached image builds).
 #
-#   bash services/build_base_image.sh [--infra]
+#   bash services/build_base_image.sh [--infra] [--spark]
 #
 # Exit codes: 0 ready; 77 Docker cannot run on this machine at all (callers skip); other = error.
 #
@@ -18,6 +23,8 @@
 #                           is pulled from a registry instead of built with debootstrap)
 #   LABELDP_INFRA           1: build the infra image as with --infra
 #   LABELDP_INFRA_IMAGE     tag of the infra image (default labeldp-infra:bookworm)
+#   LABELDP_SPARK           1: build the Spark image as with --spark
+#   LABELDP_SPARK_IMAGE     tag of the Spark image (default labeldp-spark:bookworm)
 #   LABELDP_COMPOSE_CACHE   cache folder (default <repo>/.compose-cache, git-ignored)
 #   LABELDP_DEBIAN_MIRROR   Debian mirror for debootstrap (default: the host's apt source)
 #   PYTHON                  host Python used to run pip (default python3)
@@ -36,15 +43,18 @@ readonly IMAGE_PY_VERSION=3.11 IMAGE_PY_ABI=cp311
 ARCH="$(uname -m)"
 INFRA_IMAGE="${LABELDP_INFRA_IMAGE:-labeldp-infra:bookworm}"
 BUILD_INFRA="${LABELDP_INFRA:-0}"
+SPARK_IMAGE="${LABELDP_SPARK_IMAGE:-labeldp-spark:bookworm}"
+BUILD_SPARK="${LABELDP_SPARK:-0}"
 for arg in "$@"; do
     case "$arg" in
         --infra) BUILD_INFRA=1 ;;
+        --spark) BUILD_SPARK=1 ;;
         -h | --help)
             sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
             exit 0
             ;;
         *)
-            printf '[build_base_image] ERROR: unknown argument %s (usage: %s [--infra])\n' \
+            printf '[build_base_image] ERROR: unknown argument %s (usage: %s [--infra] [--spark])\n' \
                 "$arg" "$0" >&2
             exit 2
             ;;
@@ -267,20 +277,91 @@ pip_quiet wheel -q --no-deps --no-index \
 dep_wheels=("$WHEELS"/deps/*.whl)
 log "ready: base image $BASE_IMAGE, wheelhouse $WHEELS (${#dep_wheels[@]} dependency wheels)"
 
+# The security archive for the images that apt-get from Debian (infra, spark).
+debian_security() {
+    local uri
+    uri="$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+        | awk '{print $2}' | grep security | head -n 1 || true)"
+    echo "${uri:-http://deb.debian.org/debian-security}"
+}
+
 # ---------------------------------------------------------------- 4. infra image (--infra)
 # PostgreSQL and HAProxy for the compose profile "replicas", from Debian's packages: apt-get runs
 # in a build container on the host's network (the engine's bridge may have no route out), FROM
 # the base image, so no registry is needed. The services' own images carry neither.
 if [ "$BUILD_INFRA" = 1 ]; then
-    security="$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null \
-        | awk '{print $2}' | grep security | head -n 1 || true)"
     infra_log="$CACHE/infra-build.log"
     log "docker build $INFRA_IMAGE: Debian's postgresql and haproxy (log: $infra_log)"
     DOCKER_BUILDKIT=0 docker build --network host \
         --build-arg BASE_IMAGE="$BASE_IMAGE" \
-        --build-arg DEBIAN_SECURITY="${security:-http://deb.debian.org/debian-security}" \
+        --build-arg DEBIAN_SECURITY="$(debian_security)" \
         -t "$INFRA_IMAGE" "$REPO/services/infra" >"$infra_log" 2>&1 \
         || { tail -n 30 "$infra_log" >&2; die "building $INFRA_IMAGE failed"; }
     log "ready: infra image $INFRA_IMAGE ($(docker run --rm --network none "$INFRA_IMAGE" \
         sh -c 'postgres --version; haproxy -v | head -n 1' | tr '\n' ' '))"
+fi
+
+# ---------------------------------------------------------------- 5. Spark image (--spark)
+# One image for the compose profile "spark": master, workers and the release's driver. Its
+# wheelhouse ($CACHE/spark-wheels: the `spark` extra for CPython 3.11, rebuilt when the extra
+# changes) stays out of services/, so the parties' build context never carries pyspark's wheel;
+# the build context is assembled in $CACHE/spark-build from hard links.
+if [ "$BUILD_SPARK" = 1 ]; then
+    spark_spec="$("$PY" - "$REPO/pyproject.toml" <<'EOF'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print("\n".join(tomllib.load(f)["project"]["optional-dependencies"]["spark"]))
+EOF
+)" || die "cannot read the spark extra from pyproject.toml"
+    spark_wheels="$CACHE/spark-wheels"
+    spark_stamp="$(printf '%s\n%s %s %s\n' "$spark_spec" "$IMAGE_PY_VERSION" "$IMAGE_PY_ABI" \
+        "$ARCH" | sha256sum | cut -d' ' -f1)"
+    if [ "$(cat "$spark_wheels/.stamp" 2>/dev/null || true)" != "$spark_stamp" ]; then
+        log "building the spark wheelhouse for CPython $IMAGE_PY_VERSION $ARCH"
+        tmp="$CACHE/spark-wheels.tmp"
+        rm -rf "$tmp"
+        mkdir -p "$tmp"
+        printf '%s\n' "$spark_spec" >"$tmp/requirements.txt"
+        # pyspark is published as a source distribution only: build its (pure Python) wheel
+        # here, then fetch every other wheel for the image's interpreter next to it.
+        pyspark_req="$(grep -iE '^pyspark([^a-z0-9_.-]|$)' "$tmp/requirements.txt" || true)"
+        if [ -n "$pyspark_req" ]; then
+            pip_quiet wheel -q --no-deps -w "$tmp" "$pyspark_req" >/dev/null \
+                || die "building the pyspark wheel failed"
+        fi
+        target=(--only-binary=:all: --python-version "$IMAGE_PY_VERSION" --implementation cp
+            --abi "$IMAGE_PY_ABI")
+        for v in $(seq 36 -1 5); do target+=(--platform "manylinux_2_${v}_$ARCH"); done
+        target+=(--platform "manylinux2014_$ARCH" --platform "manylinux2010_$ARCH"
+            --platform "manylinux1_$ARCH")
+        pip_quiet download -q "${target[@]}" --find-links "$tmp" -d "$tmp" \
+            -r "$tmp/requirements.txt" || die "pip download of the spark extra failed"
+        echo "$spark_stamp" >"$tmp/.stamp"
+        rm -rf "$spark_wheels"
+        mv "$tmp" "$spark_wheels"
+    else
+        log "spark wheelhouse up to date"
+    fi
+    context="$CACHE/spark-build"
+    rm -rf "$context"
+    mkdir -p "$context/wheels"
+    cp "$REPO/services/spark/Dockerfile" "$context/Dockerfile"
+    for part in deps project; do
+        cp -al "$WHEELS/$part" "$context/wheels/$part" 2>/dev/null \
+            || cp -a "$WHEELS/$part" "$context/wheels/$part"
+    done
+    cp -al "$spark_wheels" "$context/wheels/spark" 2>/dev/null \
+        || cp -a "$spark_wheels" "$context/wheels/spark"
+    spark_log="$CACHE/spark-build.log"
+    log "docker build $SPARK_IMAGE: Java 17, pyspark and the project (log: $spark_log)"
+    DOCKER_BUILDKIT=0 docker build --network host \
+        --build-arg BASE_IMAGE="$BASE_IMAGE" \
+        --build-arg DEBIAN_SECURITY="$(debian_security)" \
+        -t "$SPARK_IMAGE" "$context" >"$spark_log" 2>&1 \
+        || { tail -n 30 "$spark_log" >&2; die "building $SPARK_IMAGE failed"; }
+    rm -rf "$context"
+    docker image prune -f --filter label=org.labeldp.component=spark >/dev/null 2>&1 || true
+    log "ready: Spark image $SPARK_IMAGE ($(docker run --rm --network none "$SPARK_IMAGE" \
+        sh -c 'java -version 2>&1 | head -n 1; python -c "import pyspark; print(pyspark.__version__)"' \
+        | tr '\n' ' '))"
 fi
