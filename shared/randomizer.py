@@ -26,8 +26,9 @@ import numpy as np
 from shared.domain import LabelDomain, check_epsilon, check_labels
 from shared.errors import InvalidParameterError
 from shared.mechanisms import registry
-from shared.mechanisms.histogram import Prior, bin_counts, noisy_histogram
-from shared.mechanisms.private_mean import level_sum, noisy_mean
+from shared.mechanisms._count_kernels import label_statistics
+from shared.mechanisms.histogram import Prior, bin_edges, noisy_histogram
+from shared.mechanisms.private_mean import MEAN_LEVELS, noisy_mean
 from shared.mechanisms.registry import LabelMechanism
 from shared.message import NO_MECHANISM
 from shared.plan import (
@@ -163,12 +164,19 @@ class LabelCounts:
     @classmethod
     def of(cls, plan: ReleasePlan, clipped: np.ndarray) -> LabelCounts:
         """The statistics of one batch of clipped labels (any size, even 0)."""
-        values = np.asarray(clipped, dtype=np.float64)
-        cells = bin_counts(values, lo=plan.lo, hi=plan.hi, bins=plan.bins)
-        total = None
-        if plan.label_mean_float is not None:
-            total = level_sum(values, lo=plan.lo, hi=plan.hi)
-        return cls(cells=cells, level_sum=total, n=int(values.size))
+        values = np.ascontiguousarray(clipped, dtype=np.float64)
+        bin_edges(lo=plan.lo, hi=plan.hi, bins=plan.bins)  # a grid float64 cannot represent
+        with_sum = plan.label_mean_float is not None
+        cells, total = label_statistics(
+            values,
+            float(plan.lo),
+            float(plan.hi),
+            int(plan.bins),
+            plan.bins / (plan.hi - plan.lo),
+            MEAN_LEVELS,
+            with_sum,
+        )
+        return cls(cells=cells, level_sum=int(total) if with_sum else None, n=int(values.size))
 
     def __add__(self, other: LabelCounts) -> LabelCounts:
         both = self.level_sum is not None and other.level_sum is not None

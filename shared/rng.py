@@ -9,15 +9,15 @@ protecting every label, so production draws come from ``os.urandom`` directly.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 from typing import TypeAlias
 
 import numpy as np
 
+from shared._rng_kernels import accept_words, doubles_from_words
 from shared.errors import InvalidParameterError
-
-_TWO_POW_MINUS_53 = 2.0**-53
 
 
 class SystemRandom:
@@ -30,7 +30,7 @@ class SystemRandom:
             raise InvalidParameterError(f"size ({n}) must be >= 0")
         raw = np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
         # Top 53 bits -> exactly representable doubles k * 2^-53, every one equally likely.
-        return (raw >> np.uint64(11)).astype(np.float64) * _TWO_POW_MINUS_53
+        return doubles_from_words(raw)
 
     def integers(self, low: int, high: int, size: int | None = None) -> np.ndarray:
         """Uniform integers in [low, high) without modulo bias (rejection on 64-bit words)."""
@@ -44,18 +44,17 @@ class SystemRandom:
         # (a span of exactly 2^32 takes 64-bit words: uint32 cannot hold it for the modulo).
         word_bits, dtype = (32, np.uint32) if span < 2**32 else (64, np.uint64)
         limit = (2**word_bits // span) * span  # accept words below the largest multiple of span
+        rejected = 1.0 - limit / 2**word_bits  # the share of words rejection throws away
         out = np.empty(n, dtype=np.int64)
         filled = 0
         while filled < n:
             need = n - filled
-            count = need + need // 8 + 1
+            # Enough words for the expected rejections twice over (rarely a second round).
+            count = need + math.ceil(2.0 * rejected * need) + 16
             words = np.frombuffer(os.urandom(word_bits // 8 * count), dtype=dtype)
-            if limit < 2**word_bits:
-                words = words[words < dtype(limit)]
-            ok = words[:need]
-            out[filled : filled + ok.size] = (ok % dtype(span)).astype(np.int64)
-            filled += ok.size
-        return out + int(low)
+            keep_all = np.uint64(0 if limit == 2**word_bits else limit)
+            filled = accept_words(words, keep_all, np.uint64(span), out, filled)
+        return out + int(low) if low else out
 
     def __repr__(self) -> str:
         return "SystemRandom(os.urandom)"

@@ -44,3 +44,34 @@ def test_resolve_rng() -> None:
         resolve_rng("seed")  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError):
         SystemRandom().integers(3, 3)
+
+
+def test_accept_words_is_rejection_sampling_by_brute_force() -> None:
+    """The kernel keeps exactly the words below the limit, in order, as word % span."""
+    from shared._rng_kernels import accept_words
+
+    gen = np.random.default_rng(3)
+    for dtype, bits in ((np.uint32, 32), (np.uint64, 64)):
+        for span in (1, 3, 7, 2**31 + 1, 2**32 - 5, 2**40 + 7):
+            if span >= 2**bits:
+                continue
+            limit = (2**bits // span) * span
+            words = gen.integers(0, 2**bits, 500, dtype=np.uint64).astype(dtype)
+            words[:5] = [0, limit - 1, min(limit, 2**bits - 1), 2**bits - 1, span]
+            expected = [int(w) % span for w in words.tolist() if int(w) < limit][:300]
+            out = np.full(300, -1, dtype=np.int64)
+            keep_all = np.uint64(0 if limit == 2**bits else limit)
+            filled = accept_words(words, keep_all, np.uint64(span), out, 0)
+            assert filled == len(expected)
+            assert out[:filled].tolist() == expected
+
+
+@pytest.mark.parametrize("low, high", [(5, 5 + 2**31 + 1), (-3, 2**32 - 3), (0, 2**63)])
+def test_system_random_integers_under_heavy_rejection_and_wide_spans(low: int, high: int) -> None:
+    """span 2^31 + 1 on 32-bit words rejects about half of them: every draw still lands, in
+    range, and ten equal slices of the span are equally likely."""
+    span = high - low
+    draws = SystemRandom().integers(low, high, 50_000)
+    assert draws.size == 50_000 and draws.min() >= low and draws.max() < high
+    slices = ((draws - low).astype(object) * 10 // span).astype(np.int64)
+    assert stats.chisquare(np.bincount(slices, minlength=10)).pvalue > 1e-4
