@@ -17,7 +17,14 @@ from typing import Any
 
 from shared import receipt as rc
 from shared.errors import IntegrityError, InvalidParameterError
-from shared.message import BINARY_MEDIA_TYPE, JSON_MEDIA_TYPE, MAGIC
+from shared.message import (
+    BINARY_MEDIA_TYPE,
+    JSON_MEDIA_TYPE,
+    MAGIC,
+    MessageHeader,
+    decode_header,
+    validated,
+)
 
 
 def register_commands(commands: Any) -> None:
@@ -48,10 +55,26 @@ def check_message_file(receipt: dict[str, Any], path: Path) -> None:
         return
     raw = path.read_bytes()
     binary = raw.startswith(MAGIC)
+    # The header against the receipt first, so a changed field (n, body_sha256 included) is
+    # named; then the whole message, its body against the header's sha256.
+    header = decode_header(raw) if binary else _json_header(raw)
+    rc.check_header(receipt, header)
     header, _ids, _labels = parse_message(raw, BINARY_MEDIA_TYPE if binary else JSON_MEDIA_TYPE)
     rc.check_header(
         receipt, header, binary_sha256=hashlib.sha256(raw).hexdigest() if binary else None
     )
+
+
+def _json_header(raw: bytes) -> MessageHeader:
+    """The header of a JSON message, its body not yet checked (``IntegrityError`` if it has
+    none a header can be read from)."""
+    try:
+        document = json.loads(raw)
+    except ValueError as exc:
+        raise IntegrityError(f"the message is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise IntegrityError("the message is not a JSON object")
+    return validated(MessageHeader, document.get("header"), what="message header")
 
 
 def check_parquet_message(receipt: dict[str, Any], directory: Path) -> None:
