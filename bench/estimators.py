@@ -428,7 +428,8 @@ def housing_trial(
             epsilon=eps,
             delta=DELTA,
             bandwidth=HOUSING_BANDWIDTH,
-            r_f=HOUSING_LABEL_HI,
+            lo=0.0,
+            hi=HOUSING_LABEL_HI,
             c0=HOUSING_C0["grid"],
             rng=rng,
             no_reply=HOUSING_LABEL_HI / 2,
@@ -624,7 +625,9 @@ def report(
             "distance, 8 nearest). Label-DP NW keeps the centroids with at least "
             f"{HOUSING_MIN_NEIGHBOURS:g} effective neighbours d(x_q) / K_max (a function of the "
             "features, public under label DP; ePTR cannot do this, its features are private). "
-            "ePTR-NW c0: 0.3 on the grid, 3 per point; its no-reply is 2.5.",
+            "ePTR-NW on the grid: `kernel.eptr_nw` as the service runs it (labels in the "
+            "public [0, 5], c0 0.3); per point: the paper's constants (alpha = 4 R_f K_max / "
+            "(c0 n) with R_f = 5, gamma (21)), c0 3; the no-reply is 2.5.",
             "",
             "The per-point column is the paper's protocol: one Algorithm-5 release per test "
             "point, each at epsilon, so predicting the whole test set spends m epsilon (basic "
