@@ -1,9 +1,9 @@
 """``labeldp receipt verify RECEIPT.json --public-key KEYFILE [--message FILE|DIR]``.
 
 Exit 0 when the receipt's signature verifies under a key of KEYFILE (and, with ``--message``,
-the message is the one the receipt names: a binary or JSON file, or a Parquet message directory
-as the Spark job publishes it, ``shared.parquet_message``); 1 when it does not, naming what
-differs; 2 for unusable input.
+the message is the one the receipt names: a binary or JSON file, a Parquet message directory
+as the Spark job publishes it, ``shared.parquet_message``, or a model release's JSON message);
+1 when it does not, naming what differs; 2 for unusable input.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ def check_message_file(receipt: dict[str, Any], path: Path) -> None:
         check_parquet_message(receipt, path)
         return
     raw = path.read_bytes()
+    if receipt.get("kind") == "model":
+        check_model_message(receipt, raw)
+        return
     binary = raw.startswith(MAGIC)
     # The header against the receipt first, so a changed field (n, body_sha256 included) is
     # named; then the whole message, its body against the header's sha256.
@@ -63,6 +66,23 @@ def check_message_file(receipt: dict[str, Any], path: Path) -> None:
     rc.check_header(
         receipt, header, binary_sha256=hashlib.sha256(raw).hexdigest() if binary else None
     )
+
+
+def check_model_message(receipt: dict[str, Any], raw: bytes) -> None:
+    """Raise unless ``raw`` is the model message the model receipt names: its whole header
+    field by field (``shared.receipt.check_model_header``), then its body against the header's
+    sha256 (``shared.model_message.verify_model``)."""
+    from shared.model_message import verify_model
+
+    try:
+        document = json.loads(raw)
+    except ValueError as exc:
+        raise IntegrityError(f"the model message is not JSON: {exc}") from None
+    header = document.get("header") if isinstance(document, dict) else None
+    if not isinstance(header, dict):
+        raise IntegrityError("the model message has no header object")
+    rc.check_model_header(receipt, header)
+    verify_model(raw)
 
 
 def _json_header(raw: bytes) -> MessageHeader:

@@ -466,3 +466,38 @@ def test_model_releases_have_signed_receipts_binding_their_whole_header(
         rc.check_model_header(body, {**message["header"], "epsilon": "2"})
     missing = client.get(f"/v1/model-releases/mrel_{'0' * 24}/receipt", headers=PUB)
     assert missing.status_code == 404
+
+
+def test_cli_verifies_a_model_message_and_names_a_changed_field(
+    client: Any, tmp_path: Path
+) -> None:
+    """``labeldp receipt verify --message`` on a model release's JSON message: exit 0 as served,
+    1 naming the field when a header field changed, 1 when a released number changed."""
+    from tests.labels_party.test_model_releases import model_release, setup_dataset
+
+    setup_dataset(client)
+    made = model_release(client, estimator="ols", privacy="label", epsilon="1")
+    assert made.status_code == 201, made.text
+    model_id = made.json()["id"]
+    receipt = client.get(f"/v1/model-releases/{model_id}/receipt", headers=PUB).json()
+    ((_, key),) = keys_of(client).items()
+    pin = tmp_path / "labels.pub"
+    pin.write_text(rc.public_pem(key))
+    (tmp_path / "receipt.json").write_text(json.dumps(receipt))
+    message = json.loads(client.get(f"/v1/model-releases/{model_id}", headers=PUB).text)
+    args = ["receipt", "verify", str(tmp_path / "receipt.json"), "--public-key", str(pin)]
+    (tmp_path / "model.json").write_text(json.dumps(message))
+    assert labeldp(*args, "--message", str(tmp_path / "model.json")).returncode == 0
+    changed = {**message, "header": {**message["header"], "epsilon": "2"}}
+    (tmp_path / "header.json").write_text(json.dumps(changed))
+    tampered = labeldp(*args, "--message", str(tmp_path / "header.json"))
+    assert tampered.returncode == 1 and "epsilon" in tampered.stdout + tampered.stderr
+    body = message["body"]
+    key_name = next(k for k, v in body.items() if isinstance(v, list) and v)
+    numbers = [*body[key_name]]
+    assert isinstance(numbers[0], float), body  # the released coefficients
+    numbers[0] += 1.0
+    (tmp_path / "body.json").write_text(
+        json.dumps({**message, "body": {**body, key_name: numbers}})
+    )
+    assert labeldp(*args, "--message", str(tmp_path / "body.json")).returncode == 1
