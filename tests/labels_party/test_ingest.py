@@ -1,8 +1,10 @@
-"""labels_party.ingest against the databases themselves: both PostgreSQL statements agree.
+"""labels_party.ingest against the databases themselves: every path stores the same rows.
 
-On PostgreSQL a staged batch is moved by an index probe per row (a batch smaller than the
-dataset) or by one update-join and anti-join (a larger one). Both must store the same rows and
-report the same counts and conflicts as SQLite's ``executemany`` upsert, whatever the batch.
+On PostgreSQL a batch into an empty dataset is COPYed straight into ``entries``; any other is
+staged and moved by an index probe per row (a batch smaller than the dataset) or by joins (a
+larger one). SQLite runs a multi-row upsert whose conflicting rows call a SQL function. A
+re-sent batch is recognised by its digest while the dataset is at the version it left. Every
+path must store the same rows and report the same counts and conflicts, whatever the batch.
 """
 
 from __future__ import annotations
@@ -33,9 +35,26 @@ SCENARIO: list[tuple[str, list[str], list[float] | None, bool]] = [
     ("labels", ["f", "a", "c", "a"], [8.0, 9.0, 3.5, 9.5], True),  # overwrite, last one wins
     ("labels", ["b", "q", "q"], [2.0, 1.0, 2.0], False),  # a conflict inside the batch
 ]
+# Labels first, into an empty dataset (PostgreSQL: COPY straight into entries), then re-sent
+# as they were, with one row changed (409 naming it), after another batch, with overwrite,
+# partly new, and a repeated id in a batch that overwrites (the last one wins).
+FRESH: list[tuple[str, list[str], list[float] | None, bool]] = [
+    ("labels", ["a", "b", "c", "d"], [1.0, 2.0, 3.0, 0.1 + 0.2], False),
+    ("labels", ["a", "b", "c", "d"], [1.0, 2.0, 3.0, 0.1 + 0.2], False),
+    ("labels", ["a", "b", "c", "d"], [1.0, 2.5, 3.0, 0.3], False),  # b, d conflict
+    ("examples", ["a", "e"], None, False),
+    ("labels", ["a", "b", "c", "d"], [1.0, 2.0, 3.0, 0.1 + 0.2], False),  # unchanged, new version
+    ("labels", ["d", "c", "x"], [0.3, 3.0, 9.0], True),  # overwrite d, c unchanged, x new
+    ("labels", ["d", "c", "x"], [0.3, 3.0, 9.0], True),  # the same again: all unchanged
+    ("labels", ["e", "a", "a"], [4.0, 5.0, 1.0], True),  # e fills, a overwritten twice
+    ("labels", ["e", "a", "a"], [4.0, 5.0, 1.0], True),  # again: a overwritten twice again
+    ("labels", ["y", "z", "e"], [12.0, -1.0, 4.0], False),  # clipped, e unchanged
+]
 
 
-def _run(db: Database, name: str) -> list[Any]:
+def _run(
+    db: Database, name: str, scenario: list[tuple[str, list[str], list[float] | None, bool]]
+) -> list[Any]:
     ds.create_dataset(
         db,
         ds.DatasetSpec(
@@ -44,7 +63,7 @@ def _run(db: Database, name: str) -> list[Any]:
         actor_role="operator",
     )
     outcomes: list[Any] = []
-    for kind, ids, values, overwrite in SCENARIO:
+    for kind, ids, values, overwrite in scenario:
         try:
             if kind == "examples":
                 outcomes.append(ingest.store_examples(db, dataset=name, example_ids=ids))
@@ -80,36 +99,115 @@ def postgres_db(postgres_url: str) -> Iterator[Database]:
     yield from _database(postgres_url)
 
 
+@pytest.mark.parametrize("scenario", [SCENARIO, FRESH], ids=["registered-first", "fresh"])
 @pytest.mark.parametrize("statement", ["probe", "join"])
 def test_both_postgresql_statements_match_sqlite(
-    sqlite_db: Database, postgres_db: Database, statement: str, monkeypatch: Any
+    sqlite_db: Database,
+    postgres_db: Database,
+    statement: str,
+    scenario: Any,
+    monkeypatch: Any,
 ) -> None:
-    expected = _run(sqlite_db, "ds")
-    original = ingest._copy_upsert
-    forced = {"probe": 10**9, "join": 0}[statement]  # the dataset's size decides which one
+    expected = _run(sqlite_db, "ds", scenario)
     chosen: list[str] = []
 
-    def copy_upsert(conn: Any, statements: Any, d: int, ids: Any, v: Any, existing: int) -> int:
-        chosen.append("probe" if len(ids) < forced else "join")
-        return original(conn, statements, d, ids, v, forced)
+    def use_join(batch: int, existing: int) -> bool:
+        chosen.append(statement)
+        return statement == "join"
 
-    monkeypatch.setattr(ingest, "_copy_upsert", copy_upsert)
-    assert _run(postgres_db, "ds") == expected
+    monkeypatch.setattr(ingest, "_use_join", use_join)
+    assert _run(postgres_db, "ds", scenario) == expected
     assert set(chosen) == {statement}
 
 
-def test_postgresql_picks_the_probe_for_a_batch_smaller_than_the_dataset(
-    postgres_db: Database, monkeypatch: Any
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+def test_a_re_sent_batch_reports_what_comparing_every_row_reports(
+    engine: str, request: Any, monkeypatch: Any
 ) -> None:
-    original = ingest._copy_upsert
-    seen: list[tuple[int, int]] = []
+    """The digest of the last batch is an optimisation only: without it every row is
+    compared, with the same counts and the same stored rows."""
+    db: Database = request.getfixturevalue(f"{engine}_db")
+    remembered = _run(db, "with_memo", FRESH)
+    monkeypatch.setattr(ingest, "_memo", lambda db: {})
+    assert _run(db, "without_memo", FRESH) == remembered
 
-    def copy_upsert(conn: Any, statements: Any, d: int, ids: Any, v: Any, existing: int) -> int:
-        seen.append((len(ids), existing))
-        return original(conn, statements, d, ids, v, existing)
 
-    monkeypatch.setattr(ingest, "_copy_upsert", copy_upsert)
-    outcomes, stored = _run(postgres_db, "ds")
-    # the first batch meets an empty dataset (join); later ones see its size grow
-    assert seen[0] == (4, 0) and seen[1] == (5, 4)
-    assert len(stored) == 12
+def test_a_re_sent_batch_is_not_compared_row_by_row(sqlite_db: Database, monkeypatch: Any) -> None:
+    """SQLite: an unchanged row calls no Python (the conflict function runs for conflicting
+    rows only) and a batch re-sent at the version it left writes nothing at all."""
+    _run(sqlite_db, "ds", [])
+    rows = LabelRows(example_ids=[f"id{i}" for i in range(1000)], values=np.arange(1000.0) / 100)
+    first = ingest.store_labels(sqlite_db, dataset="ds", rows=rows, overwrite=False)
+    assert (first.new, first.unchanged) == (1000, 0)
+    calls: list[tuple[int, int]] = []
+    original = ingest._sqlite_labels
+
+    def sqlite_labels(*args: Any) -> tuple[int, int]:
+        calls.append(result := original(*args))
+        return result
+
+    monkeypatch.setattr(ingest, "_sqlite_labels", sqlite_labels)
+    again = ingest.store_labels(sqlite_db, dataset="ds", rows=rows, overwrite=False)
+    assert (again.new, again.unchanged, calls) == (0, 1000, [])  # the digest: no statement
+    monkeypatch.setattr(ingest, "_memo", lambda db: {})
+    with sqlite_db.read() as conn:
+        version = ds.load(conn, "ds").data_version
+    again = ingest.store_labels(sqlite_db, dataset="ds", rows=rows, overwrite=False)
+    assert (again.new, again.unchanged, calls) == (0, 1000, [(0, 0)])  # compared, no conflict
+    with sqlite_db.read() as conn:
+        assert ds.load(conn, "ds").data_version == version
+
+
+def test_a_batch_after_a_failed_one_is_compared(sqlite_db: Database) -> None:
+    """A refused batch leaves no digest behind: sending it again is refused again."""
+    _run(sqlite_db, "ds", FRESH[:1])
+    bad = LabelRows(example_ids=["a", "b"], values=np.array([1.0, 7.0]))
+    for _ in range(2):
+        with pytest.raises(ConflictError) as refused:
+            ingest.store_labels(sqlite_db, dataset="ds", rows=bad, overwrite=False)
+        assert [e.field for e in refused.value.errors] == ["labels[1].value"]
+
+
+def test_postgresql_copies_into_an_empty_dataset_and_keeps_doubles_exact(
+    postgres_db: Database,
+) -> None:
+    """Binary COPY sends the doubles themselves: every value reads back bit for bit."""
+    ds.create_dataset(
+        postgres_db,
+        ds.DatasetSpec(
+            name="wide", label_min=-1e300, label_max=1e300, default_label=0,
+            epsilon_budget=Decimal(1),
+        ),
+        actor_role="operator",
+    )  # fmt: skip
+    rng = np.random.default_rng(3)
+    values = np.concatenate(
+        [rng.standard_normal(70_000) * 10.0 ** rng.integers(-300, 300, 70_000), [5e-324, -0.0]]
+    )
+    ids = [f"k:{i}.{'x' * (i % 120)}" for i in range(values.size)]  # ids of many lengths
+    rows = LabelRows(example_ids=ids, values=values)
+    result = ingest.store_labels(postgres_db, dataset="wide", rows=rows, overwrite=False)
+    assert (result.new, result.n_labels) == (values.size, values.size)
+    with postgres_db.read() as conn:
+        stored = dict(conn.exec_driver_sql("SELECT example_id, value FROM entries").all())
+    assert [stored[k] for k in ids] == values.tolist()
+
+
+def test_postgresql_stages_when_an_empty_dataset_has_rows_after_all(
+    postgres_db: Database,
+) -> None:
+    """Counts that missed a row make the direct COPY fail on the key: the batch is staged."""
+    _run(postgres_db, "ds", [])
+    with postgres_db.write() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO entries (dataset_id, example_id, registered, value) "
+            "SELECT id, 'b', 1, NULL FROM datasets WHERE name = 'ds'"
+        )
+    rows = LabelRows(example_ids=["a", "b"], values=np.array([1.0, 2.0]))
+    result = ingest.store_labels(postgres_db, dataset="ds", rows=rows, overwrite=False)
+    assert (result.new, result.unchanged) == (2, 0)
+    with postgres_db.read() as conn:
+        stored = conn.exec_driver_sql(
+            "SELECT example_id, registered, value FROM entries ORDER BY example_id"
+        ).all()
+    assert [tuple(r) for r in stored] == [("a", 0, 1.0), ("b", 1, 2.0)]
