@@ -428,7 +428,9 @@ class ModelParams(BaseModel):
     model_config = _STRICT
 
     intercept: bool | None = Field(default=None, description="ols: add a constant column")
-    bandwidth: float | None = Field(default=None, gt=0, description="nw: Gaussian kernel sigma")
+    bandwidth: float | None = Field(
+        default=None, gt=0, description="nw: Gaussian kernel sigma (eptr: chosen if omitted)"
+    )
     queries: list[list[float]] | None = Field(
         default=None,
         min_length=1,
@@ -447,7 +449,7 @@ class ModelParams(BaseModel):
         description="eptr nw: labels clipped to [-r_f, r_f] (omitted: [label_min, label_max])",
     )
     c0: float | None = Field(
-        default=None, gt=0, description="eptr: the SaLBo constant (ols: chosen if omitted)"
+        default=None, gt=0, description="eptr: the SaLBo constant (ols, nw: chosen if omitted)"
     )
     n_classes: int | None = Field(default=None, ge=2, le=64, description="bayes: classes")
 

@@ -8,7 +8,8 @@ package is imported (``shared/estimators/__init__.py``), in this order.
 * ``nw``: label-DP Nadaraya-Watson and ePTR-NW (Algorithm 5) at public query points. ePTR-NW
   clips the labels to the dataset's public [label_min, label_max] (alpha proportional to
   label_max - label_min) unless the request gives ``r_f``, which keeps its meaning [-r_f, r_f]
-  (``_nw_label_interval``).
+  (``_nw_label_interval``); its bandwidth and c0, when omitted, are chosen by the product
+  (``nw_constants``: a public rule, and a DP estimate inside the same charge).
 * ``bayes``: ePTR-Bayes (Algorithm 3), eptr only; a label's class is its nearest integer,
   clipped into 0..n_classes - 1 (a public rule).
 
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from shared.errors import IntegrityError, InvalidParameterError
-from shared.estimators import bayes, constants, kernel, ols
+from shared.estimators import bayes, constants, kernel, nw_constants, ols
 from shared.estimators._checks import full_column_rank
 from shared.estimators.registry import (
     Design,
@@ -125,6 +126,12 @@ def _nw_design(
             where = "params.queries" if "params.queries" in str(exc) else "public_features"
             raise DesignError(where, str(exc)) from None
     else:
+        if "bandwidth" not in params:  # the product's public rule (``nw_constants``)
+            try:
+                bandwidth = nw_constants.rule_bandwidth(queries, n=features.shape[0])
+            except InvalidParameterError as exc:
+                raise DesignError("params.bandwidth", str(exc)) from None
+            params = {**params, "bandwidth": bandwidth}
         _nw_eptr_public_checks(params, p)
     return Design(x=features, queries=queries)
 
@@ -181,6 +188,16 @@ def _nw_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
             noise="discrete_laplace", noise_scale=nw.noise_scale, sensitivity=nw.sensitivity,
         )  # fmt: skip
     assert args.delta is not None
+    if args.split is not None:  # the product chooses the bandwidth and/or c0 the request omits
+        given = {name: p[name] for name in nw_constants.NW_CONSTANTS if name in p}
+        chosen = nw_constants.eptr_nw_chosen(
+            design.x, labels, design.queries, split=args.split, rng=args.rng, given=given,
+            **_nw_label_interval(p, args),
+        )  # fmt: skip
+        return Fitted(
+            body={**body, "values": chosen.fit.values.tolist()}, released=chosen.fit.released,
+            noise="gaussian", noise_scale=chosen.fit.noise_scale, params=chosen.header_params(),
+        )  # fmt: skip
     k = kernel.eptr_nw(
         design.x, labels, design.queries, epsilon=args.epsilon, delta=args.delta,
         bandwidth=p["bandwidth"], c0=p["c0"], rng=args.rng, **_nw_label_interval(p, args),
@@ -189,6 +206,22 @@ def _nw_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
         body={**body, "values": k.values.tolist()}, released=k.released, noise="gaussian",
         noise_scale=k.noise_scale,
     )  # fmt: skip
+
+
+def _nw_split(
+    privacy: str, params: Mapping[str, Any], epsilon: Decimal, delta: Decimal | None
+) -> nw_constants.NWConstantsSplit | None:
+    """ePTR-NW without its bandwidth and/or c0: the product chooses them (the bandwidth by a
+    public rule, free; c0 at its fixed share of epsilon, ``nw_constants.nw_split``); None when
+    both are given (ePTR-NW gets it all). ``r_f`` omitted is not a choice that costs anything
+    (``_nw_label_interval``) and makes no split."""
+    omitted = tuple(name for name in nw_constants.NW_CONSTANTS if name not in params)
+    if privacy != "eptr" or not omitted or delta is None:
+        return None
+    try:
+        return nw_constants.nw_split(epsilon=epsilon, delta=delta, omitted=omitted)
+    except InvalidParameterError as exc:
+        raise DesignError("epsilon", str(exc)) from None
 
 
 def _nw_body(header: Any, body: Any) -> None:
@@ -256,10 +289,12 @@ BUILTIN: tuple[EstimatorFamily, ...] = (
         name="nw",
         privacies={
             "label": ("bandwidth", "queries"),
-            "eptr": ("bandwidth", "queries", "c0"),
+            "eptr": ("queries",),
         },
-        # r_f omitted: the labels' interval is the dataset's public [label_min, label_max]
-        chosen={"eptr": ("r_f",)},
+        # r_f omitted: the labels' interval is the dataset's public [label_min, label_max];
+        # bandwidth, c0 omitted: chosen by the product (``nw_constants``, ``_nw_split``)
+        chosen={"eptr": ("r_f", *nw_constants.NW_CONSTANTS)},
+        split=_nw_split,
         design=_nw_design,
         fit=_nw_fit,
         check_body=_nw_body,

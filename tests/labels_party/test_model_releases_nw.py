@@ -1,7 +1,8 @@
 """ePTR-NW model releases clip the labels to the dataset's public [label_min, label_max] when the
 request omits ``r_f`` (alpha proportional to label_max - label_min), and keep ``r_f``'s meaning
-[-r_f, r_f] when it is given; through the real app, the features party's prediction and the
-message checks on the same message."""
+[-r_f, r_f] when it is given; without bandwidth and/or c0 the product chooses them
+(``shared.estimators.nw_constants``) inside the same charge. Through the real app, with the
+features party's prediction and the message checks on the same message."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from features_party.released_models import predict_matrix
 from labels_party import ledger
 from shared import epsilon as amounts
+from shared.estimators import nw_constants
 from shared.estimators.eptr import eptr_noise_scale
 from shared.estimators.kernel import interpolate, kernel_bound, nw_alpha, query_overlap
 from shared.model_message import verify_model
@@ -33,12 +35,19 @@ BANDWIDTH, C0 = 0.5, 0.01
 BODY = {"estimator": "nw", "privacy": "eptr", "epsilon": "4", "delta": "0.0001"}
 
 
-def expected_noise_scale(span: float, *, epsilon: str = "4", delta: str = "0.0001") -> float:
+def expected_noise_scale(
+    span: float,
+    *,
+    epsilon: str = "4",
+    delta: str = "0.0001",
+    bandwidth: float = BANDWIDTH,
+    c0: float = C0,
+) -> float:
     """Algorithm 2's noise for ePTR-NW's alpha = span K_max sqrt(min(m, 2 G)) / (c0 n), at the
     floats the service runs (never above the exact charge)."""
     queries = np.array(GRID)
-    overlap = min(float(len(GRID)), 2.0 * query_overlap(queries, bandwidth=BANDWIDTH))
-    alpha = nw_alpha(span=span, k_max=kernel_bound(2, BANDWIDTH), c0=C0, n=N, overlap=overlap)
+    overlap = min(float(len(GRID)), 2.0 * query_overlap(queries, bandwidth=bandwidth))
+    alpha = nw_alpha(span=span, k_max=kernel_bound(2, bandwidth), c0=c0, n=N, overlap=overlap)
     return eptr_noise_scale(
         alpha=alpha,
         epsilon=amounts.float_at_most(amounts.exact(epsilon)),
@@ -134,8 +143,13 @@ def test_the_preview_of_a_release_without_r_f_spends_nothing(client: Any) -> Non
          "params.r_f"),
         # K_max = sigma^-d (2 pi)^(-d/2) overflows a double: refused before any label is read.
         ({"params": {"bandwidth": 1e-200, "queries": GRID, "c0": C0}}, "params.bandwidth"),
-        ({"params": {"bandwidth": BANDWIDTH, "queries": GRID}}, "params.c0"),
-        ({"params": {"queries": GRID, "c0": C0}}, "params.bandwidth"),
+        # bandwidth omitted: the product's rule needs query points that differ.
+        ({"params": {"queries": [[0.0, 0.0]], "c0": C0}}, "params.bandwidth"),
+        ({"params": {"queries": [[0.5, 0.5], [0.5, 0.5]]}}, "params.bandwidth"),
+        # ... and a rule bandwidth whose K_max overflows is refused like a given one.
+        ({"params": {"queries": [[1e-300, 0.0], [0.0, 0.0]]}}, "params.bandwidth"),
+        # c0 omitted: an epsilon too small to split is refused naming it.
+        ({"epsilon": "1e-320", "params": {"bandwidth": BANDWIDTH, "queries": GRID}}, "epsilon"),
         ({"params": {"bandwidth": BANDWIDTH, "c0": C0}}, "params.queries"),
     ],
 )  # fmt: skip
@@ -150,3 +164,72 @@ def test_bad_nw_parameters_name_the_field_and_spend_nothing(
     assert field in {e["field"] for e in answer.json()["errors"]}, answer.json()
     assert state(client) == before
     assert verify(client).ok
+
+
+# ---- constants chosen by the product (issue 22, item 5) -----------------------------------
+
+SPLIT = {
+    "chosen": ["bandwidth", "c0"],
+    "constants": {"epsilon": "0.4", "delta": "0", "parts": {"c0": "0.4"}},
+    "eptr": {"epsilon": "3.6", "delta": "0.0001"},
+}
+
+
+def _last_entry(client: Any) -> dict[str, Any]:
+    with client.app.state.services.db.read() as conn:
+        return ledger.public_entry(ledger.entries(conn)[-1])
+
+
+def test_the_preview_without_bandwidth_and_c0_shows_the_split_and_spends_nothing(
+    client: Any,
+) -> None:
+    setup_dataset(client)
+    before = state(client)
+    answer = model_release(client, **BODY, params={"queries": GRID}, dry_run=True)
+    assert answer.status_code == 200, answer.text
+    preview = answer.json()
+    assert preview["charge"] == {"epsilon": "4", "delta": "0.0001"}  # the request's, exactly
+    constants = preview["constants"]
+    assert {key: constants[key] for key in SPLIT} == SPLIT
+    assert len(constants["explanation"]) == 3 and "n^(-1/(d+4))" in constants["explanation"][0]
+    assert state(client) == before
+
+
+def test_a_release_without_bandwidth_and_c0_charges_once_and_names_them(client: Any) -> None:
+    setup_dataset(client)  # labels in [0, 100]
+    answer = model_release(client, **BODY, params={"queries": GRID})
+    assert answer.status_code == 201, answer.text
+    out = answer.json()
+    assert (out["epsilon"], out["delta"]) == ("4", "0.0001")
+    message = verify_model(out["message"])
+    params = message.header.params
+    # The bandwidth is the public rule on the request's queries and n; c0 a DP output.
+    assert params["bandwidth"] == nw_constants.rule_bandwidth(np.array(GRID), n=N)
+    assert isinstance(params["c0"], float) and params["c0"] > 0
+    assert params["constants_chosen"] == "bandwidth,c0"
+    assert (params["constants_epsilon"], params["eptr_epsilon"]) == ("0.4", "3.6")
+    # ePTR-NW ran at the rest of epsilon with the reported constants and [label_min, label_max].
+    expected = expected_noise_scale(
+        100.0, epsilon="3.6", bandwidth=params["bandwidth"], c0=params["c0"]
+    )
+    assert message.header.noise_scale == pytest.approx(expected, rel=1e-12)
+    assert "gamma" not in answer.text and "release_probability" not in answer.text
+    entry = _last_entry(client)
+    assert (entry["kind"], entry["epsilon"], entry["delta"]) == ("model", "4", "0.0001")
+    assert entry["parameters"]["split"] == SPLIT and entry["parameters"]["params"] == params
+    points = np.array([[0.0, 0.0], [0.3, -0.4]])
+    queries, values = np.array(message.body.queries), np.array(message.body.values)
+    assert predict_matrix(message, points).tolist() == interpolate(queries, values, points).tolist()
+    assert verify(client).ok
+
+
+def test_a_release_without_bandwidth_only_costs_nothing_for_it(client: Any) -> None:
+    setup_dataset(client)
+    answer = model_release(client, **BODY, params={"queries": GRID, "c0": C0})
+    assert answer.status_code == 201, answer.text
+    params = verify_model(answer.json()["message"]).header.params
+    assert params["c0"] == C0 and params["constants_chosen"] == "bandwidth"
+    assert (params["constants_epsilon"], params["eptr_epsilon"]) == ("0", "4")
+    split = _last_entry(client)["parameters"]["split"]
+    assert split["chosen"] == ["bandwidth"] and split["constants"]["parts"] == {}
+    assert split["eptr"] == {"epsilon": "4", "delta": "0.0001"}
