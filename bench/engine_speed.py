@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import emit
 from bench.naive_algorithm1 import naive_optimal_interval, naive_optimal_interval_numba
 from shared.mechanisms.histogram import Prior
 from shared.mechanisms.rp_with_prior import choose_parameters, optimal_interval
@@ -195,10 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         *bench_release(args.quick),
         "",
     ]
-    text = "\n".join(sections)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text)
+    emit("\n".join(sections), args.out)
     return 0
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import shared.rng
+from bench import emit
 from shared.plan import plan_release
 from shared.randomizer import (
     LabelCounts,
@@ -127,10 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{got['release'] * 1e3:.1f} | {ratio:.2f} | {cells} |"
         )
         print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text)
+    emit("\n".join(lines), args.out)
     return 0
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from shared import receipt as rc
 from shared.message import MessageHeader, NoisyHistogram, body_sha256
+from tests.commands import labeldp
 
 pa = pytest.importorskip("pyarrow", reason="pyarrow comes with the spark extra")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -43,16 +42,6 @@ def _message(root: Path) -> MessageHeader:
     return header
 
 
-def _labeldp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "labeldp", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_cli_verifies_a_parquet_directory_and_names_a_changed_header_field(
     tmp_path: Path,
 ) -> None:
@@ -74,19 +63,19 @@ def test_cli_verifies_a_parquet_directory_and_names_a_changed_header_field(
     (tmp_path / "labels.pub").write_text(rc.public_pem(key.public_key()))
     args = ["receipt", "verify", str(tmp_path / "receipt.json")]
     args += ["--public-key", str(tmp_path / "labels.pub"), "--message"]
-    ok = _labeldp(*args, str(tmp_path / "message"))
+    ok = labeldp(*args, str(tmp_path / "message"))
     assert ok.returncode == 0, ok.stderr
     assert header.release_id in ok.stdout
 
     changed = json.loads(raw_header)
     changed["params"]["bins"] = 3
     (tmp_path / "message" / "header.json").write_text(json.dumps(changed))
-    refused = _labeldp(*args, str(tmp_path / "message"))
+    refused = labeldp(*args, str(tmp_path / "message"))
     assert refused.returncode == 1, refused.stdout
     assert "INVALID" in refused.stderr and "differs from the receipt's in: params" in refused.stderr
 
     (tmp_path / "message" / "header.json").write_bytes(raw_header)
-    assert _labeldp(*args, str(tmp_path / "message")).returncode == 0
+    assert labeldp(*args, str(tmp_path / "message")).returncode == 0
     (tmp_path / "message" / "header.json").unlink()
-    missing = _labeldp(*args, str(tmp_path / "message"))
+    missing = labeldp(*args, str(tmp_path / "message"))
     assert missing.returncode == 1 and "header.json" in missing.stderr, missing.stderr

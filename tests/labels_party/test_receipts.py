@@ -17,6 +17,7 @@ from shared import receipt as rc
 from shared.errors import InvalidParameterError
 from shared.message import BINARY_MEDIA_TYPE
 from shared.receipt_cli import check_message_file
+from tests.commands import labeldp
 from tests.labels_party.conftest import (
     ADV,
     OPS,
@@ -47,16 +48,6 @@ def keys_of(client: Any) -> dict[str, Any]:
     listed = client.get("/v1/keys", headers=PUB)
     assert listed.status_code == 200
     return {item["key_id"]: rc.from_b64(item["public_key"]) for item in listed.json()["keys"]}
-
-
-def labeldp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "labeldp", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_receipt_states_the_release_and_its_ledger_entries(client: Any, db_path: Path) -> None:

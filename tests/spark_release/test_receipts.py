@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,18 +18,9 @@ from shared import receipt as rc
 from shared.parquet_message import BODY, HEADER, body_files
 from shared.receipt_cli import check_message_file
 from spark_release.job import JobConfig, run
+from tests.commands import labeldp
 from tests.labels_party.test_receipts import HEADER_TAMPERING
 from tests.spark_release.conftest import LabelsParty, write_inputs
-
-
-def _labeldp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "labeldp", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -96,12 +85,12 @@ def test_cli_verifies_a_parquet_message_directory(
     equal) still fails, since the receipt binds the bytes of header.json too."""
     args = ["receipt", "verify", str(published["receipt_file"]), "--public-key"]
     args.append(str(published["pin"]))
-    ok = _labeldp(*args, "--message", str(published["out"]))
+    ok = labeldp(*args, "--message", str(published["out"]))
     assert ok.returncode == 0, ok.stderr
     assert published["receipt"]["release_id"] in ok.stdout
 
     tampered = _tampered_copy(published, tmp_path, "default_label")
-    refused = _labeldp(*args, "--message", str(tampered))
+    refused = labeldp(*args, "--message", str(tampered))
     assert refused.returncode == 1, refused.stdout
     assert "INVALID" in refused.stderr and "default_label" in refused.stderr, refused.stderr
 
@@ -109,7 +98,7 @@ def test_cli_verifies_a_parquet_message_directory(
     shutil.copytree(published["out"], respaced)
     header = json.loads((respaced / HEADER).read_text())
     (respaced / HEADER).write_text(json.dumps(header, indent=2))
-    refused = _labeldp(*args, "--message", str(respaced))
+    refused = labeldp(*args, "--message", str(respaced))
     assert refused.returncode == 1 and "binary_sha256" in refused.stderr, refused.stderr
 
     import pyarrow as pa
@@ -122,7 +111,7 @@ def test_cli_verifies_a_parquet_message_directory(
     labels = table.column("noisy_label").to_pylist()
     labels[0] += 1.0
     pq.write_table(table.set_column(1, "noisy_label", pa.array(labels, pa.float64())), part)
-    refused = _labeldp(*args, "--message", str(changed))
+    refused = labeldp(*args, "--message", str(changed))
     assert refused.returncode == 1 and "sha256" in refused.stderr, refused.stderr
 
 
