@@ -335,7 +335,7 @@ on) takes a batch into an empty dataset by one binary `COPY` straight into `entr
 batch by one binary `COPY` into a temporary staging table, one read that counts the unchanged
 and contradicting rows (when the dataset has labels), and one statement that moves the rest:
 `INSERT ... SELECT ... ON CONFLICT` (an index probe per row) when the batch is smaller than its
-dataset, one update-join and one anti-join when it is larger (`labels_party/ingest.py`).
+dataset, one update-join and one anti-join when it is larger (`labels_party/intake/ingest.py`).
 """
 
 

@@ -39,7 +39,7 @@ from labels_party.db.models import (
 )
 from labels_party.db.models import ledger as ledger_table
 from labels_party.errors import ConflictError, FieldError, NotFoundError
-from labels_party.parsing import gc_paused
+from labels_party.intake.parsing import gc_paused
 from shared import epsilon as amounts
 from shared.message import (
     MessageHeader,

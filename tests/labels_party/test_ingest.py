@@ -1,4 +1,4 @@
-"""labels_party.ingest against the databases themselves: every path stores the same rows.
+"""labels_party.intake.ingest against the databases themselves: every path stores the same rows.
 
 On PostgreSQL a batch into an empty dataset is COPYed straight into ``entries``; any other is
 staged and moved by an index probe per row (a batch smaller than the dataset) or by joins (a
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from labels_party import datasets as ds
-from labels_party import ingest
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.errors import ConflictError
-from labels_party.parsing import LabelRows
+from labels_party.intake import ingest
+from labels_party.intake.parsing import LabelRows
 
 # (kind, ids, values or None, overwrite): new ids, repeats inside a batch (same and different
 # values), registered ids labelled later, unchanged repeats, a conflict, then overwrite.

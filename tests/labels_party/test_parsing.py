@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labels_party.errors import BadInputError
-from labels_party.parsing import (
+from labels_party.intake.parsing import (
     ExampleStreamParser,
     LabelStreamParser,
     parse_examples_json,

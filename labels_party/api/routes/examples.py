@@ -8,11 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
-from labels_party import ingest
 from labels_party.api.body import read_batch
 from labels_party.api.deps import PublisherOn
 from labels_party.api.routes import BodyDocumentedRoute, json_body_doc
-from labels_party.parsing import ExampleBatch, ExampleStreamParser, parse_example_batch
+from labels_party.intake import ingest
+from labels_party.intake.parsing import ExampleBatch, ExampleStreamParser, parse_example_batch
 from labels_party.schemas import ExamplesBatch, ExamplesRegistered
 
 router = APIRouter(prefix="/v1/datasets", tags=["examples"], route_class=BodyDocumentedRoute)

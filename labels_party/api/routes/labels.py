@@ -10,11 +10,11 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from labels_party import ingest
 from labels_party.api.body import read_batch
 from labels_party.api.deps import AdvertiserOn
 from labels_party.api.routes import BodyDocumentedRoute, json_body_doc
-from labels_party.parsing import LabelStreamParser, parse_labels_json
+from labels_party.intake import ingest
+from labels_party.intake.parsing import LabelStreamParser, parse_labels_json
 from labels_party.schemas import LabelsBatch, LabelsIngested
 
 router = APIRouter(prefix="/v1/datasets", tags=["labels"], route_class=BodyDocumentedRoute)

@@ -30,7 +30,7 @@ from labels_party import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets
 from labels_party.errors import BadInputError, ConflictError, FieldError
-from labels_party.parsing import LabelRows, gc_paused
+from labels_party.intake.parsing import LabelRows, gc_paused
 from shared.segments import MAX_SEGMENTS
 
 _LOOKUP_CHUNK = 500
