@@ -35,8 +35,8 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import select, update
 
-from labels_party import datasets as ds
 from labels_party import ledger
+from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets, releases
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError

@@ -50,7 +50,7 @@ import numpy as np
 from sqlalchemy import Connection, insert, select, update
 
 from labels_party import accountant, ledger
-from labels_party import datasets as ds
+from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets, entries, model_releases, public_feature_sets
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError

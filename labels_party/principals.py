@@ -23,8 +23,8 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from labels_party.catalog.datasets import utc_now
 from labels_party.config import ROLES, Role
-from labels_party.datasets import utc_now
 from labels_party.db.engine import Database
 from labels_party.db.models import principals
 from shared.errors import InvalidParameterError

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import insert, select, update
 
 from labels_party import ledger
-from labels_party.catalog import release_header
+from labels_party.catalog.listings import release_header
 from labels_party.db.engine import Database
 from labels_party.db.models import ledger as ledger_table
 from labels_party.db.models import model_receipts, receipts, signing_keys

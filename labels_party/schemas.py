@@ -19,7 +19,7 @@ from pydantic import (
     field_validator,
 )
 
-from labels_party.datasets import NAME_PATTERN
+from labels_party.catalog.datasets import NAME_PATTERN
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.mechanisms import registry

@@ -7,8 +7,8 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
+from labels_party.catalog.datasets import LOOKUP_PATTERN
 from labels_party.config import Role, Settings
-from labels_party.datasets import LOOKUP_PATTERN
 from labels_party.db.engine import Database
 from labels_party.metrics import Metrics
 from labels_party.model_releases import ModelReleaseService

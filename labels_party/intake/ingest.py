@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, update
 
-from labels_party import datasets as ds
+from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets
 from labels_party.errors import BadInputError, ConflictError, FieldError

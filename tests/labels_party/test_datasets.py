@@ -1,4 +1,4 @@
-"""labels_party.datasets: the retry of a release whose labels changed under it."""
+"""labels_party.catalog.datasets: the retry of a release whose labels changed under it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from labels_party import datasets as ds
+from labels_party.catalog import datasets as ds
 from labels_party.errors import ConflictError
 from tests.labels_party.conftest import ADV, OPS, create_dataset
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from labels_party import datasets as ds
+from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.errors import ConflictError
 from labels_party.intake import ingest

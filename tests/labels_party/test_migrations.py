@@ -247,7 +247,7 @@ def _database_at_0011(url: str) -> Database:
 def _old_dataset(db: Database, name: str, budget: str, delta: str = "0") -> None:
     """A dataset created as the code before the amount range did: any amount > 0 stored as it
     was given, its creation ledgered with it (``DatasetSpec`` checks no range: the API does)."""
-    from labels_party import datasets as ds
+    from labels_party.catalog import datasets as ds
 
     spec = ds.DatasetSpec(
         name=name,

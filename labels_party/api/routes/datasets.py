@@ -8,8 +8,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
-from labels_party import catalog
-from labels_party import datasets as ds
 from labels_party.api.deps import (
     Actor,
     AnyRole,
@@ -20,6 +18,8 @@ from labels_party.api.deps import (
     ServicesDep,
 )
 from labels_party.api.routes import BodyDocumentedRoute
+from labels_party.catalog import datasets as ds
+from labels_party.catalog import listings
 from labels_party.schemas import (
     BudgetTopUp,
     DatasetArchive,
@@ -96,10 +96,10 @@ async def archive_dataset(call: OperatorOn, body: ArchiveBody) -> Any:
 @router.get("", response_model=DatasetList, response_model_exclude_unset=True)
 def list_datasets(role: AnyRole, services: ServicesDep) -> Any:
     """Every dataset the caller may see (a publisher: those it registered examples in)."""
-    return {"datasets": catalog.list_datasets(services.db, role=role)}
+    return {"datasets": listings.list_datasets(services.db, role=role)}
 
 
 @router.get("/{name}/releases", response_model=ReleaseList)
 def list_releases(call: AnyRoleOn) -> Any:
     """A dataset's releases, newest first: what each spent, when, and by whom."""
-    return {"dataset": call.name, "releases": catalog.list_releases(call.services.db, call.name)}
+    return {"dataset": call.name, "releases": listings.list_releases(call.services.db, call.name)}

@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from labels_party import ledger
 from labels_party.api.deps import Operator, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
-from labels_party.datasets import LOOKUP_PATTERN
+from labels_party.catalog.datasets import LOOKUP_PATTERN
 from labels_party.db.engine import Database
 from labels_party.errors import BadInputError, FieldError
 from labels_party.schemas import LedgerPage, LedgerVerifyReport

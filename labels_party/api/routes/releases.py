@@ -12,12 +12,12 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from labels_party import catalog
 from labels_party import releases as rel
 from labels_party.api.deps import Actor, AdvertiserOn, AnyRole, MessageReader, ServicesDep
 from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.audit import release_recorder
+from labels_party.catalog import listings
 from labels_party.errors import FieldError, NotAcceptableError, NotFoundError
 from labels_party.schemas import (
     ReleaseCreate,
@@ -225,4 +225,4 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
 def get_header(role: AnyRole, services: ServicesDep, release_id: str = ReleasePath) -> Any:
     """The header of the release's message (public: parameters, epsilons, noisy histogram)."""
     with _release_field():
-        return catalog.release_header(services.db, known_release(release_id))
+        return listings.release_header(services.db, known_release(release_id))

@@ -71,7 +71,7 @@ def _repair(
     bind: sa.Connection, dataset_id: int, name: str, field: str, was: str, repaired: Decimal
 ) -> None:
     """Set the row's ``field`` to ``repaired`` and append the ``repair`` entry saying so."""
-    from labels_party.datasets import utc_now
+    from labels_party.catalog.datasets import utc_now
 
     value = amounts.text(repaired)
     head = bind.execute(

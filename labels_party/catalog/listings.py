@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from labels_party import datasets as ds
 from labels_party import ledger
+from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import PART_HEAD, datasets, message_chunks, releases
 from labels_party.errors import FieldError, NotFoundError

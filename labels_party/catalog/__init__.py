@@ -1,0 +1,1 @@
+"""Datasets: creation, public bounds, budgets, archive, and the read-only listings."""
