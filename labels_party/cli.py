@@ -162,7 +162,7 @@ def _ledger_reader(args: argparse.Namespace, command: str) -> Iterator[Any]:
 
 def verify_command(args: argparse.Namespace) -> int:
     """Exit 0 if the chain, totals and messages check out; 1 (and the problems) otherwise."""
-    from labels_party import ledger
+    from labels_party.budget import ledger
 
     with _ledger_reader(args, "verify") as conn:
         report = ledger.verify(conn, check_messages=not args.skip_messages)
@@ -179,7 +179,7 @@ def verify_command(args: argparse.Namespace) -> int:
 
 def export_command(args: argparse.Namespace) -> int:
     """Write the ledger as CSV to ``--out`` or standard output."""
-    from labels_party import ledger
+    from labels_party.budget import ledger
 
     with _ledger_reader(args, "export") as conn:
         if args.out is not None:

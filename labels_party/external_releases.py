@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import select, update
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets, releases

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import insert, select, update
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from labels_party.catalog.listings import release_header
 from labels_party.db.engine import Database
 from labels_party.db.models import ledger as ledger_table

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, insert, select, update
 
-from labels_party import accountant, ledger
+from labels_party.budget import accountant, ledger
 from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import (

@@ -3,7 +3,7 @@
 Basic composition: the epsilons of a dataset's spends add up to at most its budget, their deltas
 to at most its delta budget (0 when it has none: no (epsilon, delta) spend fits). Amounts are
 exact decimals (``shared.epsilon``). Pure: the labels party builds one from a dataset row
-(``labels_party.accountant.budget_of``), a client from the dataset's API view
+(``labels_party.budget.accountant.budget_of``), a client from the dataset's API view
 (:meth:`Budget.from_public`).
 """
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 
-from labels_party import accountant, ledger
+from labels_party.budget import accountant, ledger
 from labels_party.db.engine import Database
 from labels_party.db.models import (
     datasets,

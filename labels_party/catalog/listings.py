@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import PART_HEAD, datasets, message_chunks, releases

@@ -37,7 +37,7 @@ datasets = Table(
     Column("default_label", Double, nullable=False),
     Column("epsilon_budget", Double, nullable=False),
     Column("epsilon_spent", Double, nullable=False, default=0.0),
-    # The exact decimal amounts (labels_party.accountant); NULL in databases written before
+    # The exact decimal amounts (labels_party.budget.accountant); NULL in databases written before
     # them, where the float above is read at its exact binary value.
     Column("epsilon_budget_exact", Text, nullable=True),
     Column("epsilon_spent_exact", Text, nullable=True),
@@ -169,7 +169,7 @@ receipts = Table(
     Column("signed_at", String(40), nullable=False),
 )
 
-# Operator trails (labels_party.trails): releases refused or failed after the request was
+# Operator trails (labels_party.budget.trails): releases refused or failed after the request was
 # accepted (the request's public fields and the error text the caller got), and every message
 # download (who, which release, when, which encoding, how many bytes went out).
 release_audit = Table(

@@ -3,7 +3,7 @@
 Every operation of each schema gets ``MAX_EXAMPLES`` generated requests (positive and negative
 data) with a valid bearer token for its role; a few path parameters are steered to a dataset and
 a release that exist, so fuzzing reaches past the 404s. Checks: no 5xx (``not_a_server_error``)
-and, after the labels party was fuzzed, nothing half-stored: ``labels_party.ledger.verify``
+and, after the labels party was fuzzed, nothing half-stored: ``labels_party.budget.ledger.verify``
 (hash chain, per-dataset totals, each release's entries and stored message) reports ok. Neither
 schema declares OpenAPI links, so there is no stateful run. Bounded: about a minute in all.
 """
@@ -27,7 +27,7 @@ from starlette.exceptions import StarletteDeprecationWarning
 
 from features_party.config import Settings as FeaturesSettings
 from features_party.main import create_app as create_features_app
-from labels_party import ledger
+from labels_party.budget import ledger
 from labels_party.main import create_app as create_labels_app
 from tests.labels_party.conftest import (
     ADV,

@@ -546,8 +546,8 @@ def test_archiving_deletes_the_labels_for_good_and_keeps_the_ledger(client, db_p
 def test_top_ups_and_archives_verify_and_a_forged_top_up_does_not(client, db_path):
     import sqlite3
 
+    from labels_party.budget.ledger import verify
     from labels_party.db.engine import Database, make_engine
-    from labels_party.ledger import verify
 
     create_dataset(client, epsilon_budget=1)
     register(client, "ds", ["a"])

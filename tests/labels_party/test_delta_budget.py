@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import update
 
-from labels_party import accountant, ledger
+from labels_party.budget import accountant, ledger
 from labels_party.catalog import datasets as ds
 from labels_party.db.models import datasets
 from shared.budget import Budget, DeltaBudgetExceededError

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from labels_party.db.engine import Database, create_schema, make_engine
 from shared.message import body_sha256, header_for, json_safe, new_release_id, universe_digest
 from shared.plan import ReleaseRequest

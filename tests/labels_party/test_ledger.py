@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import pytest
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from tests.labels_party.conftest import cli, create_dataset, put_labels, register, release
 
 

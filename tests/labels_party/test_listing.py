@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from shared.message import BINARY_MEDIA_TYPE, decode_binary
 from tests.labels_party.conftest import (
     ADV,

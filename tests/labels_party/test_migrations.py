@@ -18,7 +18,7 @@ from sqlalchemy import Column, Integer, Table, create_engine, select
 
 from features_party.db import engine as features_engine
 from features_party.db.models import Base
-from labels_party import ledger
+from labels_party.budget import ledger
 from labels_party.db.engine import MIGRATIONS, Database, create_schema, make_engine
 from labels_party.db.models import datasets, metadata
 from shared import epsilon as amounts

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select, update
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from labels_party.db.models import datasets, public_feature_sets
 from shared.model_message import ModelMessage, verify_model
 from shared.rng import SystemRandom

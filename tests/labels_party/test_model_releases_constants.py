@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from shared import receipt as rc
 from shared.model_message import verify_model
 from tests.labels_party.conftest import ADV, PUB, cli

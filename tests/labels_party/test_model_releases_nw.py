@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from features_party.released_models import predict_matrix
-from labels_party import ledger
+from labels_party.budget import ledger
 from shared import epsilon as amounts
 from shared.estimators import nw_constants
 from shared.estimators.eptr import eptr_noise_scale

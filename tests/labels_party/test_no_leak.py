@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from labels_party.db.engine import Database, make_engine
 from shared.message import BINARY_MEDIA_TYPE
 from tests.labels_party.conftest import ADV, OPS, PUB, create_dataset, register, release

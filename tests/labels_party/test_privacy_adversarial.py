@@ -24,8 +24,8 @@ def _exact_ledger_total(db_path, dataset: str) -> Decimal:
 
 
 def _verify_totals(db_path) -> dict[str, Decimal]:
+    from labels_party.budget.ledger import verify
     from labels_party.db.engine import Database, make_engine
-    from labels_party.ledger import verify
 
     db = Database(make_engine(f"sqlite:///{db_path}"))
     with db.read() as conn:

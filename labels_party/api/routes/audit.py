@@ -1,4 +1,5 @@
-"""The operator's trails (``labels_party.trails``): refused releases and message downloads."""
+"""The operator's trails (``labels_party.budget.trails``): refused releases and message
+downloads."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy import Table
 from sqlalchemy.exc import OperationalError
 
-from labels_party import trails
 from labels_party.api import errors
 from labels_party.api.deps import Operator, Services, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
+from labels_party.budget import trails
 from labels_party.db.models import access_log, release_audit
 from labels_party.errors import FieldError, ServiceError
 from shared import epsilon as amounts

@@ -12,9 +12,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from labels_party import ledger
 from labels_party.api.deps import Operator, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
+from labels_party.budget import ledger
 from labels_party.catalog.datasets import LOOKUP_PATTERN
 from labels_party.db.engine import Database
 from labels_party.errors import BadInputError, FieldError

@@ -17,6 +17,7 @@ from labels_party.api.deps import Actor, AdvertiserOn, AnyRole, MessageReader, S
 from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.audit import release_recorder
+from labels_party.budget.trails import audited, logged_download
 from labels_party.catalog import listings
 from labels_party.errors import FieldError, NotAcceptableError, NotFoundError
 from labels_party.schemas import (
@@ -25,7 +26,6 @@ from labels_party.schemas import (
     ReleasePublic,
     ReleaseRequestBody,
 )
-from labels_party.trails import audited, logged_download
 from shared.errors import InvalidParameterError
 from shared.http.requests import json_body
 from shared.message import (

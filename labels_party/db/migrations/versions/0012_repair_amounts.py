@@ -18,7 +18,7 @@ from decimal import Decimal
 import sqlalchemy as sa
 from alembic import op
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from shared import epsilon as amounts
 
 revision, down_revision = "0012", "0011"  # this migration, the one it follows

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, update
 
-from labels_party import ledger
+from labels_party.budget import ledger
 from labels_party.db.models import datasets
 from labels_party.errors import BadInputError, FieldError
 from shared import epsilon as amounts

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Table, insert, select, update
 
+from labels_party.budget.ledger import canonical_json
 from labels_party.db.engine import Database
 from labels_party.db.models import access_log, release_audit
-from labels_party.ledger import canonical_json
 
 log = logging.getLogger("labels_party")
 T = TypeVar("T")

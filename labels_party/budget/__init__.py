@@ -1,0 +1,1 @@
+"""The privacy budget: the accountant's exact rule, the hash-chained ledger, the trails."""
