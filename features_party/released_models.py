@@ -1,7 +1,7 @@
 """Models released by the labels party (``model: "released"``): pull, verify, keep, predict.
 
-The feature-aware mode (``labels_party.model_releases``): the publisher uploaded numeric columns
-to the labels party, which released a fitted estimator as a model message
+The feature-aware mode (``labels_party.releasing.model_releases``): the publisher uploaded numeric
+columns to the labels party, which released a fitted estimator as a model message
 (``shared.model_message``). Here the publisher pulls that message once (verified: format
 version, shapes, finiteness, body sha256, the release and dataset it names), stores it byte for
 byte, and predicts with it: OLS by its released coefficients, Nadaraya-Watson by interpolating

@@ -198,7 +198,7 @@ class Settings:
     debug_commit_delay: float = 0.0
     # Seconds a writer waits for SQLite's write lock before giving up (503).
     lock_timeout: float = 120.0
-    # The receipt signing key (labels_party.receipts); None: next to the SQLite database.
+    # The receipt signing key (labels_party.releasing.receipts); None: next to the SQLite database.
     signing_key_path: Path | None = None
     # Serve TLS with this certificate chain and key (both or neither; uvicorn's ssl_*file).
     tls_cert: Path | None = None

@@ -35,10 +35,10 @@ from labels_party.api.routes.external_releases import router as external_release
 from labels_party.config import Settings, default_key_path
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.metrics import Metrics
-from labels_party.model_releases import ModelReleaseService
 from labels_party.principals import Authenticator
-from labels_party.receipts import KeyStore, ReceiptService
-from labels_party.releases import Randomizer, ReleaseService, RngFactory
+from labels_party.releasing.model_releases import ModelReleaseService
+from labels_party.releasing.receipts import KeyStore, ReceiptService
+from labels_party.releasing.releases import Randomizer, ReleaseService, RngFactory
 from shared.http import openapi
 from shared.http.app import add_outer_layers, service_app
 from shared.http.proxies import ForwardedClientMiddleware, TrustedProxies

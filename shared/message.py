@@ -421,7 +421,7 @@ class UniverseDigest:
     """sha256 of a release's example-id universe: its ids in ascending order joined by "\n",
     under its own domain tag; fed in consecutive pieces of ids (each piece some ids joined by
     "\n", empty pieces skipped), as :func:`body_digest` reads them. What binds an external
-    (Spark) release to its dataset's universe (``labels_party.external_releases``)."""
+    (Spark) release to its dataset's universe (``labels_party.releasing.external_releases``)."""
 
     def __init__(self) -> None:
         self._digest = hashlib.sha256(b"labeldp-universe-v1\n")

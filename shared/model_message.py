@@ -1,7 +1,7 @@
 """A released model as a message: a versioned header and a body, in the message schema family.
 
-The second kind of release (``labels_party.model_releases``): instead of noisy labels the labels
-party releases a fitted estimator (``shared.estimators``) on public features the publisher
+The second kind of release (``labels_party.releasing.model_releases``): instead of noisy labels the
+labels party releases a fitted estimator (``shared.estimators``) on public features the publisher
 uploaded. Like ``shared.message.LabelMessage`` it is a header with every public parameter the
 receiver needs (estimator, privacy, exact epsilon and delta, feature columns, label bounds, the
 noise that was added) and a body with the released numbers only (OLS coefficients, the

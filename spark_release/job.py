@@ -1,7 +1,7 @@
 """The release as a Spark job: the same plan, the same engine, the same ledger, at 10^8+ labels.
 
-Implements the release of ``labels_party.releases`` (Ghazi et al. 2022 Alg. 3 / Liu & Huang
-Alg. 4 through ``shared.randomizer``) where the advertiser's conversions live, in Spark:
+Implements the release of ``labels_party.releasing.releases`` (Ghazi et al. 2022 Alg. 3 / Liu &
+Huang Alg. 4 through ``shared.randomizer``) where the advertiser's conversions live, in Spark:
 
 1. Read the dataset's public configuration (bounds, default label, budget) from the labels
    party; check both inputs' columns and values in one narrow scan each (null / malformed ids,

@@ -11,10 +11,10 @@ from labels_party.catalog.datasets import LOOKUP_PATTERN
 from labels_party.config import Role, Settings
 from labels_party.db.engine import Database
 from labels_party.metrics import Metrics
-from labels_party.model_releases import ModelReleaseService
 from labels_party.principals import Authenticator, Caller
-from labels_party.receipts import ReceiptService
-from labels_party.releases import ReleaseService
+from labels_party.releasing.model_releases import ModelReleaseService
+from labels_party.releasing.receipts import ReceiptService
+from labels_party.releasing.releases import ReleaseService
 from shared.http.auth import unauthorized
 from shared.http.errors import HTTPProblem
 from shared.http.requests import check_query

@@ -4,9 +4,9 @@ Basic composition over a dataset's ledger: the spends of its releases add up, an
 never exceed its budget, by any amount. Amounts are exact decimals (``shared.epsilon``) stored
 as canonical text beside a float column kept for old readers and sorting; a database written
 before exact amounts (floats only) is read at each float's exact binary value. Every spend is
-made inside the write transaction that stores what it pays for (``labels_party.releases``), so
-the check and the spend are atomic. Deltas ((epsilon, delta) spends of model releases) add up
-the same way; a spend without one has delta 0.
+made inside the write transaction that stores what it pays for
+(``labels_party.releasing.releases``), so the check and the spend are atomic. Deltas ((epsilon,
+delta) spends of model releases) add up the same way; a spend without one has delta 0.
 """
 
 from __future__ import annotations

@@ -42,12 +42,12 @@ GENESIS_HASH = "0" * 64
 KIND_DATASET, KIND_HISTOGRAM, KIND_RANDOMIZER = "dataset", "histogram", "randomizer"
 # Entries that spend nothing: an operator's budget top-up, and archiving a dataset.
 KIND_TOPUP, KIND_ARCHIVE = "topup", "archive"
-# An (epsilon, delta) model release (labels_party.model_releases): one entry, its id in the
-# parameters (``model_release_id``), the model message's body sha256 as ``message_sha256``.
+# An (epsilon, delta) model release (labels_party.releasing.model_releases): one entry, its id in
+# the parameters (``model_release_id``), the model message's body sha256 as ``message_sha256``.
 KIND_MODEL = "model"
-# An external release charged before its noise (labels_party.external_releases): its histogram
-# and randomizer entries carry no message; a ``publication`` entry (epsilon 0) then names the
-# chosen randomizer and the message, or a ``failure`` entry (epsilon 0) says why there is none.
+# An external release charged before its noise (labels_party.releasing.external_releases): its
+# histogram and randomizer entries carry no message; a ``publication`` entry (epsilon 0) then names
+# the chosen randomizer and the message, or a ``failure`` entry (epsilon 0) says why there is none.
 KIND_PUBLICATION, KIND_FAILURE = "publication", "failure"
 # A budget a database held outside the amount range, repaired by a migration (epsilon 0; actor
 # role ``migration``): parameters name the ``field``, what was ``stored`` and the new value under
@@ -519,7 +519,8 @@ def _check_charged_release(
     rel: Any, entries: dict[str, dict[str, Any]], names_by_id: dict[int, str], check: bool
 ) -> list[str]:
     """An external release charged before its noise: its two spends carry no message; its
-    state is what its publication or failure entry says (``labels_party.external_releases``)."""
+    state is what its publication or failure entry says
+    (``labels_party.releasing.external_releases``)."""
     problems = []
     charged = (
         stored_amount(rel.epsilon1_exact, rel.epsilon1),

@@ -96,15 +96,16 @@ releases = Table(
     Column("actor_role", String(16), nullable=False),
     Column("actor", String(64), nullable=True),  # the principal (NULL: role-only token)
     # NULL: the message is stored here (message_chunks). "external": a release executed outside
-    # the service (the Spark job, ``labels_party.external_releases``): only its header is kept,
-    # and binary_sha256 / binary_size are those of that header.json.
+    # the service (the Spark job, ``labels_party.releasing.external_releases``): only its header is
+    # kept, and binary_sha256 / binary_size are those of that header.json.
     Column("storage", String(16), nullable=True),
     Column("external_header", Text, nullable=True),
-    # An external release charged BEFORE its noise was drawn (labels_party.external_releases):
-    # "charged" (paid, nothing published yet), "released" (its header recorded) or "failed"
-    # (the job gave up: the charge stays). NULL: a release recorded in one step (the service's,
-    # or an external one of an older job). Until "released", mechanism is the requested one,
-    # params "{}" and the sha256 / size columns are empty.
+    # An external release charged BEFORE its noise was drawn
+    # (labels_party.releasing.external_releases): "charged" (paid, nothing published yet),
+    # "released" (its header recorded) or "failed" (the job gave up: the charge stays). NULL: a
+    # release recorded in one step (the service's, or an external one of an older job). Until
+    # "released", mechanism is the requested one, params "{}" and the sha256 / size columns are
+    # empty.
     Column("state", String(16), nullable=True),
     Column("external_request", Text, nullable=True),  # canonical JSON of what was charged
 )
@@ -148,8 +149,8 @@ ledger = Table(
     Column("entry_hash", String(64), nullable=False),
 )
 
-# Release receipts (labels_party.receipts): the Ed25519 public keys that ever signed one (the
-# private key is a 0600 file, never in the database) and each release's signed receipt.
+# Release receipts (labels_party.releasing.receipts): the Ed25519 public keys that ever signed one
+# (the private key is a 0600 file, never in the database) and each release's signed receipt.
 signing_keys = Table(
     "signing_keys",
     metadata,
@@ -212,8 +213,8 @@ principals = Table(
     Column("revoked", String(40), nullable=True),
 )
 
-# Public features the publisher uploads for model releases (labels_party.model_releases): the
-# chosen numeric columns, one float64 row per example id (ids newline-joined, the matrix as
+# Public features the publisher uploads for model releases (labels_party.releasing.model_releases):
+# the chosen numeric columns, one float64 row per example id (ids newline-joined, the matrix as
 # little-endian float64 bytes, row-major), and the sha256 that a model message names.
 public_feature_sets = Table(
     "public_feature_sets",
@@ -248,7 +249,8 @@ model_releases = Table(
     Column("actor", String(64), nullable=True),  # the principal (NULL: role-only token)
 )
 
-# Each model release's signed receipt (labels_party.receipts), as ``receipts`` for label releases.
+# Each model release's signed receipt (labels_party.releasing.receipts), as ``receipts`` for label
+# releases.
 model_receipts = Table(
     "model_receipts",
     metadata,

@@ -1,15 +1,16 @@
 """The estimator registry: every model a model release can publish, defined once.
 
-The twin of ``shared.mechanisms.registry`` for model releases (``labels_party.model_releases``).
-A family declares its name, the privacy kinds it is released under ("label": pure epsilon
-label-DP; "eptr": (epsilon, delta)-DP by Propose-Test-Release) with the parameters each needs,
-its optional parameters, the parameters the product chooses when a request omits them (``chosen``,
-with ``split``: how the charge is then shared between choosing them and the estimator), and four
-functions: ``design`` (every check on the PUBLIC features and
-parameters, before any label is read), ``fit`` (the only step that reads labels), ``check_body``
-(the shape of a released body against its header, on both sides) and ``predict``. The service's
-request checks and fit, the model message's validation, the features party's predictions and
-the estimators benchmark all go through :func:`get`; a new estimator is one :func:`register`.
+The twin of ``shared.mechanisms.registry`` for model releases
+(``labels_party.releasing.model_releases``). A family declares its name, the privacy kinds it is
+released under ("label": pure epsilon label-DP; "eptr": (epsilon, delta)-DP by
+Propose-Test-Release) with the parameters each needs, its optional parameters, the parameters the
+product chooses when a request omits them (``chosen``, with ``split``: how the charge is then
+shared between choosing them and the estimator), and four functions: ``design`` (every check on the
+PUBLIC features and parameters, before any label is read), ``fit`` (the only step that reads
+labels), ``check_body`` (the shape of a released body against its header, on both sides) and
+``predict``. The service's request checks and fit, the model message's validation, the features
+party's predictions and the estimators benchmark all go through :func:`get`; a new estimator is one
+:func:`register`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from labels_party.releases import ReleaseService
+from labels_party.releasing.releases import ReleaseService
 from shared.epsilon import float_at_most
 from shared.mechanisms.private_mean import private_mean_variance
 from shared.message import BINARY_MEDIA_TYPE, decode_binary, from_json_message

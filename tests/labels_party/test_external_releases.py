@@ -1,5 +1,6 @@
 """External (Spark) releases through the app: charged before any noise, then published or
-failed (labels_party.external_releases); the job's side is played with the engine itself."""
+failed (labels_party.releasing.external_releases); the job's side is played with the engine
+itself."""
 
 from __future__ import annotations
 

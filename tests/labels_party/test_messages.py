@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labels_party import releases
+from labels_party.releasing import releases
 from shared.message import BINARY_MEDIA_TYPE, decode_binary, encode_binary, from_json_message
 from tests.labels_party.conftest import ADV, PUB, create_dataset, put_labels, register, release
 

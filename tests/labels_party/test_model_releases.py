@@ -390,7 +390,7 @@ def test_labels_changing_during_the_fit_are_refitted_and_charged_once(
     client: Any, monkeypatch: Any
 ) -> None:
     """A fit whose labels changed before the write lock is discarded unseen and redone."""
-    from labels_party import model_releases
+    from labels_party.releasing import model_releases
 
     setup_dataset(client)
     real = model_releases.fit

@@ -248,7 +248,7 @@ def test_a_key_folder_it_creates_is_owner_only(tmp_path: Path) -> None:
     """A named key file in a folder that does not exist yet: the folder is created 0700."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from labels_party.receipts import _write_private
+    from labels_party.releasing.receipts import _write_private
 
     key_file = tmp_path / "keys" / "signing.pem"
     _write_private(key_file, Ed25519PrivateKey.generate())

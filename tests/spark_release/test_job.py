@@ -105,8 +105,9 @@ def test_same_noisy_prior_gives_the_same_plan_and_parameters_as_the_service_path
         epsilon=Decimal("0.5"), out=Path("/nonexistent"), mechanism=mechanism,
     )  # fmt: skip
     plan = spark_job.make_plan(config, info, n=len(ids))
-    # The service's plan for the same request (labels_party.releases.plan_for) is the same.
-    from labels_party.releases import plan_for
+    # The service's plan for the same request (labels_party.releasing.releases.plan_for) is the
+    # same.
+    from labels_party.releasing.releases import plan_for
     from shared.plan import ReleaseRequest
 
     class Row:

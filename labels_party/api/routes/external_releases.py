@@ -1,5 +1,6 @@
 """External releases (advertiser): charge a release a Spark job will execute, BEFORE it draws
-any noise; then record its message, or its failure (``labels_party.external_releases``)."""
+any noise; then record its message, or its failure
+(``labels_party.releasing.external_releases``)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Response
 from fastapi.concurrency import run_in_threadpool
 
-from labels_party import external_releases as ext
 from labels_party.api.deps import AdvertiserOn
 from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.releases import release_request
+from labels_party.releasing import external_releases as ext
 from labels_party.schemas import (
     ExternalReleaseCharge,
     ExternalReleaseFailure,

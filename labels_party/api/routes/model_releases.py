@@ -9,10 +9,10 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from labels_party import model_releases as mr
 from labels_party.api.deps import AdvertiserOn, MessageReader, PublisherOn, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.errors import BadInputError, FieldError
+from labels_party.releasing import model_releases as mr
 from labels_party.schemas import ModelReleaseCreate
 from shared.errors import InvalidParameterError
 from shared.estimators import registry as estimators

@@ -12,7 +12,7 @@ from labels_party.api.deps import AnyRole, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.model_releases import ModelReleasePath
 from labels_party.api.routes.releases import ReleasePath
-from labels_party.receipts import ReceiptService
+from labels_party.releasing.receipts import ReceiptService
 
 router = APIRouter(tags=["receipts"], route_class=BodyDocumentedRoute)
 

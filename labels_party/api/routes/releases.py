@@ -12,7 +12,6 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from labels_party import releases as rel
 from labels_party.api.deps import Actor, AdvertiserOn, AnyRole, MessageReader, ServicesDep
 from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
@@ -20,6 +19,7 @@ from labels_party.api.routes.audit import release_recorder
 from labels_party.budget.trails import audited, logged_download
 from labels_party.catalog import listings
 from labels_party.errors import FieldError, NotAcceptableError, NotFoundError
+from labels_party.releasing import releases as rel
 from labels_party.schemas import (
     ReleaseCreate,
     ReleasePreview,

@@ -1,4 +1,4 @@
-"""Public feature sets (publisher) and model releases (labels_party.model_releases)."""
+"""Public feature sets (publisher) and model releases (labels_party.releasing.model_releases)."""
 
 import sqlalchemy as sa
 from alembic import op

@@ -1,5 +1,5 @@
 """Release receipts (signing keys, signed receipts) and the operator trails (refused releases,
-message downloads): labels_party.receipts, labels_party.budget.trails.
+message downloads): labels_party.releasing.receipts, labels_party.budget.trails.
 """
 
 import sqlalchemy as sa

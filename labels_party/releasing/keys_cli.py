@@ -1,4 +1,5 @@
-"""``labeldp keys rotate|public``: the labels party's receipt-signing key (labels_party.receipts).
+"""``labeldp keys rotate|public``: the labels party's receipt-signing key
+(labels_party.releasing.receipts).
 
 ``rotate`` writes a new private key (0600) over the key file and retires the old public key,
 which ``GET /v1/keys`` keeps publishing; a running service signs with the new key from its next
@@ -48,7 +49,7 @@ def _store(args: argparse.Namespace) -> Any:
 
     from labels_party.config import resolve_signing_key
     from labels_party.db.engine import open_for_admin
-    from labels_party.receipts import KeyStore
+    from labels_party.releasing.receipts import KeyStore
 
     url = database_url.resolve(db=args.db, database_url=args.database_url)
     key_file = resolve_signing_key(args.signing_key, url, os.environ)

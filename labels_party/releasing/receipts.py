@@ -34,8 +34,8 @@ from labels_party.catalog.listings import release_header
 from labels_party.db.engine import Database
 from labels_party.db.models import ledger as ledger_table
 from labels_party.db.models import model_receipts, receipts, signing_keys
-from labels_party.model_releases import stored_model
-from labels_party.releases import release_metadata
+from labels_party.releasing.model_releases import stored_model
+from labels_party.releasing.releases import release_metadata
 from shared import epsilon as amounts
 from shared import receipt as rc
 from shared.errors import InvalidParameterError

@@ -40,7 +40,7 @@ from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets, releases
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
-from labels_party.releases import (
+from labels_party.releasing.releases import (
     _public,
     paid_columns,
     plan_for,

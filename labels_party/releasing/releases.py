@@ -372,7 +372,7 @@ def release_charges(
 
     ``header`` None: an external release charged before its noise is drawn; the randomizer
     entry names the requested mechanism, and its publication entry the chosen one and its
-    parameters (``labels_party.external_releases``)."""
+    parameters (``labels_party.releasing.external_releases``)."""
     if header is None:
         mechanism, params, recommended_transform = requested_mechanism, {}, None
     else:

@@ -2,7 +2,7 @@
 
 The second, FEATURE-AWARE mode of the product (``shared.estimators``, Shen, Tong & Wang,
 "Efficient Propose-Test-Release", and its exact label-DP counterparts). Unlike the one-message
-protocol (``labels_party.releases``) it takes TWO messages: the publisher first sends the
+protocol (``labels_party.releasing.releases``) it takes TWO messages: the publisher first sends the
 numeric feature columns it chooses (:func:`store_features`; the advertiser sees those columns),
 then the labels party releases ONE model fitted on its labels joined with them
 (:meth:`ModelReleaseService.create`), as a message of the same schema family

@@ -1,0 +1,1 @@
+"""Releases: label releases, external (Spark) releases, model releases, signed receipts."""
