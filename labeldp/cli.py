@@ -6,7 +6,7 @@ both parties import, depends on neither of them.
 labeldp serve labels ...     (labels_party.cli)
 labeldp ledger verify|export (labels_party.cli)
 labeldp keys rotate|public   (labels_party.releasing.keys_cli)
-labeldp tokens add|list|revoke (labels_party.tokens_cli)
+labeldp tokens add|list|revoke (labels_party.access.tokens_cli)
 labeldp receipt verify       (shared.receipt_cli)
 labeldp serve features ...   (features_party.cli)
 labeldp demo ...             (demo.cli)

@@ -59,7 +59,7 @@ def register_commands(commands: Any) -> None:
     _add_db_arguments(export)
     export.add_argument("--out", type=Path, help="output file (default: standard output)")
     export.set_defaults(func=export_command)
-    from labels_party import tokens_cli
+    from labels_party.access import tokens_cli
     from labels_party.releasing import keys_cli
 
     keys_cli.register_commands(commands)

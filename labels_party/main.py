@@ -16,6 +16,7 @@ import numpy as np
 from fastapi import FastAPI
 
 from labels_party import console
+from labels_party.access.principals import Authenticator
 from labels_party.api import errors, limits
 from labels_party.api.body import BodyLimitMiddleware
 from labels_party.api.deps import Services
@@ -35,7 +36,6 @@ from labels_party.api.routes.external_releases import router as external_release
 from labels_party.config import Settings, default_key_path
 from labels_party.db.engine import Database, create_schema, make_engine
 from labels_party.metrics import Metrics
-from labels_party.principals import Authenticator
 from labels_party.releasing.model_releases import ModelReleaseService
 from labels_party.releasing.receipts import KeyStore, ReceiptService
 from labels_party.releasing.releases import Randomizer, ReleaseService, RngFactory

@@ -7,11 +7,11 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
+from labels_party.access.principals import Authenticator, Caller
 from labels_party.catalog.datasets import LOOKUP_PATTERN
 from labels_party.config import Role, Settings
 from labels_party.db.engine import Database
 from labels_party.metrics import Metrics
-from labels_party.principals import Authenticator, Caller
 from labels_party.releasing.model_releases import ModelReleaseService
 from labels_party.releasing.receipts import ReceiptService
 from labels_party.releasing.releases import ReleaseService

@@ -140,8 +140,8 @@ ledger = Table(
     Column("epsilon_exact", Text, nullable=True),
     Column("delta_exact", Text, nullable=True),
     Column("actor_role", String(16), nullable=False),
-    # The principal (labels_party.principals) whose token acted; NULL for a role-only token or
-    # an entry written before principals. Hashed only when set (older entries as they were).
+    # The principal (labels_party.access.principals) whose token acted; NULL for a role-only token
+    # or an entry written before principals. Hashed only when set (older entries as they were).
     Column("actor", String(64), nullable=True),
     Column("parameters", Text, nullable=False),  # canonical JSON
     Column("message_sha256", String(64), nullable=True),
@@ -201,7 +201,7 @@ access_log = Table(
     Column("completed", SmallInteger, nullable=False),
 )
 
-# Named principals (labels_party.principals): a person or an integration, its role, and the
+# Named principals (labels_party.access.principals): a person or an integration, its role, and the
 # sha256 of its bearer token (the token itself is shown once, at issue, and never stored).
 principals = Table(
     "principals",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from labeldp.cli import main as labeldp
-from labels_party import principals
+from labels_party.access import principals
 from labels_party.budget import ledger
 from labels_party.db.engine import Database, create_schema, make_engine
 from shared.errors import InvalidParameterError

@@ -414,7 +414,7 @@ def test_named_principals_show_who_acted(
     chromium: Any, console_server: Server, client: httpx.Client
 ) -> None:
     """A named operator signs in as itself; the ledger says which person released."""
-    from labels_party import principals
+    from labels_party.access import principals
     from labels_party.db.engine import Database, create_schema, make_engine
 
     seed(client, datasets={"clicks": 4.0})

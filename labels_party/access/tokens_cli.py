@@ -1,5 +1,5 @@
 """``labeldp tokens add|list|revoke``: named principals and their bearer tokens
-(``labels_party.principals``).
+(``labels_party.access.principals``).
 
 ``add NAME --role ROLE`` prints the new token ONCE (only its sha256 is stored); ``list`` shows
 every principal (name, role, created, revoked), never a token; ``revoke NAME`` stops its token
@@ -44,7 +44,7 @@ def _database(args: argparse.Namespace) -> Any:
 
 
 def add_command(args: argparse.Namespace) -> int:
-    from labels_party import principals
+    from labels_party.access import principals
 
     try:
         principal, token = principals.issue(_database(args), name=args.name, role=args.role)
@@ -57,7 +57,7 @@ def add_command(args: argparse.Namespace) -> int:
 
 
 def list_command(args: argparse.Namespace) -> int:
-    from labels_party import principals
+    from labels_party.access import principals
 
     try:
         found = principals.listing(_database(args))
@@ -74,7 +74,7 @@ def list_command(args: argparse.Namespace) -> int:
 
 
 def revoke_command(args: argparse.Namespace) -> int:
-    from labels_party import principals
+    from labels_party.access import principals
 
     try:
         principal = principals.revoke(_database(args), args.name)

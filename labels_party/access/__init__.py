@@ -1,0 +1,1 @@
+"""Who may call: named principals and their bearer tokens."""
