@@ -129,7 +129,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from demo.services import new_tokens, start_labels_party
-    from shared.client import LabelsPartyClient
+    from shared.service.client import LabelsPartyClient
     from spark_release.job import ARROW_BATCH_ROWS, JobConfig, run, spark_session
 
     spark = spark_session(

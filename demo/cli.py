@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shared.cli_args import from_args
 from shared.errors import LabelDPError
 from shared.plan import mechanisms
+from shared.service.cli_args import from_args
 
 DEFAULT_N = 100_000
 

@@ -27,7 +27,7 @@ from demo.data import DemoData
 from demo.progress import Progress
 from demo.services import ServiceProcess, new_tokens, start_features_party, start_labels_party
 from features_party.training import fit_encoder, fit_model
-from shared.client import FeaturesPartyClient, LabelsPartyClient, ModelInfo
+from shared.service.client import FeaturesPartyClient, LabelsPartyClient, ModelInfo
 
 DATASET = "demo"
 

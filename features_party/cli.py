@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from features_party.config import FEATURES_TOKEN_ENV, PUBLISHER_TOKEN_ENV, Settings
-from shared import database_url
-from shared.cli_args import matching_options
 from shared.errors import InvalidParameterError
-from shared.http.serve import serve as serve_app
+from shared.service import database_url
+from shared.service.cli_args import matching_options
+from shared.service.http.serve import serve as serve_app
 
 
 def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.client import RetryPolicy
-from shared.database_url import sqlite_url
 from shared.errors import InvalidParameterError
+from shared.service.client import RetryPolicy
+from shared.service.database_url import sqlite_url
 
 FEATURES_TOKEN_ENV = "LABELDP_FEATURES_TOKEN"
 PUBLISHER_TOKEN_ENV = "LABELDP_PUBLISHER_TOKEN"
@@ -49,10 +49,10 @@ class Settings:
     pull_retry: RetryPolicy = field(default_factory=RetryPolicy)
     pull_timeout: float = 120.0
     sync_batch: int = 200_000
-    # The labels party's pinned receipt key(s) (shared.receipt.load_public_keys); when set, a
-    # job trains only on a message whose signed receipt verifies and names it.
+    # The labels party's pinned receipt key(s) (shared.service.receipt.load_public_keys); when set,
+    # a job trains only on a message whose signed receipt verifies and names it.
     labels_public_key: Path | None = None
-    # https to the labels party: trust only this CA (shared.tls); None: the system's CAs.
+    # https to the labels party: trust only this CA (shared.service.tls); None: the system's CAs.
     labels_ca_file: Path | None = None
     # Serve TLS with this certificate chain and key (both or neither).
     tls_cert: Path | None = None
@@ -89,7 +89,7 @@ class Settings:
         if not (math.isfinite(self.pull_timeout) and self.pull_timeout > 0):
             raise InvalidParameterError(f"pull_timeout ({self.pull_timeout}) must be > 0")
         if self.labels_public_key is not None:
-            from shared.receipt import load_key_validity, load_public_keys
+            from shared.service.receipt import load_key_validity, load_public_keys
 
             load_public_keys(self.labels_public_key)  # refuse to start with an unusable pin
             load_key_validity(self.labels_public_key)  # or with unreadable dates in it

@@ -23,10 +23,10 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from features_party.db.models import FeatureDataset, FeatureRow
-from shared.client import FeatureUploadResult
 from shared.message import check_example_id
 from shared.segments import SEGMENT_PATTERN
-from shared.strict_input import NUMBER_RULE, parse_decimal
+from shared.service.client import FeatureUploadResult
+from shared.service.strict_input import NUMBER_RULE, parse_decimal
 
 Kind = Literal["numeric", "categorical"]
 Cell = float | str | None

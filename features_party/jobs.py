@@ -35,10 +35,10 @@ from features_party.training import (
     noise_variance,
     train_on_message,
 )
-from shared.client import ServiceError
 from shared.debias import affine_coefficients, mechanism_from_header
 from shared.errors import IntegrityError, LabelDPError
 from shared.message import NO_MECHANISM
+from shared.service.client import ServiceError
 
 log = logging.getLogger("features_party.jobs")
 # What a trained model's result says about the release it learned from (with id and epsilon).

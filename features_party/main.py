@@ -21,8 +21,8 @@ from features_party.db.engine import make_engine, make_sessionmaker
 from features_party.jobs import JobRunner
 from features_party.metrics import make_registry
 from features_party.schemas import FeatureUploadIn
-from shared.http import openapi
-from shared.http.app import add_outer_layers, service_app
+from shared.service.http import openapi
+from shared.service.http.app import add_outer_layers, service_app
 
 
 def _request_counter(requests: Counter[tuple[str, str, int]]) -> Callable[..., None]:

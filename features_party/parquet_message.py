@@ -23,10 +23,10 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from features_party.db.models import StoredMessage
-from shared.client import LabelsPartyClient
 from shared.errors import IntegrityError
 from shared.message import BINARY_MEDIA_TYPE, MessageHeader, encode_binary
 from shared.parquet_message import read_parquet_message as read_verified
+from shared.service.client import LabelsPartyClient
 
 
 def read_parquet_message(

@@ -7,9 +7,9 @@ A message whose body does not match its sha256, whose format version is unknown,
 for another dataset or release is refused and never stored.
 
 With a pinned labels-party key (``Settings.labels_public_key``), every job also fetches the
-release's signed receipt and refuses the message (``shared.receipt.ReceiptError``; a new message
-is then not stored) unless the signature verifies under a pinned key and the receipt names this
-message: release, dataset, body sha256, n, mechanism and the epsilons it ran at. Without a pin,
+release's signed receipt and refuses the message (``shared.service.receipt.ReceiptError``; a new
+message is then not stored) unless the signature verifies under a pinned key and the receipt names
+this message: release, dataset, body sha256, n, mechanism and the epsilons it ran at. Without a pin,
 nothing is checked beyond the sha256 (as before receipts existed).
 """
 
@@ -24,17 +24,17 @@ from sqlalchemy.orm import Session
 
 from features_party.config import Settings
 from features_party.db.models import StoredMessage
-from shared.client import LabelsPartyClient
 from shared.errors import IntegrityError
 from shared.message import BINARY_MEDIA_TYPE, MessageHeader, decode_binary
-from shared.receipt import (
+from shared.service.client import LabelsPartyClient
+from shared.service.receipt import (
     ReceiptError,
     check_header,
     check_model_header,
     load_key_validity,
     load_public_keys,
 )
-from shared.receipt import verify as verify_receipt
+from shared.service.receipt import verify as verify_receipt
 
 log = logging.getLogger("features_party.pull")
 
@@ -69,7 +69,7 @@ def pull_message(
     """The verified message of ``release_id`` (from the database, or pulled once and stored).
 
     Returns (header, example ids, noisy labels, pulled_now). Raises ``IntegrityError`` for a
-    bad message and ``shared.client.ServiceError`` when the labels party refuses or is down.
+    bad message and ``shared.service.client.ServiceError`` when the labels party refuses or is down.
     """
     stored = load_stored(session, release_id)
     if stored is not None:
@@ -137,8 +137,8 @@ def check_model_receipt(
     receipt: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """With a pinned key: the model release's receipt verifies and states exactly this model
-    message's header (``shared.receipt.check_model_header``), else raise; returns the receipt
-    as signed (to keep), or None without a pin.
+    message's header (``shared.service.receipt.check_model_header``), else raise; returns the
+    receipt as signed (to keep), or None without a pin.
 
     ``receipt``: the one kept with the stored message (checked offline, against the pinned keys
     and their validity); None fetches it from the labels party."""

@@ -26,11 +26,11 @@ from features_party.db.models import FeatureRow, ReleasedModelMessage, TrainedMo
 from features_party.features import FeatureInputError, load_schema
 from features_party.pull import check_model_receipt, labels_client
 from features_party.schemas import ModelCreate, PredictIn, PredictOut, new_model_id
-from shared.client import ServiceError
 from shared.errors import IntegrityError
 from shared.estimators import registry as estimators
 from shared.model_message import ModelMessage, verify_model
-from shared.receipt import ReceiptError
+from shared.service.client import ServiceError
+from shared.service.receipt import ReceiptError
 
 RELEASED = "released"
 

@@ -15,9 +15,9 @@ from pydantic import (
     model_validator,
 )
 
-from shared.client import FeatureUploadResult
 from shared.message import EXAMPLE_ID_PATTERN
 from shared.model_message import MODEL_RELEASE_ID_PATTERN
+from shared.service.client import FeatureUploadResult
 
 CellIn = float | int | str | bool | None
 

@@ -7,7 +7,7 @@ labeldp serve labels ...     (labels_party.cli)
 labeldp ledger verify|export (labels_party.cli)
 labeldp keys rotate|public   (labels_party.releasing.keys_cli)
 labeldp tokens add|list|revoke (labels_party.access.tokens_cli)
-labeldp receipt verify       (shared.receipt_cli)
+labeldp receipt verify       (shared.service.receipt_cli)
 labeldp serve features ...   (features_party.cli)
 labeldp demo ...             (demo.cli)
 labeldp release --engine spark ... (spark_release.cli)
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     from demo import cli as demo_cli
     from features_party import cli as features_cli
     from labels_party import cli as labels_cli
-    from shared import receipt_cli
+    from shared.service import receipt_cli
     from spark_release import cli as release_cli
 
     parser = argparse.ArgumentParser(

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from shared import database_url
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
-from shared.http.serve import serve as serve_app
+from shared.service import database_url
+from shared.service.http.serve import serve as serve_app
 
 
 def _add_db_arguments(parser: argparse.ArgumentParser) -> None:

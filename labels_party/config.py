@@ -17,8 +17,8 @@ from typing import Literal, TypeVar
 from sqlalchemy.engine import make_url
 
 from shared.errors import InvalidParameterError
-from shared.http.proxies import ENV as TRUSTED_PROXIES_ENV
-from shared.http.proxies import parse_entries
+from shared.service.http.proxies import ENV as TRUSTED_PROXIES_ENV
+from shared.service.http.proxies import parse_entries
 
 T = TypeVar("T", int, float)
 
@@ -206,8 +206,8 @@ class Settings:
     # Per bearer token (labels_party.api.limits): sustained requests per second and burst; 0 off.
     rate_limit: float = 0.0
     rate_burst: int = 0
-    # Reverse proxies whose X-Forwarded-For names the client (shared.http.proxies): addresses,
-    # CIDR networks or host names; empty: forwarded headers are never trusted.
+    # Reverse proxies whose X-Forwarded-For names the client (shared.service.http.proxies):
+    # addresses, CIDR networks or host names; empty: forwarded headers are never trusted.
     trusted_proxies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -39,10 +39,10 @@ from labels_party.metrics import Metrics
 from labels_party.releasing.model_releases import ModelReleaseService
 from labels_party.releasing.receipts import KeyStore, ReceiptService
 from labels_party.releasing.releases import Randomizer, ReleaseService, RngFactory
-from shared.http import openapi
-from shared.http.app import add_outer_layers, service_app
-from shared.http.proxies import ForwardedClientMiddleware, TrustedProxies
 from shared.message import LabelMessage
+from shared.service.http import openapi
+from shared.service.http.app import add_outer_layers, service_app
+from shared.service.http.proxies import ForwardedClientMiddleware, TrustedProxies
 
 log = logging.getLogger("labels_party")
 

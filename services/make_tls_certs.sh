@@ -10,4 +10,4 @@ PY=.venv/bin/python
 [ -x "$PY" ] || PY=python3
 DIR="${1:-services/tls}"
 shift || true
-exec "$PY" -m shared.tls "$DIR" "$@"
+exec "$PY" -m shared.service.tls "$DIR" "$@"

@@ -10,8 +10,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from shared.cli_args import from_args
 from shared.plan import AUTO, mechanisms
+from shared.service.cli_args import from_args
 
 TOKEN_ENV = "LABELDP_ADVERTISER_TOKEN"
 

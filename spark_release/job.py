@@ -63,7 +63,6 @@ import numpy as np
 
 from shared import epsilon as amounts
 from shared.budget import Budget
-from shared.client import LabelsPartyClient, ServiceError, _segment
 from shared.domain import LabelDomain
 from shared.errors import IntegrityError, LabelDPError
 from shared.message import (
@@ -84,6 +83,7 @@ from shared.randomizer import (
     noisy_prior_from_counts,
 )
 from shared.rng import Rng, SystemRandom
+from shared.service.client import LabelsPartyClient, ServiceError, _segment
 
 CHARGE = "charge.json"  # in staging: the charge the labels party recorded (or may have)
 PUBLICATION = "publication.json"  # in staging beside the message: what --resume replays

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from demo.services import ServiceProcess, new_tokens, start_labels_party
-from shared.client import LabelsPartyClient, RetryPolicy
+from shared.service.client import LabelsPartyClient, RetryPolicy
 
 FAST_RETRY = RetryPolicy(attempts=3, base_delay=0.05, factor=2.0, max_delay=0.2)
 

@@ -1,4 +1,4 @@
-"""shared.cli_args: dataclasses built from parsed options."""
+"""shared.service.cli_args: dataclasses built from parsed options."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from shared.cli_args import from_args
+from shared.service.cli_args import from_args
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +35,7 @@ def test_a_missing_required_field_fails_loudly() -> None:
 
 
 def test_matching_options_are_the_options_named_like_a_field() -> None:
-    from shared.cli_args import matching_options
+    from shared.service.cli_args import matching_options
 
     args = argparse.Namespace(epsilon=0.5, keep=False, command="serve", log_level="info")
     assert matching_options(Options, args) == {"epsilon": 0.5, "keep": False}

@@ -8,14 +8,6 @@ import httpx
 import numpy as np
 import pytest
 
-from shared.client import (
-    FeaturesPartyClient,
-    LabelsPartyClient,
-    RetryPolicy,
-    ServiceError,
-    ServiceUnavailableError,
-    columns_to_csv,
-)
 from shared.errors import IntegrityError, InvalidParameterError
 from shared.message import (
     BINARY_MEDIA_TYPE,
@@ -24,6 +16,14 @@ from shared.message import (
     body_sha256,
     encode_binary,
     to_json_message,
+)
+from shared.service.client import (
+    FeaturesPartyClient,
+    LabelsPartyClient,
+    RetryPolicy,
+    ServiceError,
+    ServiceUnavailableError,
+    columns_to_csv,
 )
 
 

@@ -1,4 +1,4 @@
-"""shared.database_url: where a database is, and a SQLite file only its owner can read."""
+"""shared.service.database_url: where a database is, and a SQLite file only its owner can read."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from features_party.db.engine import make_engine as features_engine
 from labels_party.db.engine import make_engine as labels_engine
-from shared.database_url import create_private_sqlite, sqlite_url
+from shared.service.database_url import create_private_sqlite, sqlite_url
 
 
 def mode(path: Path) -> int:

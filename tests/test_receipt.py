@@ -1,4 +1,5 @@
-"""shared.receipt: Ed25519 over canonical JSON; every field is covered; key files; matching."""
+"""shared.service.receipt: Ed25519 over canonical JSON; every field is covered; key files;
+matching."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared import receipt as rc
 from shared.errors import InvalidParameterError
+from shared.service import receipt as rc
 
 PAYLOAD: dict[str, Any] = {
     "receipt_version": 1,

@@ -1,4 +1,4 @@
-"""shared.receipt_cli: ``labeldp receipt verify --message`` on a Parquet message directory.
+"""shared.service.receipt_cli: ``labeldp receipt verify --message`` on a Parquet message directory.
 
 Without Spark (tests/spark_release/test_receipts.py runs the same on the job's real output):
 a directory in the job's layout and a receipt signed as the labels party signs one.
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from shared import receipt as rc
 from shared.message import MessageHeader, NoisyHistogram, body_sha256
+from shared.service import receipt as rc
 from tests.commands import labeldp
 
 pa = pytest.importorskip("pyarrow", reason="pyarrow comes with the spark extra")

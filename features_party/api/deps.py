@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 
 from features_party.config import Settings
 from features_party.jobs import JobRunner
-from shared.http.auth import match_token, unauthorized
-from shared.http.requests import check_query
+from shared.service.http.auth import match_token, unauthorized
+from shared.service.http.requests import check_query
 
 
 def get_settings(request: Request) -> Settings:

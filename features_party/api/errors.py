@@ -20,11 +20,11 @@ from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
 from features_party.features import FeatureConflictError, FeatureInputError
-from shared import strict_input
-from shared.client import ServiceError
 from shared.errors import IntegrityError, InvalidParameterError
-from shared.http import errors as http_errors
-from shared.http.middleware import HTTPMiddleware
+from shared.service import strict_input
+from shared.service.client import ServiceError
+from shared.service.http import errors as http_errors
+from shared.service.http.middleware import HTTPMiddleware
 
 log = logging.getLogger("features_party")
 

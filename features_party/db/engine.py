@@ -8,10 +8,10 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared import migrations
-from shared.database_url import create_private_sqlite, normalise
+from shared.service import migrations
+from shared.service.database_url import create_private_sqlite, normalise
 
-# Alembic revisions (shared.migrations): the database is upgraded to head when it is opened.
+# Alembic revisions (shared.service.migrations): the database is upgraded to head when it is opened.
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 

@@ -28,7 +28,7 @@ from labels_party.config import ROLES, Role
 from labels_party.db.engine import Database
 from labels_party.db.models import principals
 from shared.errors import InvalidParameterError
-from shared.http.auth import match_token, presented_token
+from shared.service.http.auth import match_token, presented_token
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}"
 TOKEN_PREFIX = "ldp_"

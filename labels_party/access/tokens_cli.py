@@ -15,8 +15,8 @@ import sys
 from typing import Any
 
 from labels_party.config import ROLES
-from shared import database_url
 from shared.errors import InvalidParameterError
+from shared.service import database_url
 
 
 def register_commands(commands: Any) -> None:

@@ -12,9 +12,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from labels_party.errors import (
     PayloadTooLargeError,
 )
-from shared.http import errors as http_errors
-from shared.http.middleware import HTTPMiddleware
-from shared.http.requests import media_type, require_media
+from shared.service.http import errors as http_errors
+from shared.service.http.middleware import HTTPMiddleware
+from shared.service.http.requests import media_type, require_media
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")

@@ -15,9 +15,9 @@ from labels_party.metrics import Metrics
 from labels_party.releasing.model_releases import ModelReleaseService
 from labels_party.releasing.receipts import ReceiptService
 from labels_party.releasing.releases import ReleaseService
-from shared.http.auth import unauthorized
-from shared.http.errors import HTTPProblem
-from shared.http.requests import check_query
+from shared.service.http.auth import unauthorized
+from shared.service.http.errors import HTTPProblem
+from shared.service.http.requests import check_query
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,9 +29,9 @@ from labels_party.errors import (
 )
 from shared import epsilon as amounts
 from shared.errors import BudgetExceededError, InvalidParameterError
-from shared.http import errors as http_errors
-from shared.http.errors import internal_error_body
 from shared.mechanisms import registry
+from shared.service.http import errors as http_errors
+from shared.service.http.errors import internal_error_body
 
 log = logging.getLogger("labels_party")
 

@@ -3,7 +3,7 @@
 Rate: each valid token has a bucket of ``burst`` requests refilled at ``rate`` per second; every
 other request (no ``Authorization``, or one that is not a valid token) shares the bucket of its
 client address (behind a reverse proxy listed in ``LABELDP_TRUSTED_PROXIES``, the address its
-``X-Forwarded-For`` names: ``shared.http.proxies``, installed outside this layer). A request
+``X-Forwarded-For`` names: ``shared.service.http.proxies``, installed outside this layer). A request
 finding its bucket empty gets 429 with ``Retry-After`` (whole seconds until one request fits)
 and the JSON error shape, before any handler runs. So failed
 authentication is limited per address: 1,000 different bad tokens from one address are one
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shared.http import errors as http_errors
-from shared.http.middleware import HTTPMiddleware
+from shared.service.http import errors as http_errors
+from shared.service.http.middleware import HTTPMiddleware
 
 MAX_BUCKETS = 10_000
 EXEMPT_PATHS = frozenset({"/healthz"})

@@ -23,8 +23,8 @@ from sqlalchemy.exc import DBAPIError
 
 from labels_party.db.models import metadata
 from labels_party.errors import FieldError, ServiceUnavailableError
-from shared import migrations
-from shared.database_url import (
+from shared.service import migrations
+from shared.service.database_url import (
     create_private_sqlite,
     normalise,
     sqlite_path,
@@ -78,7 +78,7 @@ def create_schema(engine: Engine) -> None:
     """Upgrade the database to the Alembic head (``labels_party/db/migrations``), atomically.
 
     A new database is built by the migrations; one written by the last release before Alembic
-    is stamped at its baseline and upgraded (``shared.migrations``). Runs in one write
+    is stamped at its baseline and upgraded (``shared.service.migrations``). Runs in one write
     transaction (BEGIN IMMEDIATE on SQLite), so two processes starting at once take turns.
     """
     with engine.connect() as conn:
@@ -210,7 +210,7 @@ class Database:
 
     def write_problem(self) -> str | None:
         """Why the database cannot be written (``None`` if it can), checked without writing:
-        SQLite by the file's permissions (``shared.database_url.sqlite_write_problem``),
+        SQLite by the file's permissions (``shared.service.database_url.sqlite_write_problem``),
         PostgreSQL by :func:`postgres_write_problem` on a pooled session. A read-only finding
         empties the pool: sessions keep the read-only default they started with, so the next
         check (and write) opens new ones and sees the database as it is by then."""

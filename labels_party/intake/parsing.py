@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from labels_party.errors import BadInputError, FieldError
-from shared import strict_input
 from shared.message import EXAMPLE_ID_PATTERN
 from shared.segments import SEGMENT_PATTERN
+from shared.service import strict_input
 
 ID_RE = re.compile(EXAMPLE_ID_PATTERN.removeprefix("^").removesuffix("$"))
 CSV_HEADER = "example_id,value"

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shared import database_url
 from shared.errors import InvalidParameterError
+from shared.service import database_url
 
 
 def register_commands(commands: Any) -> None:
@@ -70,8 +70,8 @@ def rotate_command(args: argparse.Namespace) -> int:
 def public(args: argparse.Namespace) -> int:
     """Print the current public key (``--all``: every published key) as PEM, each block under
     its ``Key-Id:``, ``Created:`` and, if retired, ``Retired:`` lines: a pin that carries the
-    keys' validity (``shared.receipt.load_key_validity``)."""
-    from shared import receipt as rc
+    keys' validity (``shared.service.receipt.load_key_validity``)."""
+    from shared.service import receipt as rc
 
     try:
         keys = _store(args)

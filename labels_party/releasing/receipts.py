@@ -10,7 +10,7 @@ retires the previous public key, which stays published, so older receipts stay v
 A receipt is signed from what is stored (the release row and its ledger entries), once: right
 after the release is committed, or on its first request for a release made before there were
 keys (or whose signing failed). The signed receipt is stored and served unchanged afterwards.
-See ``shared.receipt`` for the format.
+See ``shared.service.receipt`` for the format.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from labels_party.db.models import model_receipts, receipts, signing_keys
 from labels_party.releasing.model_releases import stored_model
 from labels_party.releasing.releases import release_metadata
 from shared import epsilon as amounts
-from shared import receipt as rc
 from shared.errors import InvalidParameterError
+from shared.service import receipt as rc
 
 log = logging.getLogger("labels_party")
 

@@ -27,7 +27,7 @@ import httpx
 import numpy as np
 import pytest
 
-from shared.client import FeaturesPartyClient, LabelsPartyClient, ServiceError
+from shared.service.client import FeaturesPartyClient, LabelsPartyClient, ServiceError
 
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(1500)]
 

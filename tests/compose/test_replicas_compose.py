@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from shared import receipt as rc
+from shared.service import receipt as rc
 from tests.compose.test_compose import (
     Deployment,
     _compose_command,
@@ -308,7 +308,8 @@ def test_the_replicas_trust_forwarded_addresses_from_the_balancer_only(
         env = replicas.inspect(service)["Config"]["Env"]
         assert "LABELDP_TRUSTED_PROXIES=balancer" in env, env
     check = (
-        "from shared.http.proxies import TrustedProxies as T; p = T(['balancer']); p.refresh(); "
+        "from shared.service.http.proxies import TrustedProxies as T; "
+        "p = T(['balancer']); p.refresh(); "
         f"print(p.client('{address('balancer')}', ['203.0.113.1']), "
         f"p.client('{address('labels-b')}', ['203.0.113.1']))"
     )

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shared import receipt as rc
+from shared.service import receipt as rc
 from tests.compose.test_compose import (
     Deployment,
     _compose_command,
@@ -74,7 +74,7 @@ print("inputs", len(args["ids"]), len(args["labels"]))
 READ_MESSAGE = """
 import json, os, sys
 from features_party.parquet_message import read_parquet_message
-from shared.client import LabelsPartyClient
+from shared.service.client import LabelsPartyClient
 with LabelsPartyClient(sys.argv[2], token=os.environ["LABELDP_PUBLISHER_TOKEN"]) as party:
     header, ids, noisy = read_parquet_message(sys.argv[1], labels_party=party)
 print(json.dumps({"message": {"release_id": header.release_id, "n": header.n,

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
-from shared.client import LabelsPartyClient, columns_to_csv
 from shared.errors import IntegrityError, InvalidParameterError
 from shared.estimators import registry
 from shared.estimators.registry import Design, EstimatorFamily, FitArgs, Fitted
 from shared.mechanisms.private_mean import private_mean, private_mean_variance
 from shared.model_message import verify_model
+from shared.service.client import LabelsPartyClient, columns_to_csv
 from tests.mechanisms.test_registry import TOKENS, _labels_server, features_service
 
 with warnings.catch_warnings():

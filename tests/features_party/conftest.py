@@ -91,7 +91,7 @@ def synthetic_rows(n: int, seed: int = 0) -> tuple[list[str], dict[str, np.ndarr
 
 
 def csv_body(ids: list[str], columns: dict[str, np.ndarray]) -> str:
-    from shared.client import columns_to_csv
+    from shared.service.client import columns_to_csv
 
     return columns_to_csv(ids, columns)
 

@@ -17,11 +17,11 @@ from sqlalchemy import func, select
 
 from demo.services import free_port, new_tokens, start_labels_party
 from features_party.db.models import StoredMessage, TrainedModel
-from shared.client import RetryPolicy
 from shared.debias import recommended_transform
 from shared.mechanisms.private_mean import private_mean_variance
 from shared.message import SEGMENTED
 from shared.selection import default_model_dim
+from shared.service.client import RetryPolicy
 from tests.features_party.conftest import (
     TamperingProxy,
     csv_body,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from demo.services import start_features_party
-from shared.client import FeaturesPartyClient
+from shared.service.client import FeaturesPartyClient
 from tests.features_party.conftest import synthetic_rows
 
 pytestmark = pytest.mark.integration

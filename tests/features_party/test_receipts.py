@@ -15,8 +15,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from features_party.db.models import StoredMessage
-from shared import receipt as rc
 from shared.errors import InvalidParameterError
+from shared.service import receipt as rc
 from tests.features_party.conftest import TamperingProxy, wait_job
 from tests.features_party.test_flow import count_messages, prepare
 

@@ -236,7 +236,7 @@ def test_a_pinned_key_checks_the_model_releases_receipt(
     pinned the pull verifies the receipt and its whole header; pinned to another key it fails."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from shared import receipt as rc
+    from shared.service import receipt as rc
     from tests.features_party.test_receipts import pin
 
     release = _labels_party_model(

@@ -1,4 +1,5 @@
-"""shared.http: the kit's pieces alone, then both real apps answering through it the same way."""
+"""shared.service.http: the kit's pieces alone, then both real apps answering through it the same
+way."""
 
 from __future__ import annotations
 
@@ -14,11 +15,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.exceptions import StarletteDeprecationWarning
 
-from shared.http import errors as http_errors
-from shared.http import openapi
-from shared.http.auth import MISSING_OR_INVALID, match_token, presented_token, unauthorized
-from shared.http.errors import HTTPProblem
-from shared.http.requests import JSON_MEDIA, check_query, media_type, require_json, require_media
+from shared.service.http import errors as http_errors
+from shared.service.http import openapi
+from shared.service.http.auth import MISSING_OR_INVALID, match_token, presented_token, unauthorized
+from shared.service.http.errors import HTTPProblem
+from shared.service.http.requests import (
+    JSON_MEDIA,
+    check_query,
+    media_type,
+    require_json,
+    require_media,
+)
 from tests.labels_party.conftest import TOKENS
 
 with warnings.catch_warnings():
@@ -228,7 +235,7 @@ def test_the_same_415_in_both_services(both: dict[str, TestClient]) -> None:
 def test_a_service_app_counts_every_request_and_lets_nothing_escape() -> None:
     from contextlib import asynccontextmanager
 
-    from shared.http.app import add_outer_layers, service_app
+    from shared.service.http.app import add_outer_layers, service_app
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> Iterator[None]:  # type: ignore[misc]
@@ -260,7 +267,7 @@ def test_a_service_app_counts_every_request_and_lets_nothing_escape() -> None:
 def test_http_middleware_passes_anything_but_http_through_untouched() -> None:
     import asyncio
 
-    from shared.http.middleware import HTTPMiddleware
+    from shared.service.http.middleware import HTTPMiddleware
 
     seen: list[str] = []
 

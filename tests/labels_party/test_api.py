@@ -384,7 +384,7 @@ def test_every_typed_json_body_is_documented_by_its_model(client):
     from fastapi.routing import APIRoute
 
     from labels_party.api import routes
-    from shared.http.requests import JSONBody
+    from shared.service.http.requests import JSONBody
 
     spec = client.get("/openapi.json").json()
     typed = 0

@@ -1,11 +1,12 @@
-"""The shared typed client (``shared.client.LabelsPartyClient``) against a real labels server."""
+"""The shared typed client (``shared.service.client.LabelsPartyClient``) against a real labels
+server."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from shared.client import LabelsPartyClient
+from shared.service.client import LabelsPartyClient
 from tests.labels_party.conftest import TOKENS
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from labels_party.budget import ledger
 from labels_party.db.engine import MIGRATIONS, Database, create_schema, make_engine
 from labels_party.db.models import datasets, metadata
 from shared import epsilon as amounts
-from shared import migrations
+from shared.service import migrations
 from tests.labels_party.conftest import ADV, OPS, cli, create_dataset
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from labels_party.budget import ledger
-from shared import receipt as rc
 from shared.model_message import verify_model
+from shared.service import receipt as rc
 from tests.labels_party.conftest import ADV, PUB, cli
 from tests.labels_party.test_model_releases import model_release, setup_dataset, state, verify
 from tests.labels_party.test_receipts import keys_of

@@ -18,7 +18,7 @@ from starlette.exceptions import StarletteDeprecationWarning
 from labels_party.config import Settings
 from labels_party.main import create_app
 from shared.errors import InvalidParameterError
-from shared.http.proxies import TrustedProxies, parse_entries
+from shared.service.http.proxies import TrustedProxies, parse_entries
 from tests.labels_party.conftest import TOKENS_ENV, make_settings
 
 with warnings.catch_warnings():

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from labels_party.config import DEFAULT_KEY_FILE
-from shared import receipt as rc
 from shared.errors import InvalidParameterError
 from shared.message import BINARY_MEDIA_TYPE
-from shared.receipt_cli import check_message_file
+from shared.service import receipt as rc
+from shared.service.receipt_cli import check_message_file
 from tests.commands import labeldp
 from tests.labels_party.conftest import (
     ADV,

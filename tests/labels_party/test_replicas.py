@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from shared import receipt as rc
+from shared.service import receipt as rc
 from tests.labels_party.conftest import ADV, OPS, PUB, TOKENS_ENV, Server
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""TLS: a real ``labeldp serve labels`` process over https with a throwaway CA (shared.tls).
+"""TLS: a real ``labeldp serve labels`` process over https with a throwaway CA (shared.service.tls).
 
 The client pinning the CA works; without it (system CAs) the certificate does not verify; the
 features party's labels client uses its ``labels_ca_file``.
@@ -19,8 +19,8 @@ import pytest
 
 from features_party.config import Settings as FeaturesSettings
 from features_party.pull import labels_client
-from shared.client import LabelsPartyClient, RetryPolicy, ServiceUnavailableError
-from shared.tls import client_context, write_bundle
+from shared.service.client import LabelsPartyClient, RetryPolicy, ServiceUnavailableError
+from shared.service.tls import client_context, write_bundle
 from tests.labels_party.conftest import TOKENS, TOKENS_ENV, free_port
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,6 @@ from features_party.config import Settings as FeaturesSettings
 from features_party.main import create_app as create_features_app
 from labels_party.config import Settings, Tokens
 from labels_party.main import create_app as create_labels_app
-from shared.client import LabelsPartyClient, columns_to_csv
 from shared.debias import affine_debias, mechanism_from_header
 from shared.errors import InvalidParameterError
 from shared.mechanisms import registry
@@ -32,6 +31,7 @@ from shared.mechanisms.histogram import Prior
 from shared.mechanisms.rp_with_prior import RPWithPrior
 from shared.mechanisms.rr_on_bins import RROnBins
 from shared.plan import mechanisms
+from shared.service.client import LabelsPartyClient, columns_to_csv
 from tests.mechanisms import toy_grid_rr
 
 with warnings.catch_warnings():

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from shared import receipt as rc
 from shared.parquet_message import BODY, HEADER, body_files
-from shared.receipt_cli import check_message_file
+from shared.service import receipt as rc
+from shared.service.receipt_cli import check_message_file
 from spark_release.job import JobConfig, run
 from tests.commands import labeldp
 from tests.labels_party.test_receipts import HEADER_TAMPERING

@@ -34,8 +34,8 @@ from features_party.schemas import (
     FeatureUploadOut,
     SyncOut,
 )
-from shared import strict_input
-from shared.client import ServiceError
+from shared.service import strict_input
+from shared.service.client import ServiceError
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=StrictJSONRoute)
 # Documented here, checked by check_dataset_name (a 422 naming "dataset", the name not echoed).

@@ -10,8 +10,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from features_party.api.deps import SessionDep
 from features_party.api.errors import StrictJSONRoute
 from features_party.metrics import CONTENT_TYPE, render
-from shared.database_url import sqlite_write_problem
-from shared.http.errors import database_error, error_shape
+from shared.service.database_url import sqlite_write_problem
+from shared.service.http.errors import database_error, error_shape
 
 router = APIRouter(tags=["health"], route_class=StrictJSONRoute)
 public_router = APIRouter(tags=["health"], route_class=StrictJSONRoute)

@@ -27,9 +27,9 @@ from features_party.schemas import (
     PredictOut,
     new_model_id,
 )
-from shared.client import NO_RETRY, LabelsPartyClient
-from shared.client import ServiceError as ClientServiceError
-from shared.http.requests import require_json
+from shared.service.client import NO_RETRY, LabelsPartyClient
+from shared.service.client import ServiceError as ClientServiceError
+from shared.service.http.requests import require_json
 
 router = APIRouter(prefix="/v1/models", tags=["models"], route_class=StrictJSONRoute)
 # Documented, and checked by _unknown_model (404 without echoing an arbitrary string).

@@ -1,6 +1,7 @@
-"""Alembic environment of the features party (shared.migrations.upgrade hands the connection)."""
+"""Alembic environment of the features party (shared.service.migrations.upgrade hands the
+connection)."""
 
 from features_party.db.models import Base
-from shared.migrations import run_env
+from shared.service.migrations import run_env
 
 run_env(Base.metadata)

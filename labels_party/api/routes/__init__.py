@@ -1,5 +1,5 @@
 """One APIRouter per resource; JSON bodies are typed parameters read after the role check
-(``shared.http.requests.json_body``), bulk streams are parsed as they arrive."""
+(``shared.service.http.requests.json_body``), bulk streams are parsed as they arrive."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from shared.http.requests import JSONBody
+from shared.service.http.requests import JSONBody
 
 # Every body model a route documents: ``main._openapi`` puts each in the schema's components,
 # so a new route cannot leave a dangling reference.

@@ -19,8 +19,8 @@ from labels_party.db.models import access_log, release_audit
 from labels_party.errors import FieldError, ServiceError
 from shared import epsilon as amounts
 from shared.errors import BudgetExceededError, InvalidParameterError
-from shared.http.errors import internal_error_body
 from shared.plan import ReleaseRequest
+from shared.service.http.errors import internal_error_body
 
 router = APIRouter(prefix="/v1", tags=["audit"], route_class=BodyDocumentedRoute)
 

@@ -28,7 +28,7 @@ from labels_party.schemas import (
     DatasetPublic,
     ReleaseList,
 )
-from shared.http.requests import json_body
+from shared.service.http.requests import json_body
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=BodyDocumentedRoute)
 

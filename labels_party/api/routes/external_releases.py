@@ -22,8 +22,8 @@ from labels_party.schemas import (
     ReleasePublic,
 )
 from shared.errors import InvalidParameterError
-from shared.http.requests import json_body
 from shared.message import RELEASE_ID_PATTERN
+from shared.service.http.requests import json_body
 
 router = APIRouter(tags=["releases"], route_class=BodyDocumentedRoute)
 _PATH = "/v1/datasets/{name}/external-releases"

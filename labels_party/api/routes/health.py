@@ -13,7 +13,7 @@ from labels_party.api.deps import Operator, ServicesDep
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.db.models import datasets
 from labels_party.metrics import CONTENT_TYPE
-from shared.http.errors import database_error, error_shape
+from shared.service.http.errors import database_error, error_shape
 
 router = APIRouter(tags=["health"], route_class=BodyDocumentedRoute)
 

@@ -16,9 +16,9 @@ from labels_party.releasing import model_releases as mr
 from labels_party.schemas import ModelReleaseCreate
 from shared.errors import InvalidParameterError
 from shared.estimators import registry as estimators
-from shared.http.requests import json_body, require_media
 from shared.message import JSON_MEDIA_TYPE
 from shared.model_message import MODEL_RELEASE_ID_PATTERN
+from shared.service.http.requests import json_body, require_media
 
 router = APIRouter(tags=["model releases"], route_class=BodyDocumentedRoute)
 # Documented (OpenAPI) and checked by mr.stored_model: a malformed id is simply not found (404),

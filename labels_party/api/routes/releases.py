@@ -27,7 +27,6 @@ from labels_party.schemas import (
     ReleaseRequestBody,
 )
 from shared.errors import InvalidParameterError
-from shared.http.requests import json_body
 from shared.message import (
     BINARY_MEDIA_TYPE,
     JSON_MEDIA_TYPE,
@@ -35,6 +34,7 @@ from shared.message import (
     MessageHeader,
 )
 from shared.plan import ReleaseRequest
+from shared.service.http.requests import json_body
 
 router = APIRouter(tags=["releases"], route_class=BodyDocumentedRoute)
 # Documented (OpenAPI), and checked by known_release: a malformed id is simply not found (404).

@@ -25,7 +25,7 @@ import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shared.errors import InvalidParameterError
-from shared.http.middleware import HTTPMiddleware
+from shared.service.http.middleware import HTTPMiddleware
 
 ENV = "LABELDP_TRUSTED_PROXIES"
 RESOLVE_SECONDS = 5.0

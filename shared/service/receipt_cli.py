@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shared import receipt as rc
 from shared.errors import IntegrityError, InvalidParameterError
 from shared.message import (
     BINARY_MEDIA_TYPE,
@@ -25,6 +24,7 @@ from shared.message import (
     decode_header,
     validated,
 )
+from shared.service import receipt as rc
 
 
 def register_commands(commands: Any) -> None:
@@ -48,7 +48,7 @@ def register_commands(commands: Any) -> None:
 def check_message_file(receipt: dict[str, Any], path: Path) -> None:
     """Raise ``IntegrityError`` unless the file (or directory) is the intact message the receipt
     names: its whole header, its body sha256 and, for a binary file, the sha256 of its bytes."""
-    from shared.client import parse_message
+    from shared.service.client import parse_message
 
     if path.is_dir():
         check_parquet_message(receipt, path)
@@ -70,8 +70,8 @@ def check_message_file(receipt: dict[str, Any], path: Path) -> None:
 
 def check_model_message(receipt: dict[str, Any], raw: bytes) -> None:
     """Raise unless ``raw`` is the model message the model receipt names: its whole header
-    field by field (``shared.receipt.check_model_header``), then its body against the header's
-    sha256 (``shared.model_message.verify_model``)."""
+    field by field (``shared.service.receipt.check_model_header``), then its body against the
+    header's sha256 (``shared.model_message.verify_model``)."""
     from shared.model_message import verify_model
 
     try:

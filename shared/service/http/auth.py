@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Iterable
 from typing import TypeVar
 
-from shared.http.errors import HTTPProblem
+from shared.service.http.errors import HTTPProblem
 
 NameT = TypeVar("NameT")
 MISSING_OR_INVALID = "missing or invalid bearer token"

@@ -1,6 +1,6 @@
 """TLS for the two services: a private CA and server certificates, and a client context pinning it.
 
-``python -m shared.tls DIR [--if-missing] [--name NAME ...]`` writes ``ca.pem`` (the CA
+``python -m shared.service.tls DIR [--if-missing] [--name NAME ...]`` writes ``ca.pem`` (the CA
 certificate the clients pin), and for each service name ``NAME.pem`` (its certificate chain) and
 ``NAME-key.pem`` (its private key, mode 0600). The CA's private key is never written: it signs
 the server certificates in memory and is discarded, so nobody can issue another certificate
@@ -143,7 +143,7 @@ def write_bundle(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shared.tls", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m shared.service.tls", description=__doc__)
     parser.add_argument("directory", type=Path)
     parser.add_argument("--name", action="append", help="service name (default: labels, features)")
     parser.add_argument("--if-missing", action="store_true", help="keep an existing bundle")

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel
 from starlette.types import Message, Receive, Scope, Send
 
-from shared.http.middleware import HTTPMiddleware
+from shared.service.http.middleware import HTTPMiddleware
 
 
 def error_shape(detail: str, errors: Iterable[tuple[str, str]], **extra: Any) -> dict[str, Any]:

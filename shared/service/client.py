@@ -39,7 +39,7 @@ from shared.message import (
     decode_binary,
     from_json_message,
 )
-from shared.tls import client_context
+from shared.service.tls import client_context
 
 # --------------------------------------------------------------------------------------------
 # Errors and retry policy
@@ -156,7 +156,7 @@ class _ServiceClient:
         sleep: Callable[[float], None] = time.sleep,
         ca_file: str | Path | None = None,
     ) -> None:
-        """``ca_file``: trust only this CA for https (a private CA, ``shared.tls``)."""
+        """``ca_file``: trust only this CA for https (a private CA, ``shared.service.tls``)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
@@ -382,7 +382,7 @@ class LabelsPartyClient(_ServiceClient):
         )
 
     def receipt(self, release_id: str) -> dict[str, Any]:
-        """The release's signed receipt (verify it with ``shared.receipt.verify``)."""
+        """The release's signed receipt (verify it with ``shared.service.receipt.verify``)."""
         return self._json(  # type: ignore[no-any-return]
             "GET", f"/v1/releases/{_segment(release_id)}/receipt", idempotent=True
         )

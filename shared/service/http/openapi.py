@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from shared.http.errors import ErrorBody
+from shared.service.http.errors import ErrorBody
 
 
 def install(

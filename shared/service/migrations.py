@@ -94,7 +94,9 @@ def run_env(target_metadata: MetaData) -> None:
 
     connection = context.config.attributes.get("connection")
     if connection is None:
-        raise RuntimeError("migrations run through shared.migrations.upgrade (a connection)")
+        raise RuntimeError(
+            "migrations run through shared.service.migrations.upgrade (a connection)"
+        )
     context.configure(connection=connection, target_metadata=target_metadata)
     with context.begin_transaction():
         context.run_migrations()

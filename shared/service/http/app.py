@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from shared.http.middleware import RequestMetricsMiddleware
+from shared.service.http.middleware import RequestMetricsMiddleware
 
 API_VERSION = "1"
 
@@ -33,6 +33,7 @@ def service_app(
 
 def add_outer_layers(app: FastAPI, *, record: Callable[..., None], catch_all: type[Any]) -> None:
     """Add the layers every service has outside its own: request counting (``record``), then,
-    outermost, ``catch_all`` (a ``shared.http.errors.CatchAllMiddleware``): nothing escapes."""
+    outermost, ``catch_all`` (a ``shared.service.http.errors.CatchAllMiddleware``): nothing
+    escapes."""
     app.add_middleware(RequestMetricsMiddleware, record=record)
     app.add_middleware(catch_all)

@@ -9,8 +9,8 @@ from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
 from pydantic import BaseModel, ValidationError
 
-from shared import strict_input
-from shared.http.errors import HTTPProblem, validation_problems
+from shared.service import strict_input
+from shared.service.http.errors import HTTPProblem, validation_problems
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
