@@ -96,6 +96,14 @@ _COUNT_PROBED = (
     "FROM (SELECT s.value, (SELECT e.value FROM entries AS e WHERE e.dataset_id = %(d)s "
     "AND e.example_id = s.example_id) AS stored FROM labeldp_staging AS s) AS q"
 )
+# Whether a few of the staged ids already have a label: a batch of new ids (the usual
+# incremental one) is filled first, in one statement; one that repeats stored labels is counted
+# first (a re-sent batch then writes nothing). Either order stores and counts the same.
+_SAMPLE_LABELLED = (
+    "SELECT count(*) FROM (SELECT example_id FROM labeldp_staging LIMIT 16) AS s "
+    "JOIN entries AS e ON e.dataset_id = %(d)s AND e.example_id = s.example_id "
+    "WHERE e.value IS NOT NULL"
+)
 _CONFLICTING = (
     "SELECT s.example_id FROM labeldp_staging AS s JOIN entries AS e "
     "ON e.dataset_id = %(d)s AND e.example_id = s.example_id WHERE e.value <> s.value"
@@ -409,6 +417,8 @@ def _postgres_labels(
         large = _use_join(len(ids), existing)
         if large:
             cursor.execute("ANALYZE labeldp_staging")  # a temporary table has no statistics
+        if row.n_labels and not large and _fill_first(cursor, row.id):
+            return _postgres_fill_first(cursor, row, rows, len(ids), overwrite)
         unchanged = conflicting = 0
         if row.n_labels:
             cursor.execute(_COUNT_JOINED if large else _COUNT_PROBED, {"d": row.id})
@@ -428,6 +438,38 @@ def _postgres_labels(
         return changed - conflicting, unchanged, conflicting
     finally:
         cursor.close()
+
+
+def _fill_first(cursor: Any, dataset_id: int) -> bool:
+    """Whether none of a few staged ids has a label yet (``_SAMPLE_LABELLED`` says why)."""
+    cursor.execute(_SAMPLE_LABELLED, {"d": dataset_id})
+    return not int(cursor.fetchone()[0])
+
+
+def _postgres_fill_first(
+    cursor: Any, row: ds.DatasetRow, rows: LabelRows, size: int, overwrite: bool
+) -> tuple[int, int, int]:
+    """A staged batch smaller than its dataset, which has labels: (new, unchanged, overwritten).
+
+    First one probe per row writes every label where there was none (new ids, registered
+    examples without a label); the usual incremental batch is all of that and is done in one
+    statement. Only when some rows already had a label, one more read counts those equal to it
+    (the fill made its own rows equal too, so they are taken off) and those contradicting it:
+    refused without ``overwrite`` (the 409; the write transaction rolls the fill back), else
+    replaced by one more statement.
+    """
+    cursor.execute(_LABELS_FILL[0], {"d": row.id})
+    new = int(cursor.rowcount)
+    if new == size:
+        return new, 0, 0
+    cursor.execute(_COUNT_PROBED, {"d": row.id})
+    same, conflicting = (int(x or 0) for x in cursor.fetchone())
+    if conflicting and not overwrite:
+        cursor.execute(_CONFLICTING, {"d": row.id})
+        _refuse_listed(rows, conflicting, {key for (key,) in cursor.fetchall()})
+    if conflicting:
+        cursor.execute(_LABELS_STAGED[0], {"d": row.id})
+    return new, same - new, conflicting
 
 
 def _postgres_repeated(

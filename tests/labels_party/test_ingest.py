@@ -100,7 +100,7 @@ def postgres_db(postgres_url: str) -> Iterator[Database]:
 
 
 @pytest.mark.parametrize("scenario", [SCENARIO, FRESH], ids=["registered-first", "fresh"])
-@pytest.mark.parametrize("statement", ["probe", "join"])
+@pytest.mark.parametrize("statement", ["probe", "probe-fill-first", "probe-count-first", "join"])
 def test_both_postgresql_statements_match_sqlite(
     sqlite_db: Database,
     postgres_db: Database,
@@ -108,6 +108,9 @@ def test_both_postgresql_statements_match_sqlite(
     scenario: Any,
     monkeypatch: Any,
 ) -> None:
+    """Every PostgreSQL path, and both orders of the probe path (fill the new labels first, or
+    count the stored ones first; ``probe`` lets a sample of the batch choose), stores and
+    reports what SQLite does."""
     expected = _run(sqlite_db, "ds", scenario)
     chosen: list[str] = []
 
@@ -116,6 +119,9 @@ def test_both_postgresql_statements_match_sqlite(
         return statement == "join"
 
     monkeypatch.setattr(ingest, "_use_join", use_join)
+    if statement != "probe" and statement.startswith("probe"):
+        fill = statement == "probe-fill-first"
+        monkeypatch.setattr(ingest, "_fill_first", lambda cursor, dataset_id: fill)
     assert _run(postgres_db, "ds", scenario) == expected
     assert set(chosen) == {statement}
 
