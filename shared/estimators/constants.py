@@ -144,22 +144,38 @@ def ols_split(
     unknown = sorted(names - set(OLS_CONSTANTS))
     if unknown or not names:
         raise InvalidParameterError(f"chosen ({sorted(names)}) must be some of {OLS_CONSTANTS}")
+    order = tuple(name for name in OLS_CONSTANTS if name in names)
+    return split_shares(epsilon=epsilon, delta=delta, chosen=order, shares=SHARES)
+
+
+def split_shares(
+    *,
+    epsilon: amounts.AmountLike,
+    delta: amounts.AmountLike,
+    chosen: tuple[str, ...],
+    shares: Mapping[str, float],
+) -> ConstantsSplit:
+    """The one budget rule of every estimator's chosen constants: constant ``name`` costs
+    ``shares[name]`` of epsilon as a short decimal (:func:`shared.epsilon.short_part`), ePTR
+    the exact rest and all of delta, so the parts add up to the request exactly. Refuses delta
+    outside (0, 1) and (naming epsilon) an epsilon whose parts would not be usable doubles (no
+    part below ``MIN_PART``: its noise scale stays finite)."""
     eps = amounts.exact(epsilon)
     dlt = amounts.exact(delta, name="delta")
     if not dlt < 1:
         raise InvalidParameterError(f"delta ({amounts.text(dlt)}) must be in (0, 1)")
-    order = tuple(name for name in OLS_CONSTANTS if name in names)
-    parts = {name: amounts.short_part(SHARES[name] * float(eps), whole=eps) for name in order}
-    spent = amounts.add(*parts.values())
+    parts = {name: amounts.short_part(shares[name] * float(eps), whole=eps) for name in chosen}
+    spent = amounts.add(*parts.values()) if parts else amounts.ZERO
     rest = amounts.subtract(eps, spent)
     floats = [amounts.float_at_most(part) for part in parts.values()]
-    if rest <= 0 or min(floats) < MIN_PART or not amounts.float_at_most(rest) > 0.0:
+    if rest <= 0 or min(floats, default=1.0) < MIN_PART or not amounts.float_at_most(rest) > 0:
+        them = "them" if len(chosen) > 1 else "it"
         raise InvalidParameterError(
             f"epsilon ({amounts.text(eps)}) is too small for the product to choose "
-            f"{', '.join(order)}: give them"
+            f"{', '.join(chosen)}: give {them}"
         )
     return ConstantsSplit(
-        chosen=order, epsilon=eps, delta=dlt, parts=parts, constants_epsilon=spent,
+        chosen=chosen, epsilon=eps, delta=dlt, parts=parts, constants_epsilon=spent,
         eptr_epsilon=rest,
     )  # fmt: skip
 

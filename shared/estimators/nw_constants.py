@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import Any
 
@@ -42,7 +42,7 @@ from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.estimators import kernel
 from shared.estimators._checks import features, labels_for, positive, queries_for
-from shared.estimators.constants import ConstantsSplit, laplace, release_margin
+from shared.estimators.constants import ConstantsSplit, laplace, release_margin, split_shares
 from shared.estimators.eptr import eptr_threshold
 from shared.rng import Rng
 
@@ -55,8 +55,6 @@ BANDWIDTH_FACTOR = 1.0
 # c0: the probability that the release test answers "no reply" on data whose smallest degree
 # is as large as estimated, over the estimate's noise and the test's own randomness.
 NO_REPLY = 1e-3
-# No part's epsilon below this (its noise scale K_max / epsilon stays a finite double).
-MIN_PART = 1e-300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,23 +99,11 @@ def nw_split(
     unknown = sorted(set(omitted) - set(NW_CONSTANTS))
     if unknown or not omitted:
         raise InvalidParameterError(f"omitted ({sorted(omitted)}) must be some of {NW_CONSTANTS}")
-    eps = amounts.exact(epsilon)
-    dlt = amounts.exact(delta, name="delta")
-    if not dlt < 1:
-        raise InvalidParameterError(f"delta ({amounts.text(dlt)}) must be in (0, 1)")
     chosen = ("c0",) if "c0" in omitted else ()
-    parts = {name: amounts.short_part(SHARES[name] * float(eps), whole=eps) for name in chosen}
-    spent = amounts.add(*parts.values()) if parts else amounts.ZERO
-    rest = amounts.subtract(eps, spent)
-    floats = [amounts.float_at_most(part) for part in parts.values()]
-    if rest <= 0 or min(floats, default=1.0) < MIN_PART or not amounts.float_at_most(rest) > 0:
-        raise InvalidParameterError(
-            f"epsilon ({amounts.text(eps)}) is too small for the product to choose c0: give it"
-        )
-    return NWConstantsSplit(
-        chosen=chosen, epsilon=eps, delta=dlt, parts=parts, constants_epsilon=spent,
-        eptr_epsilon=rest, by_rule=("bandwidth",) if "bandwidth" in omitted else (),
-    )  # fmt: skip
+    split = split_shares(epsilon=epsilon, delta=delta, chosen=chosen, shares=SHARES)
+    by_rule = ("bandwidth",) if "bandwidth" in omitted else ()
+    shared = {field.name: getattr(split, field.name) for field in fields(split)}
+    return NWConstantsSplit(**shared, by_rule=by_rule)
 
 
 def rule_bandwidth(queries: np.ndarray, *, n: int) -> float:
