@@ -17,11 +17,11 @@ from typing import Any
 
 from shared.errors import IntegrityError, InvalidParameterError
 from shared.message import (
-    BINARY_MEDIA_TYPE,
-    JSON_MEDIA_TYPE,
     MAGIC,
     MessageHeader,
+    decode_binary,
     decode_header,
+    from_json_message,
     validated,
 )
 from shared.service import receipt as rc
@@ -47,54 +47,49 @@ def register_commands(commands: Any) -> None:
 
 def check_message_file(receipt: dict[str, Any], path: Path) -> None:
     """Raise ``IntegrityError`` unless the file (or directory) is the intact message the receipt
-    names: its whole header, its body sha256 and, for a binary file, the sha256 of its bytes."""
-    from shared.service.client import parse_message
-
+    names: its whole header, its body sha256 and, for a binary file, the sha256 of its bytes.
+    The header is compared first, so a changed field (``n``, ``body_sha256`` included) is named;
+    then the body against the header's sha256."""
     if path.is_dir():
         check_parquet_message(receipt, path)
         return
     raw = path.read_bytes()
     if receipt.get("kind") == "model":
-        check_model_message(receipt, raw)
+        check_model_message(receipt, _json_document(raw, what="model message"))
         return
-    binary = raw.startswith(MAGIC)
-    # The header against the receipt first, so a changed field (n, body_sha256 included) is
-    # named; then the whole message, its body against the header's sha256.
-    header = decode_header(raw) if binary else _json_header(raw)
+    if raw.startswith(MAGIC):
+        rc.check_header(receipt, decode_header(raw))
+        header, _ids, _labels = decode_binary(raw)
+        rc.check_header(receipt, header, binary_sha256=hashlib.sha256(raw).hexdigest())
+        return
+    document = _json_document(raw, what="message")
+    header = validated(MessageHeader, document.get("header"), what="message header")
     rc.check_header(receipt, header)
-    header, _ids, _labels = parse_message(raw, BINARY_MEDIA_TYPE if binary else JSON_MEDIA_TYPE)
-    rc.check_header(
-        receipt, header, binary_sha256=hashlib.sha256(raw).hexdigest() if binary else None
-    )
+    from_json_message(document)
 
 
-def check_model_message(receipt: dict[str, Any], raw: bytes) -> None:
-    """Raise unless ``raw`` is the model message the model receipt names: its whole header
+def check_model_message(receipt: dict[str, Any], document: dict[str, Any]) -> None:
+    """Raise unless ``document`` is the model message the model receipt names: its whole header
     field by field (``shared.service.receipt.check_model_header``), then its body against the
     header's sha256 (``shared.model_message.verify_model``)."""
     from shared.model_message import verify_model
 
-    try:
-        document = json.loads(raw)
-    except ValueError as exc:
-        raise IntegrityError(f"the model message is not JSON: {exc}") from None
-    header = document.get("header") if isinstance(document, dict) else None
+    header = document.get("header")
     if not isinstance(header, dict):
         raise IntegrityError("the model message has no header object")
     rc.check_model_header(receipt, header)
-    verify_model(raw)
+    verify_model(document)
 
 
-def _json_header(raw: bytes) -> MessageHeader:
-    """The header of a JSON message, its body not yet checked (``IntegrityError`` if it has
-    none a header can be read from)."""
+def _json_document(raw: bytes, *, what: str) -> dict[str, Any]:
+    """A JSON message file as one object, read once (``IntegrityError`` naming ``what``)."""
     try:
         document = json.loads(raw)
     except ValueError as exc:
-        raise IntegrityError(f"the message is not JSON: {exc}") from None
+        raise IntegrityError(f"the {what} is not JSON: {exc}") from None
     if not isinstance(document, dict):
-        raise IntegrityError("the message is not a JSON object")
-    return validated(MessageHeader, document.get("header"), what="message header")
+        raise IntegrityError(f"the {what} is not a JSON object")
+    return document
 
 
 def check_parquet_message(receipt: dict[str, Any], directory: Path) -> None:
