@@ -14,6 +14,10 @@ split, release noise and model seed; the features party's ``auto`` model through
 The table gives both stages' ratio of mean test MSEs (out of the box / best cell; target at
 most 1.05 on the fresh runs) and out of the box against the same fresh runs' DP constant
 (median and worst run). Nothing is appended to the records.
+
+``--confirm VARIANT --first-run K``: no selection; out of the box and ``VARIANT`` (a best cell
+named by an earlier run) on trials K .. K + runs - 1, with a paired bootstrap 90% interval of
+the ratio of mean test MSEs (runs resampled together), so a row's verdict says how sure it is.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import argparse
 import statistics
 from collections.abc import Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 from bench import emit
 from bench.accuracy import data as datasets
@@ -68,6 +74,55 @@ def measure(
     return out
 
 
+def confirm(
+    data: datasets.Dataset, *, epsilons: Sequence[float], runs: int, first_run: int, best: str
+) -> dict[float, Cell]:
+    """Out of the box and a given best cell on trials ``first_run`` .. ``first_run + runs - 1``."""
+    fresh = {
+        variant: ratios(data, epsilons=epsilons, runs=runs, first_run=first_run, variant=variant)
+        for variant in (PRODUCT, best)
+    }
+    return {eps: Cell(best, {}, fresh[PRODUCT][eps], fresh[best][eps]) for eps in epsilons}
+
+
+def paired_interval(
+    product: Sequence[float], best: Sequence[float], *, level: float = 0.9, draws: int = 10_000
+) -> tuple[float, float]:
+    """The paired bootstrap ``level`` interval of mean(product) / mean(best): run i's two test
+    MSEs share a split, so runs are resampled together (percentile interval, seeded)."""
+    a, b = np.asarray(product, dtype=float), np.asarray(best, dtype=float)
+    picks = np.random.default_rng(0).integers(0, a.size, size=(draws, a.size))
+    boot = a[picks].mean(axis=1) / b[picks].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(boot, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def confirm_table(results: dict[str, dict[float, Cell]]) -> str:
+    """The Markdown table of :func:`confirm`: the ratio, its interval and the runs' spread."""
+    lines = [
+        "| data set | eps | best cell (given) | runs | out of the box: mean MSE | best cell: mean "
+        "MSE | out of the box / best | paired bootstrap 90% interval | out of the box / DP "
+        "constant: median / worst |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, by_eps in results.items():
+        for eps, cell in by_eps.items():
+            product = [row.product_mse for row in cell.product_fresh]
+            best = [row.product_mse for row in cell.best_fresh]
+            ratio = statistics.fmean(product) / statistics.fmean(best)
+            low, high = paired_interval(product, best)
+            constant = [row.ratio for row in cell.product_fresh]
+            mark = "**" if ratio <= TARGET else ""
+            lines.append(
+                f"| {name} | {eps:g} | {mech.VARIANTS[cell.best].key} | {len(product)} | "
+                f"{statistics.fmean(product):.4g} | {statistics.fmean(best):.4g} | "
+                f"{mark}{ratio:.3f}{mark} | {low:.3f} - {high:.3f} | "
+                f"{statistics.median(constant):.3f} / {max(constant):.3f} |"
+            )
+    return "\n".join(lines)
+
+
 def table(results: dict[str, dict[float, Cell]]) -> str:
     """The Markdown table: one row per (data set, epsilon)."""
     lines = [
@@ -94,7 +149,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.accuracy.best_cell")
     datasets.grid_arguments(parser, datasets=DATASETS, epsilons=EPSILONS, runs=10)
     parser.add_argument("--candidates", default=",".join(CANDIDATES))
+    parser.add_argument("--confirm", default=None, help="a best cell to re-run, no selection")
+    parser.add_argument("--first-run", type=int, default=None, help="with --confirm")
     args = parser.parse_args(argv)
+    if args.confirm is not None:
+        if args.confirm not in mech.VARIANTS or args.confirm == PRODUCT:
+            parser.error(f"--confirm: unknown or the product itself: {args.confirm}")
+        first = 2 * args.runs if args.first_run is None else args.first_run
+        confirmed = datasets.measure_each(
+            args,
+            lambda data: confirm(
+                data,
+                epsilons=datasets.epsilons_of(args),
+                runs=args.runs,
+                first_run=first,
+                best=args.confirm,
+            ),
+        )
+        emit(confirm_table(confirmed), args.out)
+        return 0
     candidates = [c for c in args.candidates.split(",") if c]
     unknown = sorted(set(candidates) - set(mech.VARIANTS))
     if unknown or PRODUCT in candidates:
