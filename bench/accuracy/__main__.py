@@ -110,6 +110,27 @@ def _key(r: runner.Record) -> tuple:
     return (r.model, r.n_train, r.variant, r.transform, r.epsilon, r.trial)
 
 
+def _cell(r: runner.Record) -> tuple:
+    """One run of one variant for one model: every transform it fitted comes from that run."""
+    return (r.model, r.n_train, r.variant, r.epsilon, r.trial)
+
+
+def merge_records(
+    stored: Sequence[runner.Record], new: Sequence[runner.Record]
+) -> list[runner.Record]:
+    """``stored`` with every run ``new`` re-ran replaced by the new run's records.
+
+    A run replaces its whole cell, not record by record: a rerun may fit other transforms than
+    the stored run (the features party's ``auto`` fits "auto" when the message offers both
+    transforms and "raw" otherwise), and a stored record the rerun did not repeat would
+    otherwise be averaged with the new ones as a second split.
+    """
+    rerun = {_cell(r) for r in new}
+    merged = {_key(r): r for r in stored if _cell(r) not in rerun}
+    merged.update({_key(r): r for r in new})
+    return list(merged.values())
+
+
 def _save_records(
     dataset: str, new: Sequence[runner.Record], command: str
 ) -> tuple[list[runner.Record], list[str]]:
@@ -117,9 +138,7 @@ def _save_records(
     RECORDS_DIR.mkdir(parents=True, exist_ok=True)
     with open(RECORDS_DIR / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two runs of one data set may finish together
-        merged = {_key(r): r for r in _load_records(dataset)}
-        merged.update({_key(r): r for r in new})
-        records = list(merged.values())
+        records = merge_records(_load_records(dataset), new)
         text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
         # mtime 0: the same records compress to the same bytes (no diff without a change).
         _records_path(dataset).write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))

@@ -490,3 +490,25 @@ def test_records_are_kept_compressed_and_a_rerun_replaces_its_cell(tmp_path, mon
     again = (tmp_path / "toy.jsonl.gz").read_bytes()
     cli._save_records("toy", [], "run 4")
     assert (tmp_path / "toy.jsonl.gz").read_bytes() == again
+
+
+def test_a_rerun_with_other_transforms_replaces_the_whole_run():
+    """The features party's ``auto`` records "auto" when the message offers both transforms and
+    "raw" otherwise: a rerun that fitted "raw" where the stored run fitted "auto" must not leave
+    the old "auto" record beside it (the report averaged both as two splits: Crime at 0.1 showed
+    a worst split of 1.141 that no current run had)."""
+    base = {"dataset": "toy", "model": "auto", "n_train": 10, "n_test": 5, "epsilon": 0.1}
+    old = [
+        runner.Record(**base, variant="auto", transform="auto", trial=0, test_mse=9.0),
+        runner.Record(**base, variant="auto", transform="auto", trial=1, test_mse=8.0),
+        runner.Record(**base, variant="constant", transform="raw", trial=0, test_mse=2.0),
+    ]
+    new = [runner.Record(**base, variant="auto", transform="raw", trial=0, test_mse=1.0)]
+    merged = cli.merge_records(old, new)
+    assert sorted((r.variant, r.transform, r.trial, r.test_mse) for r in merged) == [
+        ("auto", "auto", 1, 8.0),  # another split: kept
+        ("auto", "raw", 0, 1.0),
+        ("constant", "raw", 0, 2.0),  # another variant: kept
+    ]
+    cells = report.aggregate(report.reported(merged))
+    assert sorted(cells[("auto", 10, "auto", "auto", 0.1)].by_trial) == [(0, 1.0), (1, 8.0)]
