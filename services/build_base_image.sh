@@ -6,12 +6,14 @@
 #      including the `postgres` extra: psycopg[binary], so the labels image can use PostgreSQL),
 #   4. with --infra (or LABELDP_INFRA=1) only: the image labeldp-infra:bookworm of the compose
 #      profile "replicas", Debian's postgresql and haproxy installed with apt-get FROM the base
-#      image (docker build --network host services/infra; needs the Debian mirror).
+#      image (docker build --network host on services/infra plus services/apt-install.sh; needs
+#      the Debian mirror).
 #   5. with --spark (or LABELDP_SPARK=1) only: the image labeldp-spark:bookworm of the compose
 #      profile "spark" (master, workers, driver): Debian's openjdk-17-jre-headless FROM the base
 #      image, and a venv with the project and its `spark` extra (pyspark, pyarrow, pandas) from
 #      the wheelhouse plus a spark wheelhouse kept in the cache folder (docker build --network
-#      host services/spark/Dockerfile; needs the Debian mirror, and the package index once).
+#      host services/spark/Dockerfile, with services/apt-install.sh; needs the Debian mirror,
+#      and the package index once).
 # Idempotent: a second run only rebuilds the project wheel (and re-runs the cached image builds).
 #
 #   bash services/build_base_image.sh [--infra] [--spark]
@@ -285,18 +287,31 @@ debian_security() {
     echo "${uri:-http://deb.debian.org/debian-security}"
 }
 
+# The build context of an image that apt-get installs from Debian (infra, spark): services/<name>/
+# plus services/apt-install.sh (their one apt prelude), assembled afresh in $CACHE/<name>-build.
+apt_context() {
+    local context="$CACHE/$1-build"
+    rm -rf "$context"
+    mkdir -p "$context"
+    cp -a "$REPO/services/$1/." "$context/"
+    cp -a "$REPO/services/apt-install.sh" "$context/apt-install.sh"
+    echo "$context"
+}
+
 # ---------------------------------------------------------------- 4. infra image (--infra)
 # PostgreSQL and HAProxy for the compose profile "replicas", from Debian's packages: apt-get runs
 # in a build container on the host's network (the engine's bridge may have no route out), FROM
 # the base image, so no registry is needed. The services' own images carry neither.
 if [ "$BUILD_INFRA" = 1 ]; then
     infra_log="$CACHE/infra-build.log"
+    context="$(apt_context infra)"
     log "docker build $INFRA_IMAGE: Debian's postgresql and haproxy (log: $infra_log)"
     DOCKER_BUILDKIT=0 docker build --network host \
         --build-arg BASE_IMAGE="$BASE_IMAGE" \
         --build-arg DEBIAN_SECURITY="$(debian_security)" \
-        -t "$INFRA_IMAGE" "$REPO/services/infra" >"$infra_log" 2>&1 \
+        -t "$INFRA_IMAGE" "$context" >"$infra_log" 2>&1 \
         || { tail -n 30 "$infra_log" >&2; die "building $INFRA_IMAGE failed"; }
+    rm -rf "$context"
     log "ready: infra image $INFRA_IMAGE ($(docker run --rm --network none "$INFRA_IMAGE" \
         sh -c 'postgres --version; haproxy -v | head -n 1' | tr '\n' ' '))"
 fi
@@ -305,7 +320,7 @@ fi
 # One image for the compose profile "spark": master, workers and the release's driver. Its
 # wheelhouse ($CACHE/spark-wheels: the `spark` extra for CPython 3.11, rebuilt when the extra
 # changes) stays out of services/, so the parties' build context never carries pyspark's wheel;
-# the build context is assembled in $CACHE/spark-build from hard links.
+# the build context is assembled in $CACHE/spark-build (the wheelhouses from hard links).
 if [ "$BUILD_SPARK" = 1 ]; then
     spark_spec="$("$PY" - "$REPO/pyproject.toml" <<'EOF'
 import sys, tomllib
@@ -342,10 +357,8 @@ EOF
     else
         log "spark wheelhouse up to date"
     fi
-    context="$CACHE/spark-build"
-    rm -rf "$context"
+    context="$(apt_context spark)"
     mkdir -p "$context/wheels"
-    cp "$REPO/services/spark/Dockerfile" "$context/Dockerfile"
     for part in deps project; do
         cp -al "$WHEELS/$part" "$context/wheels/$part" 2>/dev/null \
             || cp -a "$WHEELS/$part" "$context/wheels/$part"
