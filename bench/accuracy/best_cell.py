@@ -98,51 +98,68 @@ def paired_interval(
     return float(low), float(high)
 
 
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table of ``header`` and ``rows``."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _cells(results: dict[str, dict[float, Cell]]) -> list[tuple[str, float, Cell]]:
+    return [(name, eps, cell) for name, by_eps in results.items() for eps, cell in by_eps.items()]
+
+
+def _against_constant(cell: Cell) -> str:
+    """Out of the box over the same fresh runs' DP constant: median / worst."""
+    constant = [row.ratio for row in cell.product_fresh]
+    return f"{statistics.median(constant):.3f} / {max(constant):.3f}"
+
+
+def _bold_if_met(ratio: float) -> str:
+    return f"**{ratio:.3f}**" if ratio <= TARGET else f"{ratio:.3f}"
+
+
 def confirm_table(results: dict[str, dict[float, Cell]]) -> str:
     """The Markdown table of :func:`confirm`: the ratio, its interval and the runs' spread."""
-    lines = [
-        "| data set | eps | best cell (given) | runs | out of the box: mean MSE | best cell: mean "
-        "MSE | out of the box / best | paired bootstrap 90% interval | out of the box / DP "
-        "constant: median / worst |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, by_eps in results.items():
-        for eps, cell in by_eps.items():
-            product = [row.product_mse for row in cell.product_fresh]
-            best = [row.product_mse for row in cell.best_fresh]
-            ratio = statistics.fmean(product) / statistics.fmean(best)
-            low, high = paired_interval(product, best)
-            constant = [row.ratio for row in cell.product_fresh]
-            mark = "**" if ratio <= TARGET else ""
-            lines.append(
-                f"| {name} | {eps:g} | {mech.VARIANTS[cell.best].key} | {len(product)} | "
-                f"{statistics.fmean(product):.4g} | {statistics.fmean(best):.4g} | "
-                f"{mark}{ratio:.3f}{mark} | {low:.3f} - {high:.3f} | "
-                f"{statistics.median(constant):.3f} / {max(constant):.3f} |"
-            )
-    return "\n".join(lines)
+    rows = []
+    for name, eps, cell in _cells(results):
+        product = [row.product_mse for row in cell.product_fresh]
+        best = [row.product_mse for row in cell.best_fresh]
+        low, high = paired_interval(product, best)
+        rows.append([
+            name, f"{eps:g}", mech.VARIANTS[cell.best].key, str(len(product)),
+            f"{statistics.fmean(product):.4g}", f"{statistics.fmean(best):.4g}",
+            _bold_if_met(statistics.fmean(product) / statistics.fmean(best)),
+            f"{low:.3f} - {high:.3f}", _against_constant(cell),
+        ])  # fmt: skip
+    header = (
+        "data set", "eps", "best cell (given)", "runs", "out of the box: mean MSE",
+        "best cell: mean MSE", "out of the box / best", "paired bootstrap 90% interval",
+        "out of the box / DP constant: median / worst",
+    )  # fmt: skip
+    return _markdown(header, rows)
 
 
 def table(results: dict[str, dict[float, Cell]]) -> str:
     """The Markdown table: one row per (data set, epsilon)."""
-    lines = [
-        "| data set | eps | best cell (selected) | out of the box / best: selection runs | "
-        "out of the box / best: fresh runs | out of the box, fresh: mean MSE | "
-        "out of the box / DP constant, fresh: median / worst |",
-        "|---|---|---|---|---|---|---|",
+    rows = [
+        [
+            name,
+            f"{eps:g}",
+            mech.VARIANTS[cell.best].key,
+            f"{cell.selection[PRODUCT] / cell.selection[cell.best]:.3f}",
+            _bold_if_met(_mean_mse(cell.product_fresh) / _mean_mse(cell.best_fresh)),
+            f"{_mean_mse(cell.product_fresh):.4g}",
+            _against_constant(cell),
+        ]  # fmt: skip
+        for name, eps, cell in _cells(results)
     ]
-    for name, by_eps in results.items():
-        for eps, cell in by_eps.items():
-            chosen = cell.selection[PRODUCT] / cell.selection[cell.best]
-            fresh = _mean_mse(cell.product_fresh) / _mean_mse(cell.best_fresh)
-            constant = [row.ratio for row in cell.product_fresh]
-            mark = "**" if fresh <= TARGET else ""
-            lines.append(
-                f"| {name} | {eps:g} | {mech.VARIANTS[cell.best].key} | {chosen:.3f} | "
-                f"{mark}{fresh:.3f}{mark} | {_mean_mse(cell.product_fresh):.4g} | "
-                f"{statistics.median(constant):.3f} / {max(constant):.3f} |"
-            )
-    return "\n".join(lines)
+    header = (
+        "data set", "eps", "best cell (selected)", "out of the box / best: selection runs",
+        "out of the box / best: fresh runs", "out of the box, fresh: mean MSE",
+        "out of the box / DP constant, fresh: median / worst",
+    )  # fmt: skip
+    return _markdown(header, rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
