@@ -27,6 +27,7 @@ import numpy as np
 
 from bench import baselines
 from features_party.mean_anchor import LabelMean
+from shared.mechanisms import unbiased as exact_unbiased
 from shared.mechanisms.histogram import Prior, private_histogram
 from shared.plan import DEFAULT_BINS, default_split, plan_release
 from shared.randomizer import build_mechanism, choose_randomizer, measure
@@ -35,8 +36,8 @@ from shared.selection import recommended_transform
 GAUSSIAN_DELTA = 1e-5
 # Resolution of the DP mean's integer sum: labels are rounded to 2^-16 of the bounds' width.
 # The Unbiased LP runs on a coarser input grid (the paper's experiments used 5 points; the
-# LP's cost grows fast with the grid): the 64-cell prior merged into this many cells.
-UNBIASED_CELLS = 16
+# LP's cost grows fast with the grid): the product's, the 64-cell prior's edges at 16 cells.
+UNBIASED_CELLS = exact_unbiased.UNBIASED_CELLS
 
 
 class MechanismUnavailable(RuntimeError):
@@ -314,24 +315,23 @@ def _pipeline(
     return build
 
 
-def _merged(prior: Prior, cells: int) -> Prior:
-    """The prior on ``cells`` coarser cells (sums of adjacent cells: post-processing)."""
-    if prior.k % cells:
-        return prior
-    probs = prior.probs.reshape(cells, -1).sum(axis=1)
-    return Prior(edges=prior.edges[:: prior.k // cells], probs=probs / probs.sum())
-
-
 def _prior_baseline(name: str) -> Callable[..., Built]:
     def build(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
         prior = shared_prior(ctx, priors, rng)
         eps1, eps2 = ctx.shared_split
-        if name == "unbiased":
-            prior = _merged(prior, UNBIASED_CELLS)
         randomizer = baselines.build_baseline(name, epsilon=eps2, lo=ctx.lo, hi=ctx.hi, prior=prior)
         return _built(randomizer, eps1, eps2)
 
     return build
+
+
+def _unbiased(ctx: CellContext, priors: dict[str, Prior], rng: np.random.Generator) -> Built:
+    """Badanidiyuru et al.'s Unbiased as the product realises it (``shared.mechanisms.unbiased``:
+    the LP on the shared prior's edges at ``UNBIASED_CELLS`` cells, exact integer weights), at
+    the shared split: the same histogram and epsilon2 as RR-on-Bins."""
+    prior = shared_prior(ctx, priors, rng)
+    eps1, eps2 = ctx.shared_split
+    return _built(exact_unbiased.build(prior, epsilon=eps2, cells=UNBIASED_CELLS), eps1, eps2)
 
 
 def _variants(*rows: tuple[str, Callable[..., Built], str]) -> dict[str, Variant]:
@@ -353,7 +353,7 @@ VARIANTS: dict[str, Variant] = _variants(
     ("rp_auto_net", _pipeline("rpwithprior", _network_dim), "rp_auto, model_dim of the network"),
     ("rp_auto_t5s", _pipeline("rpwithprior", _default_dim, _table5_split), "rp_auto, T5 split"),
     ("rr_with_prior", _prior_baseline("rr_with_prior"), "RRWithPrior on the shared prior"),
-    ("unbiased", _prior_baseline("unbiased"), "Unbiased: the LP on a coarser grid (papers')"),
+    ("unbiased", _unbiased, "Unbiased: the LP on a coarser grid (papers'), exact (product)"),
     ("auto", _pipeline("auto", _default_dim), 'the labels party\'s mechanism="auto"'),
     ("auto_net", _pipeline("auto", _network_dim), "auto, model_dim of the network"),
 )
