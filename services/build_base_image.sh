@@ -295,7 +295,20 @@ apt_context() {
     mkdir -p "$context"
     cp -a "$REPO/services/$1/." "$context/"
     cp -a "$REPO/services/apt-install.sh" "$context/apt-install.sh"
-    echo "$context"
+}
+
+# apt_build NAME TAG WHAT: docker build TAG from $CACHE/NAME-build (apt_context, plus what the
+# caller adds) on the host's network, FROM the base image, with the host's security archive; the
+# log in $CACHE/NAME-build.log; the context is removed afterwards.
+apt_build() {
+    local context="$CACHE/$1-build" build_log="$CACHE/$1-build.log"
+    log "docker build $2: $3 (log: $build_log)"
+    DOCKER_BUILDKIT=0 docker build --network host \
+        --build-arg BASE_IMAGE="$BASE_IMAGE" \
+        --build-arg DEBIAN_SECURITY="$(debian_security)" \
+        -t "$2" "$context" >"$build_log" 2>&1 \
+        || { tail -n 30 "$build_log" >&2; die "building $2 failed"; }
+    rm -rf "$context"
 }
 
 # ---------------------------------------------------------------- 4. infra image (--infra)
@@ -303,15 +316,8 @@ apt_context() {
 # in a build container on the host's network (the engine's bridge may have no route out), FROM
 # the base image, so no registry is needed. The services' own images carry neither.
 if [ "$BUILD_INFRA" = 1 ]; then
-    infra_log="$CACHE/infra-build.log"
-    context="$(apt_context infra)"
-    log "docker build $INFRA_IMAGE: Debian's postgresql and haproxy (log: $infra_log)"
-    DOCKER_BUILDKIT=0 docker build --network host \
-        --build-arg BASE_IMAGE="$BASE_IMAGE" \
-        --build-arg DEBIAN_SECURITY="$(debian_security)" \
-        -t "$INFRA_IMAGE" "$context" >"$infra_log" 2>&1 \
-        || { tail -n 30 "$infra_log" >&2; die "building $INFRA_IMAGE failed"; }
-    rm -rf "$context"
+    apt_context infra
+    apt_build infra "$INFRA_IMAGE" "Debian's postgresql and haproxy"
     log "ready: infra image $INFRA_IMAGE ($(docker run --rm --network none "$INFRA_IMAGE" \
         sh -c 'postgres --version; haproxy -v | head -n 1' | tr '\n' ' '))"
 fi
@@ -357,7 +363,8 @@ EOF
     else
         log "spark wheelhouse up to date"
     fi
-    context="$(apt_context spark)"
+    apt_context spark
+    context="$CACHE/spark-build"
     mkdir -p "$context/wheels"
     for part in deps project; do
         cp -al "$WHEELS/$part" "$context/wheels/$part" 2>/dev/null \
@@ -365,14 +372,7 @@ EOF
     done
     cp -al "$spark_wheels" "$context/wheels/spark" 2>/dev/null \
         || cp -a "$spark_wheels" "$context/wheels/spark"
-    spark_log="$CACHE/spark-build.log"
-    log "docker build $SPARK_IMAGE: Java 17, pyspark and the project (log: $spark_log)"
-    DOCKER_BUILDKIT=0 docker build --network host \
-        --build-arg BASE_IMAGE="$BASE_IMAGE" \
-        --build-arg DEBIAN_SECURITY="$(debian_security)" \
-        -t "$SPARK_IMAGE" "$context" >"$spark_log" 2>&1 \
-        || { tail -n 30 "$spark_log" >&2; die "building $SPARK_IMAGE failed"; }
-    rm -rf "$context"
+    apt_build spark "$SPARK_IMAGE" "Java 17, pyspark and the project"
     docker image prune -f --filter label=org.labeldp.component=spark >/dev/null 2>&1 || true
     log "ready: Spark image $SPARK_IMAGE ($(docker run --rm --network none "$SPARK_IMAGE" \
         sh -c 'java -version 2>&1 | head -n 1; python -c "import pyspark; print(pyspark.__version__)"' \
