@@ -26,6 +26,8 @@ to compare versions with the same client.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import platform
 import secrets
@@ -37,8 +39,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -234,7 +237,6 @@ class Bench:
         csv = (
             "example_id,value\n" + "".join(f"{i},{v!r}\n" for i, v in zip(ids, values, strict=True))
         ).encode()
-        import json
 
         ndjson = "".join(
             json.dumps({"example_id": i, "value": v}) + "\n"
@@ -317,6 +319,89 @@ class Bench:
             self.peaks[f"download {label} (repeat {repeat + 1})"] = vm_hwm_mib(self.proc.pid)
         return out
 
+    # ---- one machine at scale (10^7, 10^8 ids) ---------------------------------------------
+
+    def scale(self, n: int, *, batch: int, labelled_every: int = 5) -> dict[str, float]:
+        """One end-to-end run at ``n`` ids, ``1 / labelled_every`` of them labelled: seconds and
+        peak server RSS (MiB) of each phase, and the binary message's size and check.
+
+        The ids are registered as text/plain batches of ``batch`` ids (the body limit is 1 GiB,
+        and the parser holds a batch's ids), the labels sent as CSV batches of ``batch / 2``
+        rows; each body is built before its clock starts. The binary message is streamed and
+        hashed by the client, and its sha256 compared with the release's ``binary_sha256``.
+        """
+        name = self.dataset()
+        out: dict[str, float] = {"n": float(n)}
+        reset_peak(self.proc.pid)
+        out["register s"] = 0.0
+        for start in range(0, n, batch):
+            body = id_lines(start, min(n, start + batch))
+            out["register s"] += self.post(
+                f"/v1/datasets/{name}/examples",
+                headers={**PUB, "content-type": "text/plain"},
+                content=chunks(body),
+            )
+        out["register MiB"] = vm_hwm_mib(self.proc.pid)
+        reset_peak(self.proc.pid)
+        out["labels s"] = 0.0
+        rng = np.random.default_rng(3)
+        step = max(batch // 2, 1) * labelled_every
+        for start in range(0, n, step):
+            body = label_csv(start, min(n, start + step), labelled_every, rng)
+            out["labels s"] += self.post(
+                f"/v1/datasets/{name}/labels",
+                headers={**ADV, "content-type": "text/csv"},
+                content=chunks(body),
+            )
+        out["labels MiB"] = vm_hwm_mib(self.proc.pid)
+        reset_peak(self.proc.pid)
+        start_time = time.perf_counter()
+        response = self.http.post(
+            f"/v1/datasets/{name}/releases",
+            json={"mechanism": "rpwithprior", "epsilon": 2.0},
+            headers=ADV,
+        )
+        out["release s"] = time.perf_counter() - start_time
+        response.raise_for_status()
+        out["release MiB"] = vm_hwm_mib(self.proc.pid)
+        release = response.json()
+        reset_peak(self.proc.pid)
+        digest, size = hashlib.sha256(), 0
+        start_time = time.perf_counter()
+        with self.http.stream("GET", f"/v1/releases/{release['id']}/message",
+                              headers={**PUB, "accept": BINARY}) as stream:  # fmt: skip
+            stream.raise_for_status()
+            for piece in stream.iter_raw():
+                digest.update(piece)
+                size += len(piece)
+        out["download s"] = time.perf_counter() - start_time
+        out["download MiB"] = vm_hwm_mib(self.proc.pid)
+        out["binary MiB"] = size / 2**20
+        if digest.hexdigest() != release["binary_sha256"] or size != release["binary_size"]:
+            raise RuntimeError("the downloaded message does not match its release's sha256")
+        return out
+
+
+def id_lines(start: int, stop: int, prefix: bytes = b"r", width: int = 9) -> bytes:
+    """Ids ``r000000000``... for ``start <= i < stop``, one per line (built by numpy)."""
+    index = np.arange(start, stop, dtype=np.int64)
+    out = np.empty((index.size, len(prefix) + width + 1), dtype=np.uint8)
+    out[:, : len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
+    for k in range(width):
+        out[:, len(prefix) + width - 1 - k] = 48 + (index // 10**k) % 10
+    out[:, -1] = ord("\n")
+    return out.tobytes()
+
+
+def label_csv(start: int, stop: int, every: int, rng: np.random.Generator) -> bytes:
+    """CSV labels of every ``every``-th id in ``[start, stop)`` (exponential, 4 decimals)."""
+    first = -(-start // every) * every  # the first multiple of ``every`` from ``start``
+    names = id_lines(first, stop).split(b"\n")[:-1][::every]
+    values = np.round(rng.exponential(20.0, len(names)), 4).tolist()
+    return b"example_id,value\n" + b"".join(
+        b"%s,%r\n" % (name, value) for name, value in zip(names, values, strict=True)
+    )
+
 
 NOTE = """\
 Notes: `clear_refs` resets the peak to the current RSS, which after the first phase includes
@@ -382,6 +467,135 @@ def ingest_table(n: int, runs: dict[str, list[tuple[float, float]]], engine: str
     return lines
 
 
+def self_hwm_mib() -> float:
+    """This process's peak RSS since the last :func:`reset_peak` (MiB)."""
+    return vm_hwm_mib(os.getpid())
+
+
+def run_stages(n: int, batch: int, root: Path | None) -> dict[str, float]:
+    """``--stages``: where a release's time and memory go, in this process (no HTTP).
+
+    Registers ``n`` ids and labels every fifth through the store functions, then releases
+    with each stage of ``ReleaseService`` timed by wrapping it: the snapshot (reading the
+    universe), the randomizer, the body digest, the write transaction (spend and store the
+    chunks); the rest of the release is building the header and the binary message's digest.
+    Each stage's peak RSS is measured from a peak reset at its start. ``root``: the checkout
+    whose service code runs (imported from there).
+    """
+    if root is not None:
+        sys.path.insert(0, str(root.resolve()))
+    from contextlib import contextmanager
+    from decimal import Decimal
+
+    from labels_party.catalog import datasets as ds
+    from labels_party.db.engine import Database, create_schema, make_engine
+    from labels_party.intake import ingest
+    from labels_party.intake.parsing import LabelRows
+    from labels_party.releasing import releases
+    from shared.plan import ReleaseRequest
+
+    out: dict[str, float] = {"n": float(n)}
+
+    def timed(key: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            reset_peak(os.getpid())
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                out[f"{key} s"] = out.get(f"{key} s", 0.0) + time.perf_counter() - start
+                out[f"{key} MiB"] = max(out.get(f"{key} MiB", 0.0), self_hwm_mib())
+
+        return wrapper
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Database(make_engine(f"sqlite:///{tmp}/stages.db"))
+        create_schema(db.engine)
+        spec = ds.DatasetSpec(name="b", label_min=0, label_max=200, default_label=0,
+                              epsilon_budget=Decimal(100))  # fmt: skip
+        ds.create_dataset(db, spec, actor_role="operator")
+        rng = np.random.default_rng(3)
+        for start in range(0, n, batch):
+            ids = id_lines(start, min(n, start + batch)).decode().split()
+            timed("register", ingest.store_examples)(db, dataset="b", example_ids=ids)
+            labelled = ids[::5]
+            rows = LabelRows(
+                example_ids=labelled, values=np.round(rng.exponential(20.0, len(labelled)), 4)
+            )
+            timed("labels", ingest.store_labels)(db, dataset="b", rows=rows, overwrite=False)
+            del ids, labelled, rows
+        service = releases.ReleaseService(db)
+        service._randomizer = timed("randomize", service._randomizer)  # type: ignore[method-assign]
+        service._snapshot = timed("snapshot", service._snapshot)  # type: ignore[method-assign]
+        digest_name = "body_digest" if hasattr(releases, "body_digest") else "body_sha256"
+        setattr(releases, digest_name, timed("body digest", getattr(releases, digest_name)))
+        write = db.write
+
+        @contextmanager
+        def timed_write() -> Iterator[Any]:
+            start = time.perf_counter()
+            with write() as conn:
+                yield conn
+            out["store transaction s"] = time.perf_counter() - start
+
+        db.write = timed_write  # type: ignore[method-assign]
+        request = ReleaseRequest(epsilon=Decimal(2), mechanism="rpwithprior")
+        # A first release of a small dataset compiles the randomizer's kernels (as the
+        # service's warm-up does), so the timed release runs compiled code.
+        spec = ds.DatasetSpec(name="w", label_min=0, label_max=200, default_label=0,
+                              epsilon_budget=Decimal(100))  # fmt: skip
+        ds.create_dataset(db, spec, actor_role="operator")
+        ingest.store_examples(db, dataset="w", example_ids=["a", "b"])
+        service.create(dataset="w", request=request, actor_role="advertiser")
+        out = {key: value for key, value in out.items() if key.startswith(("n", "reg", "lab"))}
+        timed("release", service.create)(dataset="b", request=request, actor_role="advertiser")
+    # Each stage reset the peak at its start: the release's own is the highest of theirs.
+    stage_peaks = [value for key, value in out.items() if key.endswith(" MiB")]
+    out["release MiB"] = max(stage_peaks[2:])  # after register and labels
+    known = sum(out[f"{key} s"] for key in ("snapshot", "randomize", "body digest"))
+    out["header and binary digest s"] = out["release s"] - known - out["store transaction s"]
+    return out
+
+
+SCALE_KEYS = ("register", "labels", "release", "download")
+
+
+def run_scale(sizes: list[int], repeats: int, batch: int, server_root: Path | None) -> int:
+    """``--scale``: each size ``repeats`` times on one server (a fresh dataset each run), then
+    a markdown table of medians (seconds and peak server RSS per phase) and every run."""
+    runs: dict[int, list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        bench = Bench(Path(tmp), repeats, server_root=server_root)
+        try:
+            for n in sizes:
+                for _ in range(repeats):
+                    result = bench.scale(n, batch=batch)
+                    print(json.dumps(result), flush=True)
+                    runs.setdefault(n, []).append(result)
+        finally:
+            bench.close()
+    header = " | ".join(f"{key} s | {key} peak MiB" for key in SCALE_KEYS)
+    lines = [
+        f"| ids | runs | {header} | binary MiB |",
+        "|---|---:|" + "---:|" * (2 * len(SCALE_KEYS) + 1),
+    ]
+    for n, results in runs.items():
+        cells = " | ".join(
+            f"{median([r[f'{key} s'] for r in results]):.1f} | "
+            f"{median([r[f'{key} MiB'] for r in results]):.0f}"
+            for key in SCALE_KEYS
+        )
+        size = median([r["binary MiB"] for r in results])
+        lines.append(f"| {n:.0e} | {len(results)} | {cells} | {size:.0f} |")
+    lines += ["", "All runs (s):", ""]
+    for n, results in runs.items():
+        for key in SCALE_KEYS:
+            values = ", ".join(f"{r[f'{key} s']:.2f}" for r in results)
+            lines.append(f"- {n:.0e} {key}: {values}")
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -394,7 +608,25 @@ def main() -> int:
         "--phases", default="ingest,release", help="comma-separated: ingest, release"
     )
     parser.add_argument("--server-root", type=Path, help="run the server's code from this checkout")
+    parser.add_argument(
+        "--scale",
+        help="comma-separated id counts (e.g. 1e7,1e8): register, label 20%%, release and "
+        "download at each, --repeats times, on SQLite; then exit",
+    )
+    parser.add_argument("--batch", type=float, default=1e7, help="ids per request at --scale")
+    parser.add_argument(
+        "--stages",
+        type=float,
+        help="in this process: time and peak memory of each stage of a release of this many ids",
+    )
     args = parser.parse_args()
+    if args.stages:
+        stages = run_stages(int(args.stages), int(args.batch), args.server_root)
+        print(json.dumps(stages, indent=1))
+        return 0
+    if args.scale:
+        sizes = [int(float(size)) for size in args.scale.split(",")]
+        return run_scale(sizes, args.repeats, int(args.batch), args.server_root)
     phases = set(args.phases.split(","))
     postgres: dict[str, list[tuple[float, float]]] = {}
     if args.database_url and "ingest" in phases:

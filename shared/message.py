@@ -463,12 +463,64 @@ def encode_sections(
     HEAD: prefix + header JSON; IDS: the u64 length, then the joined ids; LABELS: float64s
     (pieces of whole labels). Concatenated, the pieces are :func:`encode_binary`'s bytes.
     """
-    header_bytes = header.model_dump_json().encode("utf-8")
     ids_bytes = "\n".join(example_ids).encode("utf-8")
-    yield SECTION_HEAD, _PREFIX.pack(MAGIC, header.format_version, len(header_bytes)) + header_bytes
+    yield _head_section(header)
     yield SECTION_IDS, _U64.pack(len(ids_bytes))
     for start in range(0, len(ids_bytes), chunk):
         yield SECTION_IDS, ids_bytes[start : start + chunk]
+    yield from _label_sections(noisy_labels, chunk)
+
+
+def encode_sections_of_pieces(
+    header: MessageHeader,
+    id_pieces: Sequence[bytes],
+    noisy_labels: np.ndarray,
+    *,
+    chunk: int = 1 << 20,
+) -> Iterator[tuple[int, bytes]]:
+    """:func:`encode_sections` of ids given as consecutive pieces, never joined in memory.
+
+    Each piece is some consecutive ids joined by "\n" (UTF-8; empty pieces skipped), the
+    pieces joined by "\n" too, as :func:`body_digest` reads them. Yields the same sections of
+    the same bytes as :func:`encode_sections` of those ids: the same chunk boundaries, one
+    chunk (about ``chunk`` bytes) built at a time.
+    """
+    pieces = [piece for piece in id_pieces if piece]
+    yield _head_section(header)
+    yield SECTION_IDS, _U64.pack(sum(map(len, pieces)) + max(len(pieces) - 1, 0))
+    buffer = bytearray()
+    for part in _separated(pieces):
+        view = memoryview(part)
+        while view:
+            take = chunk - len(buffer)
+            buffer += view[:take]
+            view = view[take:]
+            if len(buffer) == chunk:
+                yield SECTION_IDS, bytes(buffer)
+                buffer.clear()
+    if buffer:
+        yield SECTION_IDS, bytes(buffer)
+    yield from _label_sections(noisy_labels, chunk)
+
+
+def _separated(pieces: list[bytes]) -> Iterator[bytes]:
+    """The pieces with a "\n" between each two (none joined: no copy)."""
+    for index, piece in enumerate(pieces):
+        if index:
+            yield b"\n"
+        yield piece
+
+
+def _head_section(header: MessageHeader) -> tuple[int, bytes]:
+    """The HEAD section: magic, format version, header length, header JSON."""
+    header_bytes = header.model_dump_json().encode("utf-8")
+    return SECTION_HEAD, _PREFIX.pack(
+        MAGIC, header.format_version, len(header_bytes)
+    ) + header_bytes
+
+
+def _label_sections(noisy_labels: np.ndarray, chunk: int) -> Iterator[tuple[int, bytes]]:
+    """The LABELS sections: little-endian float64s, ``chunk // 8`` labels a piece."""
     labels = np.ascontiguousarray(noisy_labels, dtype="<f8")
     per_chunk = max(chunk // 8, 1)
     for start in range(0, labels.size, per_chunk):

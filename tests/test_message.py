@@ -14,12 +14,14 @@ from shared.message import (
     FORMAT_VERSION,
     MessageHeader,
     NoisyHistogram,
+    body_digest,
     body_sha256,
     check_example_id,
     decode_binary,
     decode_header,
     encode_binary,
     encode_sections,
+    encode_sections_of_pieces,
     from_json_message,
     json_from_sections,
     to_json_message,
@@ -232,6 +234,26 @@ def test_one_codec_the_sections_render_the_same_json_at_any_chunking(
     got_header, got_ids, got_labels = from_json_message(rendered)
     assert got_header == header and got_ids == ids
     np.testing.assert_array_equal(got_labels, labels)
+
+
+@given(
+    ids=st.lists(st.from_regex(r"[a-z0-9]{1,12}", fullmatch=True), max_size=30),
+    cuts=st.lists(st.integers(min_value=0, max_value=30), max_size=6),
+    chunk=st.integers(min_value=1, max_value=64),
+)
+def test_sections_of_id_pieces_are_the_sections_of_the_joined_ids(
+    ids: list[str], cuts: list[int], chunk: int
+) -> None:
+    """Ids handed over in pieces (some empty) encode to the same tagged sections, chunk for
+    chunk, and the same body digest, as the ids joined first."""
+    labels = np.linspace(-1.5, 2.5, len(ids))
+    bounds = [0, *sorted(min(cut, len(ids)) for cut in cuts), len(ids)]
+    pieces = ["\n".join(ids[a:b]).encode() for a, b in zip(bounds, bounds[1:], strict=False)]
+    header = make_header(ids, labels)
+    assert body_digest(pieces, [labels]) == header.body_sha256
+    assert list(encode_sections_of_pieces(header, pieces, labels, chunk=chunk)) == list(
+        encode_sections(header, ids, labels, chunk=chunk)
+    )
 
 
 def test_decode_header_reads_the_header_alone() -> None:

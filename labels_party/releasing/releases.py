@@ -43,8 +43,8 @@ from labels_party.intake.parsing import gc_paused
 from shared import epsilon as amounts
 from shared.message import (
     MessageHeader,
-    body_sha256,
-    encode_sections,
+    body_digest,
+    encode_sections_of_pieces,
     header_for,
     json_from_sections,
     json_safe,
@@ -88,7 +88,10 @@ def segmented_plan_for(
 @dataclass(frozen=True, kw_only=True)
 class _Snapshot:
     row: ds.DatasetRow
-    ids_text: str  # the registered ids in message order, joined by "\n"
+    # The registered ids in message order, in consecutive pieces: each piece some ids joined
+    # by "\n" (UTF-8), the pieces joined by "\n" too (``shared.message.body_digest``). Never
+    # joined in memory: at 10^8 ids the joined text alone is 1 GB.
+    id_pieces: list[bytes]
     labels: np.ndarray  # label or default_label, aligned with the ids
     segments: list[str] | None = None  # each id's public segment (segmented datasets)
 
@@ -149,8 +152,10 @@ class ReleaseService:
         """Randomize, then spend and store in one transaction; returns the release metadata."""
 
         def attempt() -> dict[str, Any]:
-            snap = self._snapshot(dataset, request)
-            return self._randomize_and_store(snap, request, actor_role, actor)
+            # The snapshot is passed on, not kept here: its raw labels are freed once randomized.
+            return self._randomize_and_store(
+                self._snapshot(dataset, request), request, actor_role, actor
+            )
 
         return ds.retry_while_stale(attempt, dataset=dataset, what="release")
 
@@ -162,16 +167,18 @@ class ReleaseService:
             cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
             try:
                 segmented = row.segment_column is not None
+                # An unlabelled row reads as NULL (None: no float object per row), which numpy
+                # turns into NaN; stored labels are finite, so NaN marks exactly those rows.
                 cursor.execute(
                     self._db.sql(
-                        "SELECT example_id, COALESCE(value, ?)"
+                        "SELECT example_id, value"
                         + (", segment" if segmented else "")
                         + " FROM entries WHERE dataset_id = ? AND registered = 1 "
                         "ORDER BY example_id"
                     ),
-                    (row.default_label, row.id),
+                    (row.id,),
                 )
-                pieces: list[str] = []
+                pieces: list[bytes] = []
                 segments: list[str] | None = [] if segmented else None
                 labels = np.empty(row.n_examples, dtype=np.float64)
                 filled = 0
@@ -181,7 +188,7 @@ class ReleaseService:
                         ids, values = columns[0], columns[1]
                         if filled + len(ids) > labels.size:
                             raise RuntimeError("entries disagree with the dataset's n_examples")
-                        pieces.append("\n".join(ids))
+                        pieces.append("\n".join(ids).encode("utf-8"))
                         labels[filled : filled + len(ids)] = values
                         if segments is not None:
                             segments.extend(columns[2])
@@ -190,29 +197,28 @@ class ReleaseService:
                 cursor.close()
         if filled != row.n_examples:
             raise RuntimeError("entries disagree with the dataset's n_examples")
-        return _Snapshot(row=row, ids_text="\n".join(pieces), labels=labels, segments=segments)
+        labels[np.isnan(labels)] = row.default_label
+        return _Snapshot(row=row, id_pieces=pieces, labels=labels, segments=segments)
 
     def _randomize_and_store(
         self, snap: _Snapshot, request: ReleaseRequest, actor_role: str, actor: str | None
     ) -> dict[str, Any]:
-        row = snap.row
+        row, id_pieces, segments = snap.row, snap.id_pieces, snap.segments
         n = snap.labels.size
         plan = plan_for(row, request, n=n)
         segmented = (
-            segmented_plan_for(row, request, segment_counts(snap.segments))
-            if snap.segments is not None
+            segmented_plan_for(row, request, segment_counts(segments))
+            if segments is not None
             else None
         )
-        ids_text = snap.ids_text
         release: Release | SegmentedRelease
         with self._slots:
             if segmented is None:
                 release = self._randomizer(plan, snap.labels, self._rng_factory())
             else:
-                assert snap.segments is not None
-                release = execute_segmented(
-                    segmented, snap.labels, snap.segments, self._rng_factory()
-                )
+                assert segments is not None
+                release = execute_segmented(segmented, snap.labels, segments, self._rng_factory())
+        del snap  # the raw labels: the caller keeps no reference, so they are freed here
         noisy = np.ascontiguousarray(release.noisy_labels, dtype=np.float64)
         if noisy.shape != (n,) or not np.isfinite(noisy).all():
             raise RuntimeError("the randomizer returned a malformed array")
@@ -220,8 +226,8 @@ class ReleaseService:
             # The body lists the examples group by group (``shared.message.MessageSegments``).
             assert isinstance(release, SegmentedRelease)
             order = release.order
-            ids = ids_text.split("\n")
-            ids_text = "\n".join([ids[i] for i in order])
+            ids = b"\n".join(id_pieces).split(b"\n")
+            id_pieces = [b"\n".join([ids[i] for i in order])]
             noisy = np.ascontiguousarray(noisy[order])
             plan = segmented.charged()
         elif release.plan is not plan:  # the budget covers this plan's amounts only
@@ -233,14 +239,16 @@ class ReleaseService:
             dataset=row.name,
             default_label=row.default_label,
             n=n,
-            body_sha256=body_sha256([ids_text], noisy),
+            body_sha256=body_digest(id_pieces, [noisy]),
             created=datetime.now(UTC),
         )
         bins = _bins_of_release(release)
-        chunks = _chunks(header, ids_text, noisy)
-        digest = hashlib.sha256()
-        for chunk in chunks:
+        # The binary message is built twice, one chunk at a time, never whole: once here for
+        # its digest and size, once in the write transaction to store it.
+        digest, size = hashlib.sha256(), 0
+        for chunk in _chunks(header, id_pieces, noisy):
             digest.update(chunk["data"])
+            size += chunk["size"]
         record = release_record(
             header,
             plan,
@@ -248,7 +256,7 @@ class ReleaseService:
             actor_role=actor_role,
             actor=actor,
             binary_sha256=digest.hexdigest(),
-            binary_size=sum(chunk["size"] for chunk in chunks),
+            binary_size=size,
             expected_label_mse=_finite_or_none(release.expected_label_mse),
         )
         charges = release_charges(
@@ -262,7 +270,7 @@ class ReleaseService:
             if current.data_version != row.data_version:
                 raise ds.StaleSnapshot
             store_and_spend(conn, current, record, charges, plan, time=record["created"])
-            for chunk in chunks:
+            for chunk in _chunks(header, id_pieces, noisy):
                 conn.execute(insert(message_chunks).values(release_id=release_id, **chunk))
             conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
             if self._commit_delay:
@@ -463,13 +471,14 @@ def _public(record: Any, *, dataset: str, bins: int | None) -> dict[str, Any]:
     }
 
 
-def _chunks(header: MessageHeader, ids_text: str, noisy: np.ndarray) -> list[dict[str, Any]]:
-    """The binary encoding as stored rows, each tagged with the section it belongs to."""
-    sections = encode_sections(header, [ids_text], noisy, chunk=CHUNK_BYTES)
-    return [
-        {"seq": seq, "part": part, "size": len(data), "data": data}
-        for seq, (part, data) in enumerate(sections)
-    ]
+def _chunks(
+    header: MessageHeader, id_pieces: list[bytes], noisy: np.ndarray
+) -> Iterator[dict[str, Any]]:
+    """The binary encoding as stored rows, each tagged with the section it belongs to, one
+    chunk built at a time (``shared.message.encode_sections_of_pieces``)."""
+    sections = encode_sections_of_pieces(header, id_pieces, noisy, chunk=CHUNK_BYTES)
+    for seq, (part, data) in enumerate(sections):
+        yield {"seq": seq, "part": part, "size": len(data), "data": data}
 
 
 # ---- reading -------------------------------------------------------------------------------
