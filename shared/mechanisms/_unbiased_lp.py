@@ -47,6 +47,8 @@ ROUNDINGS: tuple[str, ...] = ("randomized", "nearest")
 # refinement stops once a round gains less than _MIN_GAIN (relative).
 _MAX_REFINED = 2.5
 _MIN_GAIN = 1e-3
+# The default output grid is [L, U] at this share of the LP's epsilon (a little wider).
+_GRID_EPSILON_SHARE = 1.0 - 1e-6
 
 
 def check_grid(values: object, *, name: str, min_size: int) -> np.ndarray:
@@ -240,16 +242,18 @@ def solve(
     w = _check_weights(weights, grid.size)
     if isinstance(refine, bool) or not isinstance(refine, int | np.integer) or refine < 0:
         raise InvalidParameterError(f"refine ({refine!r}) must be an integer >= 0")
-    if output_grid is None:
-        outputs = default_output_grid(grid, epsilon=eps, n_outputs=n_outputs)
-    else:
-        if n_outputs is not None:
-            raise InvalidParameterError("give output_grid or n_outputs, not both")
-        outputs = check_grid(output_grid, name="output_grid", min_size=2)
     # Normalised units (inputs on [-1, 1]) keep the LP well conditioned.
     centre = 0.5 * (grid[0] + grid[-1])
     half = 0.5 * (grid[-1] - grid[0])
-    g, z = (grid - centre) / half, (outputs - centre) / half
+    g = (grid - centre) / half
+    if output_grid is None:
+        # Built in normalised units (exact at the ends even for labels far from 0) and at a
+        # slightly smaller epsilon, so slightly wider than [L, U]: feasible with room to spare.
+        z = default_output_grid(g, epsilon=eps * _GRID_EPSILON_SHARE, n_outputs=n_outputs)
+    else:
+        if n_outputs is not None:
+            raise InvalidParameterError("give output_grid or n_outputs, not both")
+        z = (check_grid(output_grid, name="output_grid", min_size=2) - centre) / half
     q, mins = _solve_lp(g, w, z, epsilon=eps)
     error = _objective(q, mins, g, w, z, epsilon=eps)
     for _ in range(int(refine)):

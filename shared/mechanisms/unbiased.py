@@ -70,13 +70,18 @@ _SLACK_REL = 1e-3
 # The LP runs at most at this epsilon: e^-36 D is about 2, so the smallest weights are already
 # a few units there; a smaller epsilon is only stricter, and e^eps stays finite.
 _LP_EPSILON_CAP = 36.0
+# Below this epsilon the outputs span more than ~10^7 label ranges and HiGHS loses the
+# unbiasedness constraints to its tolerances (measured: fails from 1e-7 down): refused.
+MIN_EPSILON = 1e-6
 # Output columns whose largest probability is below this share of the largest column's are
 # dropped (their integers would carry too few digits for the ratio to survive rounding).
 _MIN_COLUMN = 1e-9
 # Beyond x = 44, e^x > 2^63 > any ratio of weights in [1, 2^53]: the bound at 44 suffices.
 _EXP_CAP = 44
-# Largest |E[noisy | g_i] - g_i| accepted, as a share of the output span.
+# Largest |E[noisy | g_i] - g_i| accepted: this share of the output span, plus the float
+# resolution of the outputs themselves (labels far from 0, e.g. [10^6, 10^6 + 0.001]).
 _BIAS_TOL = 1e-8
+_BIAS_ULPS = 64
 
 
 @lru_cache(maxsize=256)
@@ -147,6 +152,13 @@ def _check_weights(weights: Any, shape: tuple[int, int]) -> np.ndarray:
     return w
 
 
+def _bias_tolerance(grid: np.ndarray, outputs: np.ndarray) -> float:
+    """How far E[noisy | g_i] may be from g_i: rounding error of the LP and of the floats."""
+    span = max(float(outputs[-1] - outputs[0]), float(grid[-1] - grid[0]))
+    scale = max(float(np.max(np.abs(outputs))), float(np.max(np.abs(grid))))
+    return _BIAS_TOL * span + _BIAS_ULPS * float(np.spacing(scale))
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class ExactUnbiased:
     """Unbiased randomized rounding onto ``input_grid``, then row i of the integer ``weights``
@@ -173,9 +185,8 @@ class ExactUnbiased:
                 f"the weights are not {eps}-DP: output column {bad[0]} has max / min above e^eps"
             )
         probabilities = w / float(WEIGHT_TOTAL)  # exact: w <= 2^53, a power-of-two division
-        span = float(outputs[-1] - outputs[0]) if outputs.size > 1 else abs(float(outputs[0]))
         bias = float(np.max(np.abs(probabilities @ outputs - grid)))
-        if not bias <= _BIAS_TOL * max(span, float(grid[-1] - grid[0])):
+        if not bias <= _bias_tolerance(grid, outputs):
             raise InvalidParameterError(f"the weights are not unbiased (max |bias| = {bias:.3g})")
         offsets = np.arange(grid.size, dtype=np.int64)[:, None] * WEIGHT_TOTAL
         cumulative = np.ascontiguousarray((np.cumsum(w, axis=1) + offsets).ravel())
@@ -308,9 +319,11 @@ def realise(input_grid: np.ndarray, grid_weights: np.ndarray, *, epsilon: float)
     """The LP for ``grid_weights`` on ``input_grid``, solved at a slightly smaller epsilon and
     realised on integers; refused (InvalidParameterError) if the exact check fails."""
     eps = check_epsilon(epsilon)
+    if eps < MIN_EPSILON:
+        raise InvalidParameterError(
+            f"epsilon ({eps!r}) is too small for the unbiased randomizer (< {MIN_EPSILON})"
+        )
     eps_lp = min(eps - min(_SLACK_ABS, _SLACK_REL * eps), _LP_EPSILON_CAP)
-    if not eps_lp > 0:
-        raise InvalidParameterError(f"epsilon ({eps!r}) is too small for the unbiased randomizer")
     outputs, probabilities = lp.solve(
         input_grid=input_grid, weights=grid_weights, epsilon=eps_lp, min_column=_MIN_COLUMN
     )
