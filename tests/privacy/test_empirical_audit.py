@@ -8,7 +8,7 @@ independent part). An audit fails when the bound exceeds the claimed epsilon. De
 mechanisms (the self-test) must be flagged. Method and measured bounds: docs/privacy_audit.md.
 
 Sample sizes (per label set; selection + test):
-- RR-on-Bins and RPWithPrior (vectorised): 200,000 + 1,000,000 outputs;
+- RR-on-Bins, RPWithPrior and Unbiased (vectorised): 200,000 + 1,000,000 outputs;
 - the discrete-Laplace histogram: 1,000 + 5,000 releases; the DP mean: 2,000 + 10,000;
 - ePTR's release step (Algorithm 2, its Gaussian calibrated on the exact delta): 4,000 + 20,000,
   at the test's boundary (gamma = M against M - 1, estimates alpha apart), against (eps, delta);
@@ -20,7 +20,7 @@ Sample sizes (per label set; selection + test):
 
 Flake budget: the family-wise probability that any product audit fails although the product is
 as private as claimed is at most ``FAMILY_ALPHA`` = 0.001, split evenly (Bonferroni) over the
-``PRODUCT_AUDITS`` audits: each is a test at confidence 1 - 0.001 / 32 (stricter than 99%).
+``PRODUCT_AUDITS`` audits: each is a test at confidence 1 - 0.001 / 35 (stricter than 99%).
 The seeds are fixed, so a given tree either passes or fails every time; the budget bounds the
 chance that a seed (or a numpy stream change) trips a false alarm. The self-test uses the same
 per-audit alpha; its failure mode (a broken mechanism NOT flagged) is measured, not bounded:
@@ -47,6 +47,8 @@ from shared.mechanisms.histogram import Prior, private_histogram
 from shared.mechanisms.private_mean import private_mean
 from shared.mechanisms.rp_with_prior import RPWithPrior, choose_parameters
 from shared.mechanisms.rr_on_bins import RROnBins, optimal_bins_for_prior
+from shared.mechanisms.unbiased import ExactUnbiased
+from shared.mechanisms.unbiased import build as build_unbiased
 from shared.plan import plan_release, split_prior_epsilon
 from shared.randomizer import label_randomizer
 from shared.randomizer import noisy_mean as randomizer_noisy_mean
@@ -193,6 +195,15 @@ RP_4 = RPWithPrior(a1=2.0, a2=8.0, zeta=1.0, epsilon=4.0, grid_cells=64)
 RP_SMALL = RPWithPrior(a1=2.0, a2=8.0, zeta=1.0, epsilon=0.1, grid_cells=64)
 RP_UNIFORM = RPWithPrior(a1=2.0, a2=8.0, zeta=1.0, epsilon=1.0, grid_cells=64, outside="uniform")
 RP_SERVED = choose_parameters(PRIOR, epsilon=1.0)  # the served 2^24-cell grid
+# The exact unbiased randomizer as served (input grid: PRIOR's 9 edges; a handful of outputs).
+UNB_1 = build_unbiased(PRIOR, epsilon=1.0)
+UNB_4 = build_unbiased(PRIOR, epsilon=4.0)
+UNB_SMALL = build_unbiased(PRIOR, epsilon=0.1)
+
+
+def unbiased_sampler(mechanism: ExactUnbiased) -> Sampler:
+    return per_label(mechanism.randomize)
+
 
 MECHANISM_CASES = [
     # RR-on-Bins: the two bounds, the two sides of a threshold, beyond the bounds, ties.
@@ -212,6 +223,11 @@ MECHANISM_CASES = [
          1.0, **VECTOR),
     Case("rp uniform vs inside", rp_sampler(RP_UNIFORM), (BELOW,), (5.0,), 1.0, **VECTOR),
     Case("rp served grid", rp_sampler(RP_SERVED, coarse=64), (LO,), (HI,), 1.0, **VECTOR),
+    # Unbiased: the bounds (the two extreme rows), beyond them (clipped), a small epsilon (its
+    # outputs far beyond the bounds).
+    Case("unbiased bounds", unbiased_sampler(UNB_1), (LO,), (HI,), 1.0, **VECTOR),
+    Case("unbiased beyond bounds", unbiased_sampler(UNB_4), (BELOW,), (ABOVE,), 4.0, **VECTOR),
+    Case("unbiased eps 0.1", unbiased_sampler(UNB_SMALL), (LO,), (HI,), 0.1, **VECTOR),
     # The histogram: one label at either bound; beyond a bound vs on the middle bin edge; ties.
     Case("histogram bounds", histogram_sampler(bins=2, epsilon=2.0), (LO,), (HI,), 2.0,
          **HISTOGRAM),
@@ -368,7 +384,7 @@ def test_whole_release_passes_audit(case: ReleaseCase, column: str) -> None:
 
 
 def test_flake_budget_is_split_over_every_product_audit() -> None:
-    assert PRODUCT_AUDITS == 32  # the module docstring and docs/privacy_audit.md say 32
+    assert PRODUCT_AUDITS == 35  # the module docstring and docs/privacy_audit.md say 35
     assert ALPHA * PRODUCT_AUDITS <= FAMILY_ALPHA
 
 
@@ -389,6 +405,14 @@ def test_flags_rr_with_wrong_keep_probability(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(rr_module, "response_weights", broken)
     case = Case("broken rr", rr_sampler(RR_1), (LO,), (HI,), 1.0, **VECTOR)
     _flagged(case.run(alpha=ALPHA, seed=1), "RR with the wrong keep probability")
+
+
+def test_flags_unbiased_built_at_a_larger_epsilon() -> None:
+    """An unbiased randomizer solved at epsilon 3 but claimed at 1: its extreme rows differ
+    by up to e^3 in some output column."""
+    broken = build_unbiased(PRIOR, epsilon=3.0)
+    case = Case("broken unbiased", unbiased_sampler(broken), (LO,), (HI,), 1.0, **VECTOR)
+    _flagged(case.run(alpha=ALPHA, seed=4), "an unbiased randomizer on the wrong epsilon")
 
 
 def test_flags_histogram_with_half_the_noise(monkeypatch: pytest.MonkeyPatch) -> None:
