@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import shared.rng as shared_rng
 from shared.errors import InvalidParameterError
 from shared.rng import SystemRandom, randbelow, resolve_rng
 
@@ -75,3 +76,74 @@ def test_system_random_integers_under_heavy_rejection_and_wide_spans(low: int, h
     assert draws.size == 50_000 and draws.min() >= low and draws.max() < high
     slices = ((draws - low).astype(object) * 10 // span).astype(np.int64)
     assert stats.chisquare(np.bincount(slices, minlength=10)).pvalue > 1e-4
+
+
+class _Bytes:
+    """``shared.rng.os`` serving a fixed byte string in order."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.position = data, 0
+
+    def urandom(self, size: int) -> bytes:
+        chunk = self.data[self.position : self.position + size]
+        assert len(chunk) == size
+        self.position += size
+        return chunk
+
+
+def test_buffered_below_is_rejection_on_masked_whole_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """By brute force on a known byte stream: each draw reads ceil(bits / 8) little-endian
+    bytes, masks them to the bit length of n - 1 and keeps the value iff it is below n;
+    n = 1 reads nothing; a draw straddling a refill reads the bytes in stream order."""
+    from shared.rng import BufferedBelow
+
+    data = np.random.default_rng(8).bytes(1 << 16)
+    monkeypatch.setattr(shared_rng, "os", _Bytes(data))
+    below = BufferedBelow()
+    position = 0
+    for n in [3, 1, 256, 257, 2**16 + 1, 3**80, 5, 2**64, 1, 7] * 40:
+        got = below(n)
+        bits = (n - 1).bit_length()
+        nbytes = (bits + 7) // 8
+        while True:
+            value = int.from_bytes(data[position : position + nbytes], "little")
+            position += nbytes
+            if value & ((1 << bits) - 1) < n or n == 1:
+                break
+        assert got == (0 if n == 1 else value & ((1 << bits) - 1))  # n = 1: nbytes 0
+    with pytest.raises(InvalidParameterError):
+        below(0)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 200, 256, 257])
+def test_buffered_below_from_the_csprng_is_uniform(n: int) -> None:
+    from shared.rng import BufferedBelow
+
+    below = BufferedBelow()
+    draws = np.array([below(n) for _ in range(40 * n + 4000)])
+    assert draws.min() >= 0 and draws.max() < n
+    assert stats.chisquare(np.bincount(draws, minlength=n)).pvalue > 1e-4
+
+
+def test_below_sampler_keeps_seeded_generators_on_randbelow() -> None:
+    from shared.rng import BufferedBelow, below_sampler
+
+    buffered = below_sampler(SystemRandom())
+    assert isinstance(buffered, BufferedBelow) and below_sampler(buffered) is buffered
+    with pytest.raises(InvalidParameterError):
+        below_sampler(42)  # type: ignore[arg-type]
+    seeded = below_sampler(np.random.default_rng(4))
+    reference = np.random.default_rng(4)
+    for n in (1, 2, 3, 2**62, 2**62 + 1, 3**80):
+        assert seeded(n) == randbelow(reference, n)
+
+
+def test_system_random_words_are_raw_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytes(range(256)) * 2
+    monkeypatch.setattr(shared_rng, "os", _Bytes(data))
+    words = SystemRandom().words(3)
+    assert words.dtype == np.uint64 and words.tobytes() == data[:24]
+    with pytest.raises(InvalidParameterError):
+        SystemRandom().words(-1)

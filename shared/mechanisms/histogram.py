@@ -29,7 +29,7 @@ import numpy as np
 from shared.domain import LabelDomain, check_epsilon, check_labels, check_probabilities
 from shared.errors import InvalidParameterError
 from shared.mechanisms.discrete_laplace import sample_discrete_laplace
-from shared.rng import Rng
+from shared.rng import Rng, below_sampler
 
 Consistency = Literal["project", "clamp"]
 CONSISTENCY_RULES: tuple[str, ...] = ("project", "clamp")
@@ -240,9 +240,13 @@ def noisy_histogram(
     scale = Fraction(2) / Fraction(eps)  # the float epsilon, taken exactly
     # Exact integer sums (at tiny epsilon the noise outgrows int64 and even float64), then a
     # fixed saturation at +-2^1000 and the float conversion: functions of count + noise alone.
+    # One buffered sampler for every cell's draw (the OS CSPRNG: one os.urandom buffer).
+    source = below_sampler(rng)
     noisy = np.array(
         [
-            float(min(max(int(count) + sample_discrete_laplace(rng, scale), -_SATURATE), _SATURATE))
+            float(
+                min(max(int(count) + sample_discrete_laplace(source, scale), -_SATURATE), _SATURATE)
+            )
             for count in cells
         ]
     )

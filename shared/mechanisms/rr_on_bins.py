@@ -146,6 +146,46 @@ def response_weights(d: int, epsilon: float) -> tuple[int, int, int]:
     return d * m - (d - 1) * other, other, d * m
 
 
+# Words per ``os.urandom`` call of the CSPRNG path: 256 KiB, so each chunk is still in cache
+# when the kernel reads it (measured: chunking does not slow ``os.urandom`` down).
+WORDS_PER_DRAW = 1 << 15
+
+
+def _respond_from_csprng(
+    mechanism: RROnBins, labels: np.ndarray, rng: SystemRandom, weights: tuple[int, int, int]
+) -> np.ndarray:
+    """Algorithm 1 on finite ``labels`` from the OS CSPRNG, exactly as
+    ``SystemRandom.integers(0, D)`` draws: 64-bit words, each kept iff below the largest
+    multiple of D under 2^64, as word % D. Words are drawn in chunks and each chunk is consumed
+    whole (``kernels.respond_words``), so the bytes drawn are exactly the words the rejection
+    sampler reads: n words, plus one per rejected word (a word is rejected with probability
+    (2^64 mod D) / 2^64 < d 2^-62; never with d a power of two, where D = 2^62).
+
+    Privacy: each label's draw is a fresh uniform v on [0, D) (rejection sampling is exact), so
+    each output has probability K / D or O / D exactly, as :func:`response_weights` states.
+    """
+    keep, other, total = weights
+    # The kernel reduces a kept word (< 2^64 - 2^64 mod D) mod D by at most two subtractions,
+    # which needs 2^64 / D < 5; D = d floor(2^62 / d) lies in (2^62 - d, 2^62] for every d here.
+    if not 2**64 // 5 < total <= 2**62:
+        raise InvalidParameterError(f"D ({total}) must be in (2^64 / 5, 2^62] for 64-bit words")
+    limit = (2**64 // total) * total
+    args = (
+        np.uint64(0 if limit == 2**64 else limit),
+        np.uint64(total),
+        np.uint64(keep),
+        np.uint64(other),
+    )
+    out = np.empty(labels.size, dtype=np.float64)
+    filled = 0
+    while filled < labels.size:
+        words = rng.words(min(labels.size - filled, WORDS_PER_DRAW))
+        filled = kernels.respond_words(
+            labels, mechanism.thresholds, mechanism.output_values, words, *args, out, filled
+        )
+    return out
+
+
 def switch_probability(d: int, epsilon: float) -> float:
     """P(output != Phi(y)) = (d - 1) O / D of the realised sampler (:func:`response_weights`)."""
     keep, other, total = response_weights(d, epsilon)
@@ -231,21 +271,29 @@ class RROnBins:
     def randomize(self, labels: np.ndarray, rng: Rng) -> np.ndarray:
         """One epsilon-DP output per label (Algorithm 1), each among ``output_values``.
 
-        One exactly uniform integer v in [0, D) per label (``rng.integers``): keep Phi(y) if
-        v < K, else take the ((v - K) // O)-th of the other d - 1 outputs (see
-        :func:`response_weights`). No float is compared, so no rounding can shift the odds.
+        One exactly uniform integer v in [0, D) per label: keep Phi(y) if v < K, else take the
+        ((v - K) // O)-th of the other d - 1 outputs (see :func:`response_weights`). No float is
+        compared, so no rounding can shift the odds. A numpy Generator (tests) gives the draws
+        through ``rng.integers(0, D)``; the OS CSPRNG through :func:`_respond_from_csprng`, which
+        fuses the bin lookup, the rejection sampling of the words and the response in one pass
+        and draws exactly the words it uses. Both realise the same distribution, and from the
+        same words the CSPRNG path gives what ``SystemRandom.integers`` then
+        :func:`shared.mechanisms._bins_kernels.respond_draws` would, output for output.
         """
         if not isinstance(rng, np.random.Generator | SystemRandom):
             raise InvalidParameterError(
                 f"rng must be a numpy Generator or shared.rng.SystemRandom, got {rng!r}"
             )
-        y = check_labels(labels)
-        index = self.phi(y)
-        if self.d > 1:
-            keep, other, total = response_weights(self.d, self.epsilon)
-            draws = np.ascontiguousarray(rng.integers(0, total, size=y.size), dtype=np.int64)
-            kernels.apply_response(index, draws, keep, other)
-        return self.output_values[index]
+        y = np.ascontiguousarray(check_labels(labels))
+        if self.d == 1:
+            return np.full(y.size, self.output_values[0])
+        keep, other, total = response_weights(self.d, self.epsilon)
+        if isinstance(rng, SystemRandom):
+            return _respond_from_csprng(self, y, rng, (keep, other, total))
+        draws = np.ascontiguousarray(rng.integers(0, total, size=y.size), dtype=np.int64)
+        return kernels.respond_draws(
+            y, self.thresholds, self.output_values, draws, np.uint64(keep), np.uint64(other)
+        )
 
     def output_probabilities(self, y: np.ndarray | float) -> np.ndarray:
         """P(output = output_values[j] | label y): shape (d,) for a scalar, (n, d) for n labels."""
