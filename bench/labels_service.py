@@ -472,25 +472,61 @@ def self_hwm_mib() -> float:
     return vm_hwm_mib(os.getpid())
 
 
-def run_stages(n: int, batch: int, root: Path | None) -> dict[str, float]:
-    """``--stages``: where a release's time and memory go, in this process (no HTTP).
-
-    Registers ``n`` ids and labels every fifth through the store functions, then releases
-    with each stage of ``ReleaseService`` timed by wrapping it: the snapshot (reading the
-    universe), the randomizer, the body digest, the write transaction (spend and store the
-    chunks); the rest of the release is building the header and the binary message's digest.
-    Each stage's peak RSS is measured from a peak reset at its start. ``root``: the checkout
-    whose service code runs (imported from there).
-    """
-    if root is not None:
-        sys.path.insert(0, str(root.resolve()))
-    from contextlib import contextmanager
+def _stage_ingest(db_url: str, n: int, batch: int, send: Any) -> None:
+    """``--stages``, in a child process: create the dataset, register ``n`` ids and label every
+    fifth through the store functions; sends the seconds and peak RSS of each."""
     from decimal import Decimal
 
     from labels_party.catalog import datasets as ds
     from labels_party.db.engine import Database, create_schema, make_engine
     from labels_party.intake import ingest
     from labels_party.intake.parsing import LabelRows
+
+    db = Database(make_engine(db_url))
+    create_schema(db.engine)
+    for name in ("b", "w"):  # "w": two examples, for the warm-up release
+        spec = ds.DatasetSpec(name=name, label_min=0, label_max=200, default_label=0,
+                              epsilon_budget=Decimal(100))  # fmt: skip
+        ds.create_dataset(db, spec, actor_role="operator")
+    ingest.store_examples(db, dataset="w", example_ids=["a", "b"])
+    out = {"register s": 0.0, "labels s": 0.0}
+    rng = np.random.default_rng(3)
+    reset_peak(os.getpid())
+    for start in range(0, n, batch):
+        ids = id_lines(start, min(n, start + batch)).decode().split()
+        begin = time.perf_counter()
+        ingest.store_examples(db, dataset="b", example_ids=ids)
+        out["register s"] += time.perf_counter() - begin
+        labelled = ids[::5]
+        rows = LabelRows(example_ids=labelled,
+                         values=np.round(rng.exponential(20.0, len(labelled)), 4))  # fmt: skip
+        begin = time.perf_counter()
+        ingest.store_labels(db, dataset="b", rows=rows, overwrite=False)
+        out["labels s"] += time.perf_counter() - begin
+        del ids, labelled, rows
+    out["ingest MiB"] = self_hwm_mib()
+    db.dispose()
+    send.send(out)
+
+
+def run_stages(n: int, batch: int, root: Path | None) -> dict[str, float]:
+    """``--stages``: where a release's time and memory go, in this process (no HTTP).
+
+    A child process registers ``n`` ids and labels every fifth through the store functions
+    (so this process's memory is the release's alone); then this process releases with each
+    stage of ``ReleaseService`` timed by wrapping it: the snapshot (reading the universe), the
+    randomizer, the body digest, the write transaction (spend and store the chunks); the rest
+    is building the header and the binary message's digest. Each stage's peak RSS is measured
+    from a peak reset at its start (so it includes what earlier stages still hold). ``root``:
+    the checkout whose service code runs (imported from there).
+    """
+    if root is not None:
+        sys.path.insert(0, str(root.resolve()))
+    import multiprocessing
+    from contextlib import contextmanager
+    from decimal import Decimal
+
+    from labels_party.db.engine import Database, make_engine
     from labels_party.releasing import releases
     from shared.plan import ReleaseRequest
 
@@ -509,22 +545,19 @@ def run_stages(n: int, batch: int, root: Path | None) -> dict[str, float]:
         return wrapper
 
     with tempfile.TemporaryDirectory() as tmp:
-        db = Database(make_engine(f"sqlite:///{tmp}/stages.db"))
-        create_schema(db.engine)
-        spec = ds.DatasetSpec(name="b", label_min=0, label_max=200, default_label=0,
-                              epsilon_budget=Decimal(100))  # fmt: skip
-        ds.create_dataset(db, spec, actor_role="operator")
-        rng = np.random.default_rng(3)
-        for start in range(0, n, batch):
-            ids = id_lines(start, min(n, start + batch)).decode().split()
-            timed("register", ingest.store_examples)(db, dataset="b", example_ids=ids)
-            labelled = ids[::5]
-            rows = LabelRows(
-                example_ids=labelled, values=np.round(rng.exponential(20.0, len(labelled)), 4)
-            )
-            timed("labels", ingest.store_labels)(db, dataset="b", rows=rows, overwrite=False)
-            del ids, labelled, rows
+        db_url = f"sqlite:///{tmp}/stages.db"
+        context = multiprocessing.get_context("fork")
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=_stage_ingest, args=(db_url, n, batch, send))
+        child.start()
+        out.update(receive.recv())
+        child.join()
+        db = Database(make_engine(db_url))
         service = releases.ReleaseService(db)
+        request = ReleaseRequest(epsilon=Decimal(2), mechanism="rpwithprior")
+        # A first release of a tiny dataset compiles the randomizer's kernels (as the
+        # service's warm-up does), so the timed release runs compiled code.
+        service.create(dataset="w", request=request, actor_role="advertiser")
         service._randomizer = timed("randomize", service._randomizer)  # type: ignore[method-assign]
         service._snapshot = timed("snapshot", service._snapshot)  # type: ignore[method-assign]
         digest_name = "body_digest" if hasattr(releases, "body_digest") else "body_sha256"
@@ -539,20 +572,14 @@ def run_stages(n: int, batch: int, root: Path | None) -> dict[str, float]:
             out["store transaction s"] = time.perf_counter() - start
 
         db.write = timed_write  # type: ignore[method-assign]
-        request = ReleaseRequest(epsilon=Decimal(2), mechanism="rpwithprior")
-        # A first release of a small dataset compiles the randomizer's kernels (as the
-        # service's warm-up does), so the timed release runs compiled code.
-        spec = ds.DatasetSpec(name="w", label_min=0, label_max=200, default_label=0,
-                              epsilon_budget=Decimal(100))  # fmt: skip
-        ds.create_dataset(db, spec, actor_role="operator")
-        ingest.store_examples(db, dataset="w", example_ids=["a", "b"])
-        service.create(dataset="w", request=request, actor_role="advertiser")
-        out = {key: value for key, value in out.items() if key.startswith(("n", "reg", "lab"))}
+        reset_peak(os.getpid())
+        out["before release MiB"] = self_hwm_mib()
         timed("release", service.create)(dataset="b", request=request, actor_role="advertiser")
+        db.dispose()
     # Each stage reset the peak at its start: the release's own is the highest of theirs.
-    stage_peaks = [value for key, value in out.items() if key.endswith(" MiB")]
-    out["release MiB"] = max(stage_peaks[2:])  # after register and labels
-    known = sum(out[f"{key} s"] for key in ("snapshot", "randomize", "body digest"))
+    stages = ("snapshot", "randomize", "body digest", "release")
+    out["release MiB"] = max(out[f"{key} MiB"] for key in stages)
+    known = sum(out[f"{key} s"] for key in stages[:3])
     out["header and binary digest s"] = out["release s"] - known - out["store transaction s"]
     return out
 

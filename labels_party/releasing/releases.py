@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,7 @@ RngFactory = Callable[[], Rng]
 
 CHUNK_BYTES = 1 << 20  # one stored blob of the binary message (label chunks stay 8-aligned)
 _FETCH_ROWS = 65536
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def plan_for(row: ds.DatasetRow, request: ReleaseRequest, *, n: int) -> ReleasePlan:
@@ -167,37 +169,38 @@ class ReleaseService:
             cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
             try:
                 segmented = row.segment_column is not None
-                # An unlabelled row reads as NULL (None: no float object per row), which numpy
-                # turns into NaN; stored labels are finite, so NaN marks exactly those rows.
                 cursor.execute(
                     self._db.sql(
-                        "SELECT example_id, value"
+                        "SELECT example_id, COALESCE(value, ?)"
                         + (", segment" if segmented else "")
                         + " FROM entries WHERE dataset_id = ? AND registered = 1 "
                         "ORDER BY example_id"
                     ),
-                    (row.id,),
+                    (row.default_label, row.id),
                 )
                 pieces: list[bytes] = []
                 segments: list[str] | None = [] if segmented else None
                 labels = np.empty(row.n_examples, dtype=np.float64)
                 filled = 0
                 with gc_paused():
+                    # Per fetched batch: its ids as one piece of bytes, its labels straight
+                    # into the array (no transposed tuples: ``zip(*batch)`` alone cost as much
+                    # as the rest of this loop).
                     while batch := cursor.fetchmany(_FETCH_ROWS):
-                        columns = list(zip(*batch, strict=True))
-                        ids, values = columns[0], columns[1]
-                        if filled + len(ids) > labels.size:
+                        count = len(batch)
+                        if filled + count > labels.size:
                             raise RuntimeError("entries disagree with the dataset's n_examples")
-                        pieces.append("\n".join(ids).encode("utf-8"))
-                        labels[filled : filled + len(ids)] = values
+                        pieces.append("\n".join(map(_FIRST, batch)).encode("utf-8"))
+                        labels[filled : filled + count] = np.fromiter(
+                            map(_SECOND, batch), dtype=np.float64, count=count
+                        )
                         if segments is not None:
-                            segments.extend(columns[2])
-                        filled += len(ids)
+                            segments.extend(map(_THIRD, batch))
+                        filled += count
             finally:
                 cursor.close()
         if filled != row.n_examples:
             raise RuntimeError("entries disagree with the dataset's n_examples")
-        labels[np.isnan(labels)] = row.default_label
         return _Snapshot(row=row, id_pieces=pieces, labels=labels, segments=segments)
 
     def _randomize_and_store(
