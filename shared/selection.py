@@ -21,9 +21,12 @@ Closed forms (y a label, p = clip(y, a1, a2)):
 * RR-on-Bins (Algorithm 1, with the realised integer odds of ``rr_on_bins.response_weights``):
   output v_phi(y) with probability keep, each other output with probability other; mean
   other sum(v) + (keep - other) v_phi(y), second moment other sum(v^2) + (keep - other) v_phi^2.
-Both are polynomials of degree <= 2 in y between the breakpoints (histogram edges, a1, a2, RR
-thresholds), so 2-point Gauss-Legendre per piece integrates (E[t|y] - y)^2 and Var(t|y)
-against the piecewise-uniform prior exactly.
+* Unbiased (Badanidiyuru et al. 2023, ``shared.mechanisms.unbiased``): a mixture of two rows of
+  integer weights, the rounding probability linear in y within a grid cell; mean y (bias 0 on
+  [lo, hi]), second moment linear in y, so the variance is quadratic there.
+All are polynomials of degree <= 2 in y between the breakpoints (histogram edges, a1, a2, RR
+thresholds, the unbiased randomizer's grid), so 2-point Gauss-Legendre per piece integrates
+(E[t|y] - y)^2 and Var(t|y) against the piecewise-uniform prior exactly.
 """
 
 from __future__ import annotations
@@ -200,7 +203,8 @@ def candidate_mechanisms(
     Each registered family (``shared.mechanisms.registry``, in registration order; only
     ``families`` if given) contributes its ``candidates`` for its own ``options``: RPWithPrior
     every zeta of its grid under both interval rules, RR-on-Bins its optimal bins under several
-    caps. A candidate that cannot be realised exactly at this epsilon is skipped.
+    caps, Unbiased its LP on the prior's edges at 16 cells. A candidate that cannot be realised
+    exactly at this epsilon is skipped.
     """
     eps = check_epsilon(epsilon)
     known = registry.names()

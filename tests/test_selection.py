@@ -93,7 +93,7 @@ def test_no_debiased_target_when_the_map_is_the_identity_or_flat() -> None:
 def test_auto_picks_the_brute_force_minimiser_of_c(prior: Prior) -> None:
     n, dim = 2000, 7
     found = selection.candidate_mechanisms(prior, epsilon=1.0)
-    assert {name for name, _ in found} == {"rpwithprior", "rr_on_bins"}
+    assert {name for name, _ in found} == {"rpwithprior", "rr_on_bins", "unbiased"}
     best = min(
         (
             (s.criterion, name, m, s.transform)
@@ -151,9 +151,14 @@ def test_large_n_prefers_unbiased_targets_small_n_trades_bias_for_variance() -> 
     prior = Prior.from_samples(
         np.random.default_rng(7).uniform(0.0, 5.0, 5000), lo=0.0, hi=5.0, bins=16
     )
-    small = selection.choose(prior, epsilon=1.0, n=50, model_dim=8)
-    large = selection.choose(prior, epsilon=1.0, n=10**7, model_dim=8)
+    # Without the unbiased family (which has no bias at all and wins at large n, below).
+    biased = ("rpwithprior", "rr_on_bins")
+    small = selection.choose(prior, epsilon=1.0, n=50, model_dim=8, families=biased)
+    large = selection.choose(prior, epsilon=1.0, n=10**7, model_dim=8, families=biased)
     assert large.score.transform == "debiased" and large.score.bias2 < 1e-3
+    unbiased = selection.choose(prior, epsilon=1.0, n=10**7, model_dim=8)
+    assert unbiased.name == "unbiased" and unbiased.score.transform == "raw"
+    assert unbiased.score.criterion <= large.score.criterion
     assert small.score.bias2 > 0.1
     assert small.score.criterion < large.score.bias2 + 8 / 50 * large.score.variance
 

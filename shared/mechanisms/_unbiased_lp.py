@@ -47,6 +47,8 @@ ROUNDINGS: tuple[str, ...] = ("randomized", "nearest")
 # refinement stops once a round gains less than _MIN_GAIN (relative).
 _MAX_REFINED = 2.5
 _MIN_GAIN = 1e-3
+# HiGHS methods tried in turn.
+_METHODS = ("highs-ds", "highs-ipm")
 # The default output grid is [L, U] at this share of the LP's epsilon (a little wider).
 _GRID_EPSILON_SHARE = 1.0 - 1e-6
 
@@ -163,19 +165,20 @@ def _solve_lp(
         ],
         format="csr",
     )
-    result = linprog(
-        cost,
-        A_ub=a_ub,
-        b_ub=np.zeros(k * m),
-        A_eq=a_eq,
-        b_eq=b_eq,
-        bounds=(0.0, None),
-        method="highs-ds",
-        options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
-    )
-    if result.status != 0 or result.x is None:
-        raise InvalidParameterError(f"the unbiased-randomizer LP failed: {result.message}")
-    return result.x[: k * m].reshape(k, m), result.x[k * m :]
+    for method in _METHODS:  # dual simplex; rarely (~1 prior in 1,000) it stalls: then IPM
+        result = linprog(
+            cost,
+            A_ub=a_ub,
+            b_ub=np.zeros(k * m),
+            A_eq=a_eq,
+            b_eq=b_eq,
+            bounds=(0.0, None),
+            method=method,
+            options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
+        )
+        if result.status == 0 and result.x is not None:
+            return result.x[: k * m].reshape(k, m), result.x[k * m :]
+    raise InvalidParameterError(f"the unbiased-randomizer LP failed: {result.message}")
 
 
 def _objective(

@@ -104,8 +104,8 @@ def test_exp_lower_bound_is_below_e_to_the_epsilon_and_tight(eps: float) -> None
 
 def test_epsilon_below_the_floor_is_refused_and_auto_skips_it() -> None:
     with pytest.raises(InvalidParameterError, match="too small"):
-        U.build(SKEWED, epsilon=1e-7)
-    assert registry.get("unbiased").candidates(SKEWED, epsilon=1e-7) == []
+        U.build(SKEWED, epsilon=5e-5)
+    assert registry.get("unbiased").candidates(SKEWED, epsilon=5e-5) == []
     assert len(registry.get("unbiased").candidates(SKEWED, epsilon=1.0)) == 1
 
 
@@ -132,7 +132,7 @@ def test_unbiased_against_brute_force_for_labels_everywhere(eps: float) -> None:
     span = mech.output_values[-1] - mech.output_values[0]
     for y, m, v in zip(labels, mean, var, strict=True):
         exact_mean, exact_second = brute_force_moments(mech, float(y))
-        assert abs(float(exact_mean) - np.clip(y, LO, HI)) <= 1e-9 * span
+        assert abs(float(exact_mean) - np.clip(y, LO, HI)) <= 1e-8 * span
         assert m == pytest.approx(float(exact_mean), abs=1e-12 * span)
         assert v == pytest.approx(float(exact_second - exact_mean**2), rel=1e-9, abs=1e-12)
     assert mech.affine_expectation() == (1.0, 0.0)
@@ -279,7 +279,7 @@ def test_coarse_grid_keeps_the_bounds_and_at_most_the_cells() -> None:
 def test_the_pipeline_releases_it_by_name() -> None:
     """``mechanism="unbiased"`` through the plan and the release step (the services' path)."""
     assert "unbiased" in mechanisms()
-    assert not registry.get("unbiased").in_auto
+    assert registry.get("unbiased").in_auto  # measured: bench/results/worst_case.md
     _, mech = build_mechanism(SKEWED, epsilon=1.5, mechanism="unbiased")
     assert isinstance(mech, U.ExactUnbiased)
     labels = np.random.default_rng(0).uniform(LO, HI, 5000)

@@ -22,7 +22,7 @@ from shared.errors import InvalidParameterError
 from shared.mechanisms import rr_on_bins as rr
 from shared.mechanisms.histogram import Prior, private_histogram, project_to_simplex
 from shared.mechanisms.rp_with_prior import RPWithPrior
-from shared.mechanisms.unbiased import ExactUnbiased
+from shared.mechanisms.unbiased import MIN_EPSILON, ExactUnbiased
 from shared.plan import default_split, split_epsilon
 from shared.randomizer import build_mechanism, label_randomizer
 from shared.rng import SystemRandom
@@ -342,7 +342,7 @@ def test_pipeline_unbiased_is_exactly_epsilon2_dp_for_any_prior(prior: Prior, ep
     try:
         _, mechanism = build_mechanism(prior, epsilon=eps, mechanism="unbiased")
     except InvalidParameterError as exc:
-        assert eps < 1e-6 and "too small" in str(exc)
+        assert eps < MIN_EPSILON and "too small" in str(exc)
         return
     assert isinstance(mechanism, ExactUnbiased)
     grid = mechanism.input_grid
