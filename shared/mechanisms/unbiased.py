@@ -48,6 +48,7 @@ import numpy as np
 
 from shared.domain import check_epsilon, check_labels
 from shared.errors import InvalidParameterError
+from shared.mechanisms import _unbiased_kernels as kernels
 from shared.mechanisms import _unbiased_lp as lp
 from shared.mechanisms import registry
 from shared.mechanisms.histogram import Prior
@@ -226,19 +227,26 @@ class ExactUnbiased:
         return low, np.ceil(np.ldexp(t, ROUNDING_BITS)).astype(np.int64)
 
     def randomize(self, labels: np.ndarray, rng: Rng) -> np.ndarray:
-        """One output per label: exact randomized rounding, then one integer draw in [0, D)."""
+        """One output per label: exact randomized rounding (a draw in [0, 2^53)), then one
+        integer draw in [0, D) picks the row's output (``_unbiased_kernels.respond``)."""
         if not isinstance(rng, np.random.Generator | SystemRandom):
             raise InvalidParameterError(
                 f"rng must be a numpy Generator or shared.rng.SystemRandom, got {rng!r}"
             )
-        y = check_labels(labels)
-        low, threshold = self.rounding(y)
-        up = np.asarray(rng.integers(0, 1 << ROUNDING_BITS, size=y.size), dtype=np.int64)
-        row = low + (up < threshold)
-        draw = np.asarray(rng.integers(0, WEIGHT_TOTAL, size=y.size), dtype=np.int64)
-        # The rows' cumulative weights laid end to end, row i shifted by i D: one search.
-        position = np.searchsorted(self._cumulative, draw + row * WEIGHT_TOTAL, side="right")
-        return self.output_values[position - row * self.output_values.size]
+        y = np.ascontiguousarray(check_labels(labels))
+        up = np.ascontiguousarray(rng.integers(0, 1 << ROUNDING_BITS, size=y.size), np.int64)
+        draw = np.ascontiguousarray(rng.integers(0, WEIGHT_TOTAL, size=y.size), np.int64)
+        # One pass per label (numba), the same arithmetic as :meth:`rounding`; the rows'
+        # cumulative weights are laid end to end, row i shifted by i D.
+        return kernels.respond(
+            y,
+            self.input_grid,
+            self._cumulative,
+            self.output_values,
+            np.int64(WEIGHT_TOTAL),
+            up,
+            draw,
+        )
 
     def output_probabilities(self, labels: np.ndarray) -> np.ndarray:
         """P(output = output_values[j] | y) for each label: shape (n, m), as realised."""

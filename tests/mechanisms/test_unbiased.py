@@ -160,6 +160,33 @@ def test_sampling_frequencies_match_output_probability(label: float) -> None:
     assert stats.chisquare(obs, exp * n / exp.sum()).pvalue > 1e-4
 
 
+def test_the_kernel_gives_what_the_numpy_description_gives_for_the_same_draws() -> None:
+    """``randomize`` (numba, one pass) against :meth:`rounding` plus a search of the
+    cumulative weights (numpy), draw for draw, on labels everywhere including the grid."""
+    mech = U.build(SKEWED, epsilon=2.0)
+    rng = np.random.default_rng(8)
+    g = mech.input_grid
+    y = np.concatenate(
+        [rng.uniform(-3.0, 13.0, 50_000), g, np.nextafter(g, -np.inf), [1e300, -1e300]]
+    )
+    up = rng.integers(0, 2**U.ROUNDING_BITS, y.size)
+    draw = rng.integers(0, D, y.size)
+    low, threshold = mech.rounding(y)
+    row = low + (up < threshold)
+    position = np.searchsorted(mech._cumulative, draw + row * D, side="right")
+    expected = mech.output_values[position - row * mech.output_values.size]
+
+    class Replay(np.random.Generator):
+        def __init__(self) -> None:
+            super().__init__(np.random.PCG64(0))
+            self.queue = [up, draw]
+
+        def integers(self, low, high, size=None):  # type: ignore[override]
+            return self.queue.pop(0)
+
+    assert np.array_equal(mech.randomize(y, Replay()), expected)
+
+
 def test_rounding_probability_is_r_over_two_to_the_53() -> None:
     mech = U.build(SKEWED, epsilon=1.0)
     g = mech.input_grid
