@@ -16,8 +16,16 @@ Measures, as medians of ``--repeats`` runs on fresh datasets:
 With ``--database-url postgresql://...`` (an empty database) the ingest phase also runs against a
 second server on that PostgreSQL database, side by side with SQLite in the same run.
 
+``--scale 1e7,1e8``: one machine at scale instead, on SQLite: per run a fresh dataset, the ids
+registered in text/plain batches of ``--batch`` (10^7), every fifth labelled (CSV batches of
+half that), one release, the binary message downloaded and checked against the release's
+sha256; seconds and peak server RSS of each phase. ``--stages N``: where the time and memory
+of a release of N ids go, in this process (snapshot, randomizer, digests, store transaction).
+
 Usage: python bench/labels_service.py [--repeats 5] [--database-url URL] [--phases ingest]
        [--server-root DIR] [--write bench/results/labels_service.md]
+       python bench/labels_service.py --scale 1e7,1e8 [--repeats 1] [--server-root DIR]
+       python bench/labels_service.py --stages 1e7 [--server-root DIR]
 
 ``--server-root``: run the server from another checkout (a ``git worktree`` of an older commit)
 to compare versions with the same client.
@@ -406,9 +414,10 @@ def label_csv(start: int, stop: int, every: int, rng: np.random.Generator) -> by
 NOTE = """\
 Notes: `clear_refs` resets the peak to the current RSS, which after the first phase includes
 the heap the process keeps (CPython and numpy arenas, numba code: about 350 MiB here), so the
-per-phase figures are that baseline plus the phase's own growth. A release holds the ids as one
-string, the labels and the noisy labels as float64 arrays and the encoded message (about 2x its
-size) at once; a download streams stored 1 MiB chunks, so it adds almost nothing. JSON batches
+per-phase figures are that baseline plus the phase's own growth. A release holds the ids as bytes
+(one piece per fetched batch, never joined), the labels as a float64 array and what the
+randomizer allocates; the binary message is built and stored one 1 MiB chunk at a time, and a
+download streams the stored chunks, so neither adds more than a chunk. JSON batches
 are slower than the bulk streams because each request is parsed whole and committed (fsync) on
 its own; the bulk streams are parsed chunk by chunk as they arrive and stored as one batch.
 """
@@ -587,6 +596,12 @@ def run_stages(n: int, batch: int, root: Path | None) -> dict[str, float]:
 SCALE_KEYS = ("register", "labels", "release", "download")
 
 
+def ids_label(n: int) -> str:
+    """``10^k`` for a power of ten, else ``n`` with thousands separators."""
+    power = len(str(n)) - 1
+    return f"10^{power}" if n == 10**power else f"{n:,}"
+
+
 def run_scale(sizes: list[int], repeats: int, batch: int, server_root: Path | None) -> int:
     """``--scale``: each size ``repeats`` times on one server (a fresh dataset each run), then
     a markdown table of medians (seconds and peak server RSS per phase) and every run."""
@@ -613,12 +628,12 @@ def run_scale(sizes: list[int], repeats: int, batch: int, server_root: Path | No
             for key in SCALE_KEYS
         )
         size = median([r["binary MiB"] for r in results])
-        lines.append(f"| {n:.0e} | {len(results)} | {cells} | {size:.0f} |")
+        lines.append(f"| {ids_label(n)} | {len(results)} | {cells} | {size:.0f} |")
     lines += ["", "All runs (s):", ""]
     for n, results in runs.items():
         for key in SCALE_KEYS:
             values = ", ".join(f"{r[f'{key} s']:.2f}" for r in results)
-            lines.append(f"- {n:.0e} {key}: {values}")
+            lines.append(f"- {ids_label(n)} {key}: {values}")
     print("\n".join(lines))
     return 0
 
