@@ -164,6 +164,25 @@ def _bias_tolerance(grid: np.ndarray, outputs: np.ndarray) -> float:
     return _BIAS_TOL * span + _BIAS_ULPS * float(np.spacing(scale))
 
 
+def _draws(rng: Rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rounding draws in [0, 2^ROUNDING_BITS), response draws in [0, D = 2^WEIGHT_BITS)), n
+    of each, exactly uniform.
+
+    From the OS CSPRNG: the low bits of 2 n raw 64-bit words of ``os.urandom``
+    (``SystemRandom.words``), exactly uniform because both spans are powers of two dividing
+    2^64: no rejection, and no byte drawn that is not used (``SystemRandom.integers`` gives the
+    same law through its rejection loop, which never rejects at such a span, plus 16 spare
+    words per call). A seeded Generator (tests): ``rng.integers``, rounding draws first.
+    """
+    if isinstance(rng, SystemRandom):
+        words = rng.words(2 * n)
+        up = words[:n] & np.uint64((1 << ROUNDING_BITS) - 1)
+        draw = words[n:] & np.uint64(WEIGHT_TOTAL - 1)
+        return up.astype(np.int64), draw.astype(np.int64)
+    up = np.ascontiguousarray(rng.integers(0, 1 << ROUNDING_BITS, size=n), np.int64)
+    return up, np.ascontiguousarray(rng.integers(0, WEIGHT_TOTAL, size=n), np.int64)
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class ExactUnbiased:
     """Unbiased randomized rounding onto ``input_grid``, then row i of the integer ``weights``
@@ -228,14 +247,14 @@ class ExactUnbiased:
 
     def randomize(self, labels: np.ndarray, rng: Rng) -> np.ndarray:
         """One output per label: exact randomized rounding (a draw in [0, 2^53)), then one
-        integer draw in [0, D) picks the row's output (``_unbiased_kernels.respond``)."""
+        integer draw in [0, D) picks the row's output (``_unbiased_kernels.respond``); the
+        draws come from :func:`_draws`."""
         if not isinstance(rng, np.random.Generator | SystemRandom):
             raise InvalidParameterError(
                 f"rng must be a numpy Generator or shared.rng.SystemRandom, got {rng!r}"
             )
         y = np.ascontiguousarray(check_labels(labels))
-        up = np.ascontiguousarray(rng.integers(0, 1 << ROUNDING_BITS, size=y.size), np.int64)
-        draw = np.ascontiguousarray(rng.integers(0, WEIGHT_TOTAL, size=y.size), np.int64)
+        up, draw = _draws(rng, y.size)
         # One pass per label (numba), the same arithmetic as :meth:`rounding`; the rows'
         # cumulative weights are laid end to end, row i shifted by i D.
         return kernels.respond(

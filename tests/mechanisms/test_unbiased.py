@@ -27,6 +27,7 @@ from shared.mechanisms.histogram import Prior
 from shared.message import MessagePart, NoisyHistogram
 from shared.plan import mechanisms
 from shared.randomizer import build_mechanism, label_randomizer
+from shared.rng import SystemRandom
 from shared.selection import score
 from shared.service.client import LabelsPartyClient, columns_to_csv
 from tests.mechanisms import test_registry
@@ -376,3 +377,31 @@ def test_unbiased_is_released_pulled_and_debiased_through_both_services(tmp_path
                 json={"rows": [{"features": {"x": 0.1}}, {"features": {"x": 0.9}}]},
             ).json()["predictions"]
             assert high > low + 3  # the signal (slope 10) is learnt from the noisy labels
+
+
+def test_the_csprng_path_takes_the_low_bits_of_raw_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the OS CSPRNG, the rounding and response draws are the low 53 bits of 2 n raw
+    words, in that order (exactly uniform: 2^53 divides 2^64), and nothing else is drawn."""
+    import shared.rng as rng_module
+
+    mech = U.build(SKEWED, epsilon=2.0)
+    n = 5_000
+    y = np.random.default_rng(3).uniform(-3.0, 13.0, n)
+    words = np.random.default_rng(4).integers(0, 2**64, 2 * n, dtype=np.uint64)
+    served: list[int] = []
+
+    class FixedBytes:
+        def urandom(self, size: int) -> bytes:
+            served.append(size)
+            assert size == words.nbytes
+            return words.tobytes()
+
+    monkeypatch.setattr(rng_module, "os", FixedBytes())
+    low = (words & np.uint64(2**53 - 1)).astype(np.int64)
+    up, draw = low[:n], low[n:]
+    lower, threshold = mech.rounding(y)
+    row = lower + (up < threshold)
+    position = np.searchsorted(mech._cumulative, draw + row * D, side="right")
+    expected = mech.output_values[position - row * mech.output_values.size]
+    assert np.array_equal(mech.randomize(y, SystemRandom()), expected)
+    assert served == [16 * n]
