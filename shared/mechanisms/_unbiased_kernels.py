@@ -15,6 +15,8 @@ import numpy as np
 from numba import njit
 
 _TWO_53 = 9007199254740992.0  # 2^53: the rounding draw's resolution
+# Runs up to this long are searched by counting (branch-free), longer ones by bisection.
+_COUNT_LIMIT = 128
 
 
 @njit(cache=True)
@@ -37,27 +39,33 @@ def respond(
     for n in range(labels.size):
         y = min(max(labels[n], lo), hi)
         # low = (number of grid points <= y) - 1, clipped to [0, k - 2]
-        left, right = 0, k
-        while left < right:
-            mid = (left + right) // 2
-            if grid[mid] <= y:
-                left = mid + 1
-            else:
-                right = mid
-        low = min(max(left - 1, 0), k - 2)
+        low = min(max(_count_at_most(grid, 0, k, y) - 1, 0), k - 2)
         t = (y - grid[low]) / (grid[low + 1] - grid[low])
         t = min(max(t, 0.0), 1.0)
         threshold = np.int64(math.ceil(t * _TWO_53))
         row = low + 1 if up_draws[n] < threshold else low
         target = draws[n] + row * total
-        # First output j with cumulative[row m + j] > target (the row's last entry is
-        # (row + 1) total > target, so one is found).
-        left, right = row * m, row * m + m - 1
-        while left < right:
-            mid = (left + right) // 2
-            if cumulative[mid] > target:
-                right = mid
-            else:
-                left = mid + 1
-        out[n] = outputs[left - row * m]
+        # The first output j with cumulative[row m + j] > target: the row's entries are
+        # increasing and its last is (row + 1) total > target, so j is the count of those <=.
+        out[n] = outputs[_count_at_most(cumulative, row * m, m, target)]
     return out
+
+
+@njit(cache=True, inline="always")
+def _count_at_most(values: np.ndarray, start: int, size: int, x: float) -> int:
+    """How many of ``values[start : start + size]`` (increasing) are <= ``x``: a branch-free
+    count for short runs (the grids here hold a few dozen points; a binary search's branches
+    are mispredicted on random labels and draws), a binary search for long ones."""
+    if size <= _COUNT_LIMIT:
+        count = 0
+        for i in range(start, start + size):
+            count += values[i] <= x
+        return count
+    left, right = start, start + size
+    while left < right:
+        mid = (left + right) // 2
+        if values[mid] <= x:
+            left = mid + 1
+        else:
+            right = mid
+    return left - start
