@@ -431,3 +431,14 @@ def test_the_kernels_count_is_searchsorted_right(size: int, seed: int) -> None:
         for x in probes:
             want = int(np.searchsorted(values, x, side="right"))
             assert kernels._count_at_most(laid, 3, size, x) == want
+
+
+def test_auto_compares_the_family_only_from_its_minimum_epsilon() -> None:
+    """Below ``AUTO_MIN_EPSILON`` ``auto`` sees no unbiased candidate (its noise is too wide for
+    the criterion to weigh), though the family itself is still built when asked for."""
+    family = registry.get("unbiased")
+    below = np.nextafter(U.AUTO_MIN_EPSILON, 0.0)
+    assert family.candidates(SKEWED, epsilon=below) == []
+    assert family.candidates(SKEWED, epsilon=0.3) == []
+    assert len(family.candidates(SKEWED, epsilon=U.AUTO_MIN_EPSILON)) == 1
+    assert U.build(SKEWED, epsilon=0.3).epsilon == 0.3
