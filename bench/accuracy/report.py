@@ -300,6 +300,18 @@ PRODUCT_MODEL = "auto"  # the features party's model="auto"
 PAPERS_MODEL = "mlp"  # the papers' network
 
 
+def product_cell(cells: dict[tuple, Cell], n_train: int, eps: float) -> Cell | None:
+    """Out of the box at ``eps``: the labels party's ``auto`` trained by the features party's.
+
+    Its records carry transform "auto" in the splits whose message offered both transforms and
+    "raw" in the others (:func:`aggregate` files those under "auto" too); where no split
+    offered both (every release picked a mechanism whose outputs are already unbiased, say),
+    only the "raw" cell exists, and it is the whole product.
+    """
+    found = cells.get((PRODUCT_MODEL, n_train, "auto", "auto", eps))
+    return found if found is not None else cells.get((PRODUCT_MODEL, n_train, "auto", "raw", eps))
+
+
 def headline(cells: dict[tuple, Cell], dataset: str) -> str:
     """The table a results file opens with: per epsilon, the product out of the box, the best
     mechanism with the product's model and with the papers' network, the papers' best, the DP
@@ -328,7 +340,7 @@ def headline(cells: dict[tuple, Cell], dataset: str) -> str:
     for eps in _epsilons(cells, reference, sizes[reference]):
         if math.isinf(eps):
             continue
-        product = cells.get((PRODUCT_MODEL, product_n, "auto", "auto", eps))
+        product = product_cell(cells, product_n, eps)
         row = [_eps(eps), mean(product)]
         for m in models:
             best = best_cell(cells, m, sizes[m], eps, exclude=(mech.CONSTANT,))
@@ -411,7 +423,7 @@ def model_summary(cells: dict[tuple, Cell], dataset: str, model: str, n_train: i
         best = best_cell(cells, model, n_train, eps)
         best_nc = best_cell(cells, model, n_train, eps, exclude=("constant",))
         constant = cells.get((model, n_train, "constant", "raw", eps))
-        product = cells.get(("auto", full_n_cells(cells, "auto") or -1, "auto", "auto", eps))
+        product = product_cell(cells, full_n_cells(cells, PRODUCT_MODEL) or -1, eps)
         pb = paper_best.get(eps)
         best_text = "-"
         if best is not None:

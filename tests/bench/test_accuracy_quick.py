@@ -512,3 +512,20 @@ def test_a_rerun_with_other_transforms_replaces_the_whole_run():
     ]
     cells = report.aggregate(report.reported(merged))
     assert sorted(cells[("auto", 10, "auto", "auto", 0.1)].by_trial) == [(0, 1.0), (1, 8.0)]
+
+
+def test_out_of_the_box_with_raw_targets_only_is_still_the_product():
+    """Where no split's message offered both transforms (every release picked a mechanism whose
+    outputs are already unbiased), out of the box has "raw" records only: the product cell is
+    that cell, not missing."""
+    base = {"dataset": "toy", "model": "auto", "n_train": 10, "n_test": 5, "epsilon": 2.0}
+    records = [
+        runner.Record(**base, variant="auto", transform="raw", trial=t, test_mse=m)
+        for t, m in ((0, 1.0), (1, 3.0))
+    ]
+    cells = report.aggregate(report.reported(records))
+    assert ("auto", 10, "auto", "auto", 2.0) not in cells
+    product = report.product_cell(cells, 10, 2.0)
+    assert product is not None and product.mean == 2.0
+    both = [*records, runner.Record(**base, variant="auto", transform="auto", trial=2, test_mse=5)]
+    assert report.product_cell(report.aggregate(report.reported(both)), 10, 2.0).mean == 3.0
