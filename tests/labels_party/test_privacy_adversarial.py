@@ -116,6 +116,8 @@ def test_a_production_release_draws_only_from_the_os_csprng(make_client, monkeyp
     import os
     import secrets
 
+    from shared import rng as rng_module
+
     client = make_client(seed=None, warmup=False)  # what `labeldp serve labels` builds
     create_dataset(client, "csprng")
     ids = [f"c{i}" for i in range(500)]
@@ -132,8 +134,9 @@ def test_a_production_release_draws_only_from_the_os_csprng(make_client, monkeyp
         monkeypatch.setattr(np.random, name, Trap)
     for name in ("default_rng", "SeedSequence", "random", "rand", "randint", "uniform", "seed"):
         monkeypatch.setattr(np.random, name, trap)
-    drawn = {"urandom": 0, "randbelow": 0}
+    drawn = {"urandom": 0, "randbelow": 0, "below": 0}
     real_urandom, real_randbelow = os.urandom, secrets.randbelow
+    real_below = rng_module.BufferedBelow.__call__
 
     def urandom(n: int) -> bytes:
         drawn["urandom"] += n
@@ -143,14 +146,21 @@ def test_a_production_release_draws_only_from_the_os_csprng(make_client, monkeyp
         drawn["randbelow"] += 1
         return real_randbelow(n)
 
+    def below(self: rng_module.BufferedBelow, n: int) -> int:
+        drawn["below"] += 1
+        return real_below(self, n)
+
     monkeypatch.setattr(os, "urandom", urandom)
     monkeypatch.setattr(secrets, "randbelow", randbelow)
+    monkeypatch.setattr(rng_module.BufferedBelow, "__call__", below)
     for mechanism in ("rr_on_bins", "rpwithprior"):
-        drawn.update(urandom=0, randbelow=0)
+        drawn.update(urandom=0, randbelow=0, below=0)
         response = release(client, "csprng", mechanism=mechanism, epsilon=1.0)
         assert response.status_code == 201, response.text
         assert drawn["urandom"] >= 4 * len(ids)  # at least one 32-bit word per label
-        # The histogram's exact discrete Laplace noise: each cell's draw reads secrets.randbelow
-        # at least twice (its uniform part and its sign; CKS 2020 Algorithm 2). The plan picks
-        # the number of cells (16 and 8 here), so the bound comes from the release itself.
-        assert drawn["randbelow"] >= 2 * response.json()["bins"]
+        # The histogram's exact discrete Laplace noise: each cell's draw takes at least two
+        # uniform integers (its uniform part and its sign; CKS 2020 Algorithm 2), from
+        # shared.rng.BufferedBelow, whose bytes are os.urandom's (counted above), or
+        # secrets.randbelow. The plan picks the number of cells (16 and 8 here), so the bound
+        # comes from the release itself.
+        assert drawn["below"] + drawn["randbelow"] >= 2 * response.json()["bins"]
