@@ -62,6 +62,7 @@ RECOMMENDING = (
     "rp_auto_net",
     "rp_auto_t5s",
 )
+PRODUCT_MODEL = "auto"  # the features party's model="auto"
 TRANSFORM_TAG = {"raw": "", "debiased": " deb", "auto": " (auto t.)", "rec": " rec"}
 
 
@@ -101,11 +102,15 @@ def aggregate(records: Sequence[Record]) -> dict[tuple, Cell]:
         (r.model, r.n_train, r.variant, r.epsilon) for r in records if r.transform == "auto"
     }
     for r in records:
-        groups[(r.model, r.n_train, r.variant, r.transform, r.epsilon)].append(r)
-        # The features party's ``auto`` with only raw targets on offer in a split (its release
-        # had no debiased transform) chose them: its "auto" row averages every split.
-        if r.transform == "raw" and (r.model, r.n_train, r.variant, r.epsilon) in offers_both:
-            groups[(r.model, r.n_train, r.variant, "auto", r.epsilon)].append(r)
+        # The features party's ``auto`` records "auto" in a split whose message offered both
+        # transforms and "raw" in one that offered raw targets only (that is what it chose).
+        # Where some split offered both, its raw splits belong to the "auto" row (which then
+        # averages every split) and to no "raw" row: a "raw" row of those splits alone would be
+        # a subset's mean, not comparable with the others. A variant that never offers both
+        # keeps its "raw" row (``product_cell`` reads out of the box there too).
+        both = (r.model, r.n_train, r.variant, r.epsilon) in offers_both
+        transform = "auto" if r.transform == "raw" and both else r.transform
+        groups[(r.model, r.n_train, r.variant, transform, r.epsilon)].append(r)
         # auto(-net) and RP-auto(-d, -net, -t5s) recommend a transform: file it under "rec".
         if r.extra.get("mech_transform") == r.transform and r.variant in RECOMMENDING:
             groups[(r.model, r.n_train, r.variant, "rec", r.epsilon)].append(r)
@@ -296,18 +301,14 @@ def full_n(records: Sequence[Record], model: str) -> int | None:
     return max(sizes) if sizes else None
 
 
-PRODUCT_MODEL = "auto"  # the features party's model="auto"
 PAPERS_MODEL = "mlp"  # the papers' network
 
 
 def product_cell(cells: dict[tuple, Cell], n_train: int, eps: float) -> Cell | None:
-    """Out of the box at ``eps``: the labels party's ``auto`` trained by the features party's.
-
-    Its records carry transform "auto" in the splits whose message offered both transforms and
-    "raw" in the others (:func:`aggregate` files those under "auto" too); where no split
-    offered both (every release picked a mechanism whose outputs are already unbiased, say),
-    only the "raw" cell exists, and it is the whole product.
-    """
+    """Out of the box at ``eps``: the labels party's ``auto`` trained by the features party's,
+    over every split (:func:`aggregate`): its "auto" row, or its "raw" row where no split's
+    message offered both transforms (every release picked a mechanism whose outputs are
+    already unbiased, say)."""
     found = cells.get((PRODUCT_MODEL, n_train, "auto", "auto", eps))
     return found if found is not None else cells.get((PRODUCT_MODEL, n_train, "auto", "raw", eps))
 

@@ -428,6 +428,8 @@ def test_the_features_partys_auto_row_averages_every_split() -> None:
     )
     product = cells[("auto", 100, "auto", "auto", 0.05)]
     assert (product.k, product.mean) == (3, 2.0)
+    # No "raw" row of the one raw split: a subset's mean would read as a better cell.
+    assert ("auto", 100, "auto", "raw", 0.05) not in cells
     assert ("auto", 100, "laplace", "auto", 0.05) not in cells
 
 
