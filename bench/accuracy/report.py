@@ -666,7 +666,7 @@ def plot(cells: dict[tuple, Cell], dataset: str, model: str, n_train: int, path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, pil_kwargs={"optimize": True})  # lossless, ~2.5% smaller
     plt.close(fig)
 
 
