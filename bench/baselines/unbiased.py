@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -93,43 +93,23 @@ def optimal_unbiased(
     input_grid: np.ndarray,
     weights: np.ndarray,
     epsilon: float,
-    output_grid: np.ndarray | None = None,
-    n_outputs: int | None = None,
-    refine: int = 4,
     rounding: Rounding = "randomized",
+    **lp_options: Any,
 ) -> Unbiased:
     """Solve the unbiased-randomizer LP for prior ``weights`` on ``input_grid``.
 
-    Implements Badanidiyuru et al. 2023, Algorithm 1. ``output_grid`` defaults to
-    :func:`default_output_grid`; a given grid must contain the Appendix J range [L, U] (else the
-    LP may be infeasible at small epsilon, which raises). Then ``refine`` rounds (each one only
-    lowers the error) re-solve on the outputs the last solution used plus the midpoints to their
-    neighbours; an optimum needs at most 2 K outputs (Badanidiyuru et al. 2023), so these LPs
-    stay small. The returned mechanism keeps only the outputs it uses.
+    Implements Badanidiyuru et al. 2023, Algorithm 1, with the product's LP
+    (:func:`shared.mechanisms._unbiased_lp.solve`, which checks its inputs; ``lp_options`` are
+    its ``output_grid``, ``n_outputs`` and ``refine``), solved at a slightly smaller epsilon so
+    that the float matrix this baseline samples from is epsilon-DP to rounding error (checked
+    by :class:`Unbiased`). The returned mechanism keeps only the outputs it uses.
     """
     eps = _check_unbiased_eps(epsilon)
-    grid = _check_grid(input_grid, name="input_grid", min_size=2)
-    w = np.asarray(weights, dtype=np.float64)
-    if w.shape != grid.shape or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-        raise InvalidParameterError(
-            "weights must be finite, >= 0, not all 0, and one per input grid point"
-        )
     check_choice(rounding, name="rounding", choices=ROUNDINGS)
-    if isinstance(refine, bool) or not isinstance(refine, int | np.integer) or refine < 0:
-        raise InvalidParameterError(f"refine ({refine!r}) must be an integer >= 0")
     eps_lp = eps - min(_EPS_SLACK_ABS, _EPS_SLACK_REL * eps)
-    if output_grid is None:
-        # [L, U] at the LP's (slightly smaller) epsilon, which is slightly wider: feasible.
-        output_grid = default_output_grid(grid, epsilon=eps_lp, n_outputs=n_outputs)
-    elif n_outputs is not None:
-        raise InvalidParameterError("give output_grid or n_outputs, not both")
+    grid = _check_grid(input_grid, name="input_grid", min_size=2)
     outputs, p = lp.solve(
-        input_grid=grid,
-        weights=w,
-        epsilon=eps_lp,
-        output_grid=output_grid,
-        refine=refine,
-        min_column=_MIN_COLUMN,
+        input_grid=grid, weights=weights, epsilon=eps_lp, min_column=_MIN_COLUMN, **lp_options
     )
     return Unbiased(
         epsilon=eps,
