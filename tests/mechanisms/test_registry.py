@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -171,34 +172,10 @@ def test_a_toy_mechanism_is_released_pulled_and_debiased_through_both_services(
 
         # The features party trains on it, debiased through the same registry.
         with features_service(tmp_path, url) as features:
-            upload = features.post(
-                "/v1/datasets/toy/features",
-                content=columns_to_csv(ids, {"x": np.round(x, 6)}),
-                headers={"content-type": "text/csv"},
+            job, (low, high) = train_and_predict(
+                features, "toy", ids, x, release.id, label_transform="debiased"
             )
-            assert upload.status_code == 200, upload.text
-            created = features.post(
-                "/v1/models",
-                json={
-                    "dataset": "toy",
-                    "release_id": release.id,
-                    "model": "ridge",
-                    "label_transform": "debiased",
-                },
-            )
-            assert created.status_code == 202, created.text
-            deadline = time.monotonic() + 120
-            while (job := features.get(f"/v1/models/{created.json()['id']}").json())[
-                "status"
-            ] not in ("succeeded", "failed"):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            assert job["status"] == "succeeded", job.get("error")
             assert job["result"]["label_transform"] == "debiased"
-            low, high = features.post(
-                f"/v1/models/{job['id']}/predict",
-                json={"rows": [{"features": {"x": 0.1}}, {"features": {"x": 0.9}}]},
-            ).json()["predictions"]
             assert high > low + 3  # the signal (slope 10) is learnt from the toy's labels
 
 
@@ -228,3 +205,35 @@ def test_the_api_schema_of_release_options_is_built_from_the_families_specs() ->
         ReleaseOptions.model_validate({"select": "best"})
     with pytest.raises(ValueError):
         ReleaseOptions.model_validate({"unknown_option": 1})
+
+
+def train_and_predict(
+    features: Any, dataset: str, ids: list[str], x: np.ndarray, release_id: str, **model: Any
+) -> tuple[dict[str, Any], list[float]]:
+    """Through the features service: upload feature ``x`` for ``ids``, train a ridge on the
+    release (``model``: more request fields), wait for it to succeed, and predict at x = 0.1
+    and 0.9. Returns the finished job and the two predictions."""
+    upload = features.post(
+        f"/v1/datasets/{dataset}/features",
+        content=columns_to_csv(ids, {"x": np.round(x, 6)}),
+        headers={"content-type": "text/csv"},
+    )
+    assert upload.status_code == 200, upload.text
+    created = features.post(
+        "/v1/models",
+        json={"dataset": dataset, "release_id": release_id, "model": "ridge", **model},
+    )
+    assert created.status_code == 202, created.text
+    deadline = time.monotonic() + 120
+    while (job := features.get(f"/v1/models/{created.json()['id']}").json())["status"] not in (
+        "succeeded",
+        "failed",
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert job["status"] == "succeeded", job.get("error")
+    predictions = features.post(
+        f"/v1/models/{job['id']}/predict",
+        json={"rows": [{"features": {"x": 0.1}}, {"features": {"x": 0.9}}]},
+    ).json()["predictions"]
+    return job, predictions

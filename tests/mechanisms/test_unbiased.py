@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from pathlib import Path
@@ -29,7 +28,7 @@ from shared.plan import mechanisms
 from shared.randomizer import build_mechanism, label_randomizer
 from shared.rng import SystemRandom
 from shared.selection import score
-from shared.service.client import LabelsPartyClient, columns_to_csv
+from shared.service.client import LabelsPartyClient
 from tests.mechanisms import test_registry
 
 D = U.WEIGHT_TOTAL
@@ -354,28 +353,7 @@ def test_unbiased_is_released_pulled_and_debiased_through_both_services(tmp_path
         se = debiased.std() / np.sqrt(n)
         assert abs(debiased.mean() - y.mean()) < 5 * se
         with test_registry.features_service(tmp_path, url) as features:
-            upload = features.post(
-                "/v1/datasets/unb/features",
-                content=columns_to_csv(ids, {"x": np.round(x, 6)}),
-                headers={"content-type": "text/csv"},
-            )
-            assert upload.status_code == 200, upload.text
-            created = features.post(
-                "/v1/models",
-                json={"dataset": "unb", "release_id": release.id, "model": "ridge"},
-            )
-            assert created.status_code == 202, created.text
-            deadline = time.monotonic() + 120
-            while (job := features.get(f"/v1/models/{created.json()['id']}").json())[
-                "status"
-            ] not in ("succeeded", "failed"):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            assert job["status"] == "succeeded", job.get("error")
-            low, high = features.post(
-                f"/v1/models/{job['id']}/predict",
-                json={"rows": [{"features": {"x": 0.1}}, {"features": {"x": 0.9}}]},
-            ).json()["predictions"]
+            _, (low, high) = test_registry.train_and_predict(features, "unb", ids, x, release.id)
             assert high > low + 3  # the signal (slope 10) is learnt from the noisy labels
 
 
