@@ -21,7 +21,8 @@ router = APIRouter(tags=["health"], route_class=BodyDocumentedRoute)
 @router.get("/healthz", response_model=None)
 def healthz(services: ServicesDep) -> dict[str, Any] | JSONResponse:
     """The service is up and its database answers and can be written (no authentication);
-    503 naming the reason if not (``Database.write_problem``: nothing is written)."""
+    503 naming the reason if not (``Database.write_problem``: a write tried and rolled back,
+    nothing committed; a writer holding the lock is busy, which is ok)."""
     try:
         with services.db.read() as conn:
             conn.execute(text("SELECT 1"))
