@@ -8,9 +8,11 @@ for another dataset or release is refused and never stored.
 
 With a pinned labels-party key (``Settings.labels_public_key``), every job also fetches the
 release's signed receipt and refuses the message (``shared.service.receipt.ReceiptError``; a new
-message is then not stored) unless the signature verifies under a pinned key and the receipt names
-this message: release, dataset, body sha256, n, mechanism and the epsilons it ran at. Without a pin,
-nothing is checked beyond the sha256 (as before receipts existed).
+message is then not stored) unless the signature verifies under a pinned key, the receipt was
+signed inside that key's validity as the pin states it (a pinned key without dates is refused:
+``UndatedKeyError``) and the receipt names this message: its whole header, release, dataset, body
+sha256, n, mechanism and the epsilons it ran at. Without a pin, nothing is checked beyond the
+sha256 (as before receipts existed).
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def check_receipt(settings: Settings, header: MessageHeader, *, raw: bytes | Non
     validity = load_key_validity(settings.labels_public_key)
     with labels_client(settings) as client:
         receipt = client.receipt(header.release_id)
-    body = verify_receipt(receipt, keys, validity=validity)
+    body = verify_receipt(receipt, keys, validity=validity, require_dates=True)
     check_header(
         body, header, binary_sha256=None if raw is None else hashlib.sha256(raw).hexdigest()
     )
@@ -152,7 +154,7 @@ def check_model_receipt(
             receipt = client.request(
                 "GET", f"/v1/model-releases/{model_release_id}/receipt", idempotent=True
             ).json()
-    body = verify_receipt(receipt, keys, validity=validity)
+    body = verify_receipt(receipt, keys, validity=validity, require_dates=True)
     if body.get("model_release_id") != model_release_id:
         raise ReceiptError("the receipt is about another model release")
     check_model_header(body, header_json)

@@ -189,7 +189,49 @@ def test_pem_validity_lines_are_read_checked_and_normalized(tmp_path: Path) -> N
         (rc.pem_with_validity(first, "1 Jan 2025", None), "Created of key"),
         (rc.pem_with_validity(first, None, "2025-06-01T00:00:00+02:00"), "Retired of key"),
         (f"Key-Id: {rc.key_id(second)}\n" + rc.public_pem(first), "Key-Id"),
-    ):
+        ("Retired: 2025-01-01T00:00:00Z\n" + rc.pem_with_validity(first, "2024-01-01T00:00:00Z",
+         "2030-01-01T00:00:00Z"), "Retired is stated twice"),
+        ("Created: 2000-01-01T00:00:00Z\n" + rc.pem_with_validity(first, "2024-01-01T00:00:00Z",
+         None), "Created is stated twice"),
+    ):  # fmt: skip
         pin.write_text(bad)
         with pytest.raises(InvalidParameterError, match=match):
             rc.load_key_validity(pin)
+
+
+def test_required_dates_refuse_a_key_the_pin_gives_none() -> None:
+    """Issue 24, item 4: with ``require_dates`` a receipt whose key the pin gives no validity (a
+    bare PEM block, base64 lines) is refused naming the key, not trusted at any date; a dated
+    key verifies inside its validity and fails outside it; without it nothing changes."""
+    signed = rc.sign(PAYLOAD, KEY)
+    kid = signed["key_id"]
+    for validity in (None, {}, {kid: (None, None)}):
+        with pytest.raises(rc.UndatedKeyError, match=f"key {kid}.*no validity"):
+            rc.verify(signed, KEYS, validity=validity, require_dates=True)
+        assert rc.verify(signed, KEYS, validity=validity)["key_id"] == kid
+    dated = {kid: ("2024-12-31T00:00:00.000000Z", None)}
+    assert rc.verify(signed, KEYS, validity=dated, require_dates=True)["key_id"] == kid
+    late = {kid: ("2025-01-02T00:00:00.000000Z", None)}
+    with pytest.raises(rc.ReceiptError, match="outside key"):
+        rc.verify(signed, KEYS, validity=late, require_dates=True)
+    # The signature is checked first: a forged receipt is reported as such, not as undated.
+    with pytest.raises(rc.ReceiptError, match="signature"):
+        rc.verify({**signed, "epsilon": "2"}, KEYS, require_dates=True)
+
+
+def test_an_operators_window_narrows_every_key() -> None:
+    """``within_window``: the later start and the earlier end of the pin's dates and the stated
+    window; an undated key takes the window's; ``utc_time`` normalizes or refuses a time."""
+    first, second = (Ed25519PrivateKey.generate().public_key() for _ in range(2))
+    keys = {rc.key_id(k): k for k in (first, second)}
+    a, b = keys
+    pinned = {a: ("2025-01-01T00:00:00.000000Z", "2025-06-01T00:00:00.000000Z")}
+    start, end = "2025-02-01T00:00:00.000000Z", "2025-09-01T00:00:00.000000Z"
+    assert rc.within_window(keys, pinned, start, end) == {
+        a: (start, "2025-06-01T00:00:00.000000Z"),
+        b: (start, end),
+    }
+    assert rc.within_window(keys, pinned, None, None) == {**pinned, b: (None, None)}
+    assert rc.utc_time("2025-02-01T00:00:00Z", "x") == start
+    with pytest.raises(InvalidParameterError, match="--valid-from must be a UTC time"):
+        rc.utc_time("2025-02-01", "--valid-from")

@@ -1,4 +1,5 @@
-"""shared.service.receipt_cli: ``labeldp receipt verify --message`` on a Parquet message directory.
+"""shared.service.receipt_cli: ``labeldp receipt verify`` on a Parquet message directory, and
+the receipt's date checked whatever the key file (issue 24, item 4).
 
 Without Spark (tests/spark_release/test_receipts.py runs the same on the job's real output):
 a directory in the job's layout and a receipt signed as the labels party signs one.
@@ -60,7 +61,9 @@ def test_cli_verifies_a_parquet_directory_and_names_a_changed_header_field(
         key,
     )  # fmt: skip
     (tmp_path / "receipt.json").write_text(json.dumps(receipt))
-    (tmp_path / "labels.pub").write_text(rc.public_pem(key.public_key()))
+    (tmp_path / "labels.pub").write_text(
+        rc.pem_with_validity(key.public_key(), "2024-12-01T00:00:00Z", None)
+    )
     args = ["receipt", "verify", str(tmp_path / "receipt.json")]
     args += ["--public-key", str(tmp_path / "labels.pub"), "--message"]
     ok = labeldp(*args, str(tmp_path / "message"))
@@ -79,3 +82,80 @@ def test_cli_verifies_a_parquet_directory_and_names_a_changed_header_field(
     (tmp_path / "message" / "header.json").unlink()
     missing = labeldp(*args, str(tmp_path / "message"))
     assert missing.returncode == 1 and "header.json" in missing.stderr, missing.stderr
+
+
+def _signed(tmp_path: Path, signed_at: str) -> tuple[Path, Ed25519PrivateKey]:
+    """A receipt file signed at ``signed_at`` by a new key."""
+    key = Ed25519PrivateKey.generate()
+    receipt = rc.sign(
+        {"receipt_version": rc.RECEIPT_VERSION, "release_id": "rel_" + "ef" * 12,
+         "dataset": "ds", "epsilon": "1", "signed_at": signed_at},
+        key,
+    )  # fmt: skip
+    path = tmp_path / "receipt.json"
+    path.write_text(json.dumps(receipt))
+    return path, key
+
+
+def test_cli_checks_the_date_even_with_a_pin_that_states_none(tmp_path: Path) -> None:
+    """Issue 24, item 4: a key file that gives the signing key no dates (a bare PEM block, base64
+    lines) no longer verifies a receipt silently at any date. Exit 1 ``UNCHECKED`` naming the key
+    and the ways out; ``--valid-from`` / ``--valid-until`` state the window (0 inside, 1 outside);
+    ``--no-date-check`` accepts it with a WARNING line; bad or contradictory options exit 2."""
+    receipt, key = _signed(tmp_path, "2025-03-01T00:00:00.000000Z")
+    kid = rc.key_id(key.public_key())
+    bare, base64_lines = tmp_path / "bare.pem", tmp_path / "key.b64"
+    bare.write_text(rc.public_pem(key.public_key()))
+    base64_lines.write_text(rc.public_b64(key.public_key()) + "\n")
+    for pin in (bare, base64_lines):
+        args = ["receipt", "verify", str(receipt), "--public-key", str(pin)]
+        unchecked = labeldp(*args)
+        assert unchecked.returncode == 1, unchecked.stdout
+        assert unchecked.stderr.startswith("UNCHECKED:") and kid in unchecked.stderr
+        for hint in ("labeldp keys public", "--valid-from", "--no-date-check"):
+            assert hint in unchecked.stderr, unchecked.stderr
+        assert "OK" not in unchecked.stdout
+
+        waived = labeldp(*args, "--no-date-check")
+        assert waived.returncode == 0, waived.stderr
+        assert waived.stderr.startswith("WARNING:") and "was not checked" in waived.stderr
+        assert "date not checked" in waived.stdout
+
+        inside = labeldp(*args, "--valid-from", "2025-01-01T00:00:00Z")
+        assert inside.returncode == 0 and "inside its validity" in inside.stdout, inside.stderr
+        window = ["--valid-from", "2025-01-01T00:00:00Z", "--valid-until", "2025-04-01T00:00:00Z"]
+        assert labeldp(*args, *window).returncode == 0
+        for outside in (
+            ["--valid-from", "2025-03-01T00:00:00.000001Z"],
+            ["--valid-until", "2025-03-01T00:00:00Z"],  # the end is exclusive, like a retirement
+        ):
+            refused = labeldp(*args, *outside)
+            assert refused.returncode == 1, refused.stdout
+            assert "INVALID" in refused.stderr and f"outside key {kid}" in refused.stderr
+
+        for bad, said in (
+            (["--valid-from", "March 2025"], "--valid-from must be a UTC time"),
+            (["--valid-until", "2025-01-01T00:00:00Z", "--valid-from", "2025-02-01T00:00:00Z"],
+             "is not before"),
+            (["--no-date-check", "--valid-until", "2025-04-01T00:00:00Z"], "contradicts"),
+        ):  # fmt: skip
+            unusable = labeldp(*args, *bad)
+            assert unusable.returncode == 2 and said in unusable.stderr, unusable.stderr
+
+
+def test_cli_a_window_narrows_the_dates_a_pin_states(tmp_path: Path) -> None:
+    """A key file's own dates always hold (``--no-date-check`` waives nothing it states); a
+    stated window can only narrow them."""
+    receipt, key = _signed(tmp_path, "2025-03-01T00:00:00.000000Z")
+    pin = tmp_path / "labels.pub"
+    pin.write_text(rc.pem_with_validity(key.public_key(), "2025-01-01T00:00:00Z", None))
+    args = ["receipt", "verify", str(receipt), "--public-key", str(pin)]
+    ok = labeldp(*args)
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    assert "signed at 2025-03-01T00:00:00.000000Z, inside its validity" in ok.stdout
+    assert labeldp(*args, "--valid-from", "2024-01-01T00:00:00Z").returncode == 0
+    assert labeldp(*args, "--valid-until", "2025-02-01T00:00:00Z").returncode == 1
+    pin.write_text(rc.pem_with_validity(key.public_key(), "2025-04-01T00:00:00Z", None))
+    for extra in ([], ["--no-date-check"], ["--valid-from", "2024-01-01T00:00:00Z"]):
+        refused = labeldp(*args, *extra)
+        assert refused.returncode == 1 and "outside key" in refused.stderr, refused.stderr

@@ -164,7 +164,8 @@ class KeyStore:
                     "key_id": row.key_id,
                     "algorithm": row.algorithm,
                     "public_key": row.public_key,
-                    "public_key_pem": rc.public_pem(public),
+                    # The block under its Key-Id / Created / Retired lines: a pin that dates it.
+                    "public_key_pem": rc.pem_with_validity(public, row.created, row.retired),
                     "status": "current" if row.retired is None else "retired",
                     "created": row.created,
                     "retired": row.retired,

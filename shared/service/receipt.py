@@ -54,6 +54,11 @@ class ReceiptError(IntegrityError):
     """A receipt whose signature, key or content does not check out."""
 
 
+class UndatedKeyError(ReceiptError):
+    """A receipt whose signature verifies under a key the pin states no validity for, so its date
+    could not be checked (raised only when dates are required)."""
+
+
 def canonical(payload: Mapping[str, Any]) -> bytes:
     """The bytes a receipt's signature covers (sorted keys, no spaces, no NaN / infinity)."""
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
@@ -91,13 +96,16 @@ def verify(
     keys: Mapping[str, Ed25519PublicKey],
     *,
     validity: Mapping[str, tuple[str | None, str | None]] | None = None,
+    require_dates: bool = False,
 ) -> dict[str, Any]:
     """The receipt without its signature if it verifies under one of ``keys`` (by key id).
 
     ``validity``: (created, retired) of keys by id (:func:`load_key_validity`); a receipt whose
     ``signed_at`` lies outside its key's period does not verify (a retired key signs nothing
-    dated after its retirement). Raises :class:`ReceiptError` naming what failed: the shape, an
-    unknown key, the signature, the date.
+    dated after its retirement). ``require_dates``: a key ``validity`` gives no date (a bare
+    PEM block, base64 lines) is refused (:class:`UndatedKeyError`) instead of trusted at any
+    date. Raises :class:`ReceiptError` naming what failed: the shape, an unknown key, the
+    signature, the date.
     """
     if not isinstance(receipt, Mapping):
         raise ReceiptError("a receipt must be a JSON object")
@@ -116,8 +124,14 @@ def verify(
         key.verify(raw_signature, canonical(body))
     except (InvalidSignature, binascii.Error, ValueError):
         raise ReceiptError("the receipt's signature does not verify") from None
-    if validity is not None and kid in validity:
-        created, retired = validity[kid]
+    created, retired = (validity or {}).get(kid, (None, None))
+    if require_dates and created is None and retired is None:
+        raise UndatedKeyError(
+            f"the receipt's signature verifies under key {kid}, but the pin states no validity "
+            f"for that key, so its date (signed_at {body.get('signed_at')}) cannot be checked: "
+            "pin the output of `labeldp keys public --all` or the JSON of GET /v1/keys"
+        )
+    if created is not None or retired is not None:
         signed_at = body.get("signed_at")
         if not isinstance(signed_at, str):
             raise ReceiptError("the receipt states no signed_at")
@@ -201,6 +215,10 @@ def _pem_validity(text: str, path: str | Path) -> dict[str, tuple[str | None, st
         fields: dict[str, str] = {}
         for line in match.group(1).splitlines():
             name, _, value = line.partition(":")
+            if name.strip().lower() in fields:  # which one would hold? neither
+                raise InvalidParameterError(
+                    f"public key file {path}: {name.strip()} is stated twice above one key"
+                )
             fields[name.strip().lower()] = value.strip()
         try:
             key = serialization.load_pem_public_key(match.group(2).encode("ascii"))
@@ -222,18 +240,41 @@ def _pem_validity(text: str, path: str | Path) -> dict[str, tuple[str | None, st
 
 
 def _utc_time(value: str | None, name: str, kid: str, path: str | Path) -> str | None:
+    """A PEM pin's stated time, normalized (:func:`utc_time`)."""
+    return (
+        None if value is None else utc_time(value, f"public key file {path}: {name} of key {kid}")
+    )
+
+
+def utc_time(value: str, what: str) -> str:
     """A stated time in the form receipts date themselves (``signed_at``: microseconds, Z), so
-    that the string comparison of :func:`verify` orders them; InvalidParameterError if it is
-    not a UTC time."""
-    if value is None:
-        return None
+    that the string comparison of :func:`verify` orders them; InvalidParameterError naming
+    ``what`` if it is not a UTC time."""
     if not _TIMESTAMP.match(value):
         raise InvalidParameterError(
-            f"public key file {path}: {name} of key {kid} must be a UTC time like "
-            f"2025-01-31T12:00:00.000000Z, not {value!r}"
+            f"{what} must be a UTC time like 2025-01-31T12:00:00.000000Z, not {value!r}"
         )
     moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def within_window(
+    keys: Mapping[str, Ed25519PublicKey],
+    validity: Mapping[str, tuple[str | None, str | None]],
+    valid_from: str | None,
+    valid_until: str | None,
+) -> dict[str, tuple[str | None, str | None]]:
+    """Every key's validity narrowed to the window an operator states (``labeldp receipt verify
+    --valid-from / --valid-until``, times as :func:`utc_time` returns them): the later start and
+    the earlier end of the pin's dates (if any) and the window's, so a key the pin gives no
+    dates gets the window's."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for kid in keys:
+        created, retired = validity.get(kid, (None, None))
+        starts = [t for t in (created, valid_from) if t is not None]
+        ends = [t for t in (retired, valid_until) if t is not None]
+        out[kid] = (max(starts) if starts else None, min(ends) if ends else None)
+    return out
 
 
 def from_b64(text: str) -> Ed25519PublicKey:

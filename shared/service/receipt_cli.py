@@ -1,9 +1,13 @@
 """``labeldp receipt verify RECEIPT.json --public-key KEYFILE [--message FILE|DIR]``.
 
-Exit 0 when the receipt's signature verifies under a key of KEYFILE (and, with ``--message``,
-the message is the one the receipt names: a binary or JSON file, a Parquet message directory
-as the Spark job publishes it, ``shared.parquet_message``, or a model release's JSON message);
-1 when it does not, naming what differs; 2 for unusable input.
+Exit 0 when the receipt's signature verifies under a key of KEYFILE inside that key's validity
+(and, with ``--message``, the message is the one the receipt names: a binary or JSON file, a
+Parquet message directory as the Spark job publishes it, ``shared.parquet_message``, or a model
+release's JSON message); 1 when it does not, naming what differs; 2 for unusable input.
+
+The receipt's date is always checked: a key KEYFILE gives no dates (a bare PEM block, base64
+lines) fails (exit 1, ``UNCHECKED``) unless the operator states the window with ``--valid-from``
+/ ``--valid-until`` or waives the check with ``--no-date-check`` (a ``WARNING`` line says so).
 """
 
 from __future__ import annotations
@@ -41,6 +45,23 @@ def register_commands(commands: Any) -> None:
         type=Path,
         help="a downloaded message (binary or JSON file) or a Parquet message directory "
         "(header.json + body/) the receipt must name",
+    )
+    verify.add_argument(
+        "--valid-from",
+        metavar="UTC_TIME",
+        help="refuse a receipt signed before this time (e.g. 2025-01-31T12:00:00Z); with "
+        "--valid-until, the validity of a key the key file gives no dates",
+    )
+    verify.add_argument(
+        "--valid-until",
+        metavar="UTC_TIME",
+        help="refuse a receipt signed at or after this time (the key's retirement)",
+    )
+    verify.add_argument(
+        "--no-date-check",
+        action="store_true",
+        help="accept a receipt whose key the key file gives no dates (a warning says the date "
+        "was not checked); dates the file states are still checked",
     )
     verify.set_defaults(func=verify_command)
 
@@ -113,27 +134,60 @@ def check_parquet_message(receipt: dict[str, Any], directory: Path) -> None:
         raise IntegrityError(f"{directory}/{HEADER} changed while it was read")
 
 
+def _key_validity(args: argparse.Namespace, keys: dict[str, Any]) -> dict[str, Any]:
+    """The keys' validity: the key file's dates, narrowed to ``--valid-from`` / ``--valid-until``
+    if given (InvalidParameterError for a bad time or an empty window)."""
+    validity = rc.load_key_validity(args.public_key)
+    if args.valid_from is None and args.valid_until is None:
+        return validity
+    if args.no_date_check:
+        raise InvalidParameterError("--no-date-check contradicts --valid-from / --valid-until")
+    start = None if args.valid_from is None else rc.utc_time(args.valid_from, "--valid-from")
+    end = None if args.valid_until is None else rc.utc_time(args.valid_until, "--valid-until")
+    if start is not None and end is not None and start >= end:
+        raise InvalidParameterError(f"--valid-from {start} is not before --valid-until {end}")
+    return rc.within_window(keys, validity, start, end)
+
+
 def verify_command(args: argparse.Namespace) -> int:
+    """``labeldp receipt verify``: 0 verified, 1 not (or its date unchecked), 2 unusable input."""
     try:
         keys = rc.load_public_keys(args.public_key)
-        validity = rc.load_key_validity(args.public_key)
+        validity = _key_validity(args, keys)
         receipt = json.loads(args.receipt.read_text(encoding="utf-8"))
     except (InvalidParameterError, OSError, ValueError) as exc:
         print(f"labeldp receipt verify: {exc}", file=sys.stderr)
         return 2
     try:
-        body = rc.verify(receipt, keys, validity=validity)
+        body = rc.verify(receipt, keys, validity=validity, require_dates=not args.no_date_check)
         if args.message is not None:
             check_message_file(body, args.message)
+    except rc.UndatedKeyError as exc:
+        print(
+            f"UNCHECKED: {exc}; or state the key's validity with --valid-from / --valid-until; "
+            "or accept it undated with --no-date-check",
+            file=sys.stderr,
+        )
+        return 1
     except (IntegrityError, OSError) as exc:
         print(f"INVALID: {exc}", file=sys.stderr)
         return 1
     except ImportError as exc:  # a Parquet message needs pyarrow (the spark extra)
         print(f"labeldp receipt verify: cannot read a Parquet message: {exc}", file=sys.stderr)
         return 2
+    created, retired = validity.get(body["key_id"], (None, None))
+    if created is None and retired is None:
+        print(
+            f"WARNING: {args.public_key} states no validity for key {body['key_id']}: the "
+            f"receipt's date (signed_at {body.get('signed_at')}) was not checked (--no-date-check)",
+            file=sys.stderr,
+        )
+        dated = "date not checked"
+    else:
+        dated = f"signed at {body.get('signed_at')}, inside its validity"
     print(
-        f"OK: release {body.get('release_id')} of dataset {body.get('dataset')}, epsilon "
-        f"{body.get('epsilon')} (epsilon1 {body.get('epsilon1')}, "
-        f"epsilon2 {body.get('epsilon2')}), signed by key {body['key_id']}"
+        f"OK: release {body.get('release_id') or body.get('model_release_id')} of dataset "
+        f"{body.get('dataset')}, epsilon {body.get('epsilon')} (epsilon1 {body.get('epsilon1')}, "
+        f"epsilon2 {body.get('epsilon2')}), signed by key {body['key_id']} ({dated})"
     )
     return 0

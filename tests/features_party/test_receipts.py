@@ -156,7 +156,8 @@ def test_a_pem_pins_dates_are_checked_at_the_pull_and_read_at_start(
     ``labeldp keys public`` writes it): a receipt signed after the stated retirement is refused
     at the pull; a date that is not a UTC time stops the service at start."""
     key = pin(labels_party, tmp_path / "labels.pub")
-    pem = key.read_text()
+    (public,) = rc.load_public_keys(key).values()
+    pem = rc.public_pem(public)  # the bare block, dated below
     key.write_text("Created: 2000-01-01T00:00:00Z\nRetired: 2000-01-02T00:00:00Z\n" + pem)
     features = features_factory(labels_public_key=key)
     _, _, _, release = prepare(labels_party, features, "rcpt_pem_dates", n=200)
@@ -166,3 +167,39 @@ def test_a_pem_pins_dates_are_checked_at_the_pull_and_read_at_start(
     key.write_text("Created: yesterday\n" + pem)
     with pytest.raises(InvalidParameterError, match="Created of key"):
         features_factory(labels_public_key=key, db_path=tmp_path / "other.db")
+
+
+def test_a_pin_without_dates_is_refused_not_trusted_at_any_date(
+    labels_party, features_factory, tmp_path
+) -> None:
+    """Issue 24, item 4: a pinned key the pin gives no validity (a bare PEM block of the labels
+    party's own key, as pinned before keys carried dates) cannot date-check a receipt, so the
+    pull refuses the release (UndatedKeyError naming the key and the dated pin to use) and stores
+    nothing, for a label release and a model release alike; the same key pinned as ``GET
+    /v1/keys`` serves it (dated) is admitted."""
+    from features_party.db.models import ReleasedModelMessage
+    from tests.features_party.test_released_models import _labels_party_model, _released
+
+    dated = pin(labels_party, tmp_path / "labels.pub")
+    bare = tmp_path / "bare.pub"
+    (key,) = rc.load_public_keys(dated).values()
+    bare.write_text(rc.public_pem(key))
+    assert rc.load_key_validity(dated) and not rc.load_key_validity(bare)
+    features = features_factory(labels_public_key=bare)
+    _, _, _, release = prepare(labels_party, features, "rcpt_undated", n=200)
+    job = train(features, "rcpt_undated", release.id)
+    assert job["status"] == "failed" and "UndatedKeyError" in job["error"], job["error"]
+    assert rc.key_id(key) in job["error"] and "labeldp keys public" in job["error"]
+    assert count_messages(features) == 0
+
+    model = _labels_party_model(
+        labels_party, "rcpt-undated-model", estimator="ols", privacy="label", epsilon="1"
+    )
+    refused = _released(features, model)
+    assert refused.status_code == 502 and "no validity" in refused.text, refused.text
+    with features.app.state.sessions() as session:
+        assert session.get(ReleasedModelMessage, model["id"]) is None
+
+    admitted = features_factory(labels_public_key=dated)
+    assert train(admitted, "rcpt_undated", release.id)["status"] == "succeeded"
+    assert _released(admitted, model).status_code == 201

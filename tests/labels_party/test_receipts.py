@@ -50,6 +50,14 @@ def keys_of(client: Any) -> dict[str, Any]:
     return {item["key_id"]: rc.from_b64(item["public_key"]) for item in listed.json()["keys"]}
 
 
+def pin_of(client: Any, path: Path) -> Path:
+    """The keys as a publisher pins them: every ``public_key_pem`` of ``GET /v1/keys`` (each
+    block under its Key-Id / Created / Retired lines), written to ``path``."""
+    listed = client.get("/v1/keys", headers=PUB).json()["keys"]
+    path.write_text("".join(item["public_key_pem"] for item in listed))
+    return path
+
+
 def test_receipt_states_the_release_and_its_ledger_entries(client: Any, db_path: Path) -> None:
     meta = released(client, epsilon="0.7", epsilon_histogram="0.2")
     answer = client.get(f"/v1/releases/{meta['id']}/receipt", headers=PUB)
@@ -112,9 +120,8 @@ def test_tampered_message_body_fails_against_the_receipt(client: Any, tmp_path: 
 def test_cli_verify_exit_codes(client: Any, db_path: Path, tmp_path: Path) -> None:
     meta = released(client)
     receipt = client.get(f"/v1/releases/{meta['id']}/receipt", headers=PUB).json()
-    ((kid, key),) = keys_of(client).items()
-    pin = tmp_path / "labels.pub"
-    pin.write_text(rc.public_pem(key))
+    ((kid, _),) = keys_of(client).items()
+    pin = pin_of(client, tmp_path / "labels.pub")
     good = tmp_path / "receipt.json"
     good.write_text(json.dumps(receipt))
     message = tmp_path / "message.bin"
@@ -159,9 +166,7 @@ def test_cli_refuses_the_issues_tampered_json_message(client: Any, tmp_path: Pat
     receipt verify --message`, and the output names both fields; the untouched JSON does."""
     meta = released(client)
     receipt = client.get(f"/v1/releases/{meta['id']}/receipt", headers=PUB).json()
-    ((_, key),) = keys_of(client).items()
-    pin = tmp_path / "labels.pub"
-    pin.write_text(rc.public_pem(key))
+    pin = pin_of(client, tmp_path / "labels.pub")
     (tmp_path / "receipt.json").write_text(json.dumps(receipt))
     message = client.get(f"/v1/releases/{meta['id']}/message", headers=PUB).json()
     (tmp_path / "message.json").write_text(json.dumps(message))
@@ -316,9 +321,10 @@ HEADER_TAMPERING = {
 def test_any_changed_header_field_fails_and_is_named_in_every_format(
     client: Any, tmp_path: Path, field: str
 ) -> None:
-    """Issue 24, item 1: the receipt binds the WHOLE header, so a JSON (or binary) message with
-    any one header field changed (and its body intact) fails verification, naming the field.
-    The Parquet format (a Spark job's real output): tests/spark_release/test_receipts.py."""
+    """Issue 24, item 1: the receipt binds the WHOLE header, so a message with any one header
+    field changed (and its body intact) fails verification, naming the field, in each format:
+    JSON, binary, and a Parquet message directory (its header.json; the body in the Spark job's
+    layout). The Parquet format of a Spark job's real output: tests/spark_release/."""
     from shared.message import MessageHeader, encode_binary, from_json_message
 
     meta = released(client, mechanism="rr_on_bins", epsilon=1.0)
@@ -340,8 +346,34 @@ def test_any_changed_header_field_fails_and_is_named_in_every_format(
     ):
         path = tmp_path / name
         path.write_bytes(data)
-        with pytest.raises(rc.ReceiptError, match=f"differs from the receipt's in: {field}"):
+        with pytest.raises(rc.ReceiptError, match=f"differs from the receipt's in: {field}$"):
             check_message_file(body, path)
+    directory = parquet_message(tmp_path / "parquet", tampered, ids, labels)
+    with pytest.raises(rc.ReceiptError, match=f"differs from the receipt's in: {field}$"):
+        check_message_file(body, directory)
+
+
+def parquet_message(root: Path, header: Any, ids: list[str], labels: Any) -> Path:
+    """A Parquet message directory in the Spark job's layout (``shared.parquet_message``):
+    header.json and body/part-*.parquet (example_id, noisy_label), two parts in id order."""
+    import numpy as np
+
+    pa = pytest.importorskip("pyarrow", reason="pyarrow comes with the spark extra")
+    import pyarrow.parquet as pq
+
+    from shared.parquet_message import BODY, HEADER
+
+    (root / BODY).mkdir(parents=True)
+    for k, part in enumerate(np.array_split(np.arange(len(ids)), 2)):
+        table = pa.table(
+            {
+                "example_id": pa.array([ids[i] for i in part], pa.string()),
+                "noisy_label": pa.array(np.asarray(labels)[part], pa.float64()),
+            }
+        )
+        pq.write_table(table, root / BODY / f"part-{k:05d}-x.snappy.parquet")
+    (root / HEADER).write_text(header.model_dump_json())
+    return root
 
 
 def test_a_retired_key_signs_nothing_dated_after_its_retirement(
@@ -423,6 +455,40 @@ def test_a_pem_pin_from_keys_public_carries_the_keys_validity(
         assert code == 0 or "outside key" in done.stderr
 
 
+def test_the_served_pem_dates_its_key_and_a_bare_pem_checks_no_date_silently(
+    make_client: Callable[..., Any], db_path: Path, tmp_path: Path
+) -> None:
+    """Issue 24, item 4: ``public_key_pem`` of ``GET /v1/keys`` is the block under its Key-Id,
+    Created and (once retired) Retired lines, so the PEM a publisher copies from the API dates
+    its key as the JSON does; a bare PEM block of the same key (no dates) makes ``labeldp
+    receipt verify`` exit 1 UNCHECKED instead of accepting the receipt at any date."""
+    client = make_client()
+    first = released(client)
+    receipt = client.get(f"/v1/releases/{first['id']}/receipt", headers=PUB).json()
+    (tmp_path / "receipt.json").write_text(json.dumps(receipt))
+    args = ["receipt", "verify", str(tmp_path / "receipt.json"), "--public-key"]
+    bare = tmp_path / "bare.pem"
+    bare.write_text("".join(rc.public_pem(key) for key in keys_of(client).values()))
+    unchecked = labeldp(*args, str(bare))
+    assert unchecked.returncode == 1 and "UNCHECKED" in unchecked.stderr, unchecked.stderr
+    assert receipt["key_id"] in unchecked.stderr
+    ok = labeldp(*args, str(pin_of(client, tmp_path / "served.pem")))
+    assert ok.returncode == 0 and "inside its validity" in ok.stdout, ok.stderr
+
+    assert labeldp("keys", "rotate", "--db", str(db_path)).returncode == 0
+    listed = client.get("/v1/keys", headers=PUB).json()["keys"]
+    for item in listed:
+        dates = f"Created: {item['created']}\n"
+        if item["retired"] is not None:
+            dates += f"Retired: {item['retired']}\n"
+        assert item["public_key_pem"].startswith(f"Key-Id: {item['key_id']}\n{dates}-----BEGIN")
+    served = pin_of(client, tmp_path / "rotated.pem")
+    assert rc.load_key_validity(served) == {
+        item["key_id"]: (item["created"], item["retired"]) for item in listed
+    }
+    assert labeldp(*args, str(served)).returncode == 0  # signed before its key's retirement
+
+
 def _pem_file(tmp_path: Path, keys: dict[str, Any]) -> Path:
     path = tmp_path / "keys.pem"
     path.write_text("".join(rc.public_pem(key) for key in keys.values()))
@@ -471,9 +537,7 @@ def test_cli_verifies_a_model_message_and_names_a_changed_field(
     assert made.status_code == 201, made.text
     model_id = made.json()["id"]
     receipt = client.get(f"/v1/model-releases/{model_id}/receipt", headers=PUB).json()
-    ((_, key),) = keys_of(client).items()
-    pin = tmp_path / "labels.pub"
-    pin.write_text(rc.public_pem(key))
+    pin = pin_of(client, tmp_path / "labels.pub")
     (tmp_path / "receipt.json").write_text(json.dumps(receipt))
     message = json.loads(client.get(f"/v1/model-releases/{model_id}", headers=PUB).text)
     args = ["receipt", "verify", str(tmp_path / "receipt.json"), "--public-key", str(pin)]

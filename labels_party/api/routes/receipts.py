@@ -23,7 +23,7 @@ class PublicKey(BaseModel):
     key_id: str
     algorithm: str
     public_key: str  # base64 of the raw 32 bytes
-    public_key_pem: str
+    public_key_pem: str  # the PEM block under its Key-Id / Created / Retired lines: a pin
     status: str
     created: str
     retired: str | None
