@@ -66,6 +66,9 @@ WEIGHT_TOTAL = 1 << WEIGHT_BITS
 ROUNDING_BITS = 53
 # Grids the int64 sampler can hold: K * D < 2^63.
 MAX_GRID = 1000
+# Labels per ``os.urandom`` call of the CSPRNG path (two 64-bit words each: 256 KiB), so each
+# chunk is still in cache when the kernel reads it.
+LABELS_PER_DRAW = 1 << 14
 # The LP runs at epsilon - min(_SLACK_ABS, _SLACK_REL epsilon); the slack absorbs the solver's
 # tolerance and the integer rounding (relative errors ~1e-9), so the exact check passes.
 _SLACK_ABS = 1e-5
@@ -164,23 +167,34 @@ def _bias_tolerance(grid: np.ndarray, outputs: np.ndarray) -> float:
     return _BIAS_TOL * span + _BIAS_ULPS * float(np.spacing(scale))
 
 
-def _draws(rng: Rng, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rounding draws in [0, 2^ROUNDING_BITS), response draws in [0, D = 2^WEIGHT_BITS)), n
-    of each, exactly uniform.
+def _lookup_tables(grid: np.ndarray, cumulative: np.ndarray, outputs: int) -> dict[str, Any]:
+    """The kernel's search tables (``_unbiased_kernels``): the grid's interior points then
+    +inf, its label-bucket table and scale, the response's draw-bucket table and shift. Each
+    table only sets where a search starts (never past the answer), not the outputs."""
+    buckets = kernels.CELL_BUCKETS * (grid.size - 1)
+    with np.errstate(over="ignore", divide="ignore"):
+        scale = float(buckets / (grid[-1] - grid[0]))  # inf or 0 at float extremes: still exact
+    draws, shift = kernels.draw_table(cumulative, grid.size, outputs)
+    tables = {
+        "interior": np.append(grid[1:-1], np.inf),
+        "cells": kernels.cell_table(grid, scale, buckets),
+        "scale": scale,
+        "draws": draws,
+        "shift": shift,
+    }
+    for value in tables.values():
+        if isinstance(value, np.ndarray):
+            value.setflags(write=False)
+    return tables
 
-    From the OS CSPRNG: the low bits of 2 n raw 64-bit words of ``os.urandom``
-    (``SystemRandom.words``), exactly uniform because both spans are powers of two dividing
-    2^64: no rejection, and no byte drawn that is not used (``SystemRandom.integers`` gives the
-    same law through its rejection loop, which never rejects at such a span, plus 16 spare
-    words per call). A seeded Generator (tests): ``rng.integers``, rounding draws first.
-    """
-    if isinstance(rng, SystemRandom):
-        words = rng.words(2 * n)
-        up = words[:n] & np.uint64((1 << ROUNDING_BITS) - 1)
-        draw = words[n:] & np.uint64(WEIGHT_TOTAL - 1)
-        return up.astype(np.int64), draw.astype(np.int64)
-    up = np.ascontiguousarray(rng.integers(0, 1 << ROUNDING_BITS, size=n), np.int64)
-    return up, np.ascontiguousarray(rng.integers(0, WEIGHT_TOTAL, size=n), np.int64)
+
+def _generator_words(rng: np.random.Generator, n: int) -> np.ndarray:
+    """2 n words for :func:`_unbiased_kernels.respond_words` from a seeded Generator (tests,
+    benchmarks): n rounding draws in [0, 2^ROUNDING_BITS), then n response draws in [0, D),
+    each by ``rng.integers``, exactly uniform."""
+    up = rng.integers(0, 1 << ROUNDING_BITS, size=n)
+    draw = rng.integers(0, WEIGHT_TOTAL, size=n)
+    return np.concatenate([np.asarray(up, np.int64), np.asarray(draw, np.int64)]).view(np.uint64)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -195,6 +209,7 @@ class ExactUnbiased:
     weights: np.ndarray
     _cumulative: np.ndarray = field(init=False, repr=False)
     _probabilities: np.ndarray = field(init=False, repr=False)
+    _lookup: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         eps = check_epsilon(self.epsilon)
@@ -222,6 +237,7 @@ class ExactUnbiased:
         object.__setattr__(self, "weights", w)
         object.__setattr__(self, "_probabilities", probabilities)
         object.__setattr__(self, "_cumulative", cumulative)
+        object.__setattr__(self, "_lookup", _lookup_tables(grid, cumulative, outputs.size))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ExactUnbiased):
@@ -247,24 +263,45 @@ class ExactUnbiased:
 
     def randomize(self, labels: np.ndarray, rng: Rng) -> np.ndarray:
         """One output per label: exact randomized rounding (a draw in [0, 2^53)), then one
-        integer draw in [0, D) picks the row's output (``_unbiased_kernels.respond``); the
-        draws come from :func:`_draws`."""
+        integer draw in [0, D) picks the row's output, in one numba pass over raw 64-bit words
+        (``_unbiased_kernels.respond_words``).
+
+        From the OS CSPRNG: ``os.urandom`` in chunks of ``LABELS_PER_DRAW`` labels, 2 c words
+        for a chunk of c labels, the low 53 bits of the first c its rounding draws and of the
+        next c its response draws: exactly uniform, because both spans are powers of two
+        dividing 2^64 (no rejection), and no byte drawn that is not used. A seeded Generator
+        (tests): ``rng.integers``, all rounding draws first (:func:`_generator_words`).
+        """
         if not isinstance(rng, np.random.Generator | SystemRandom):
             raise InvalidParameterError(
                 f"rng must be a numpy Generator or shared.rng.SystemRandom, got {rng!r}"
             )
         y = np.ascontiguousarray(check_labels(labels))
-        up, draw = _draws(rng, y.size)
-        # One pass per label (numba), the same arithmetic as :meth:`rounding`; the rows'
-        # cumulative weights are laid end to end, row i shifted by i D.
-        return kernels.respond(
-            y,
+        out = np.empty(y.size, dtype=np.float64)
+        if isinstance(rng, SystemRandom):
+            for first in range(0, y.size, LABELS_PER_DRAW):
+                count = min(LABELS_PER_DRAW, y.size - first)
+                self._respond(y, first, rng.words(2 * count), out)
+        elif y.size:
+            self._respond(y, 0, _generator_words(rng, y.size), out)
+        return out
+
+    def _respond(self, labels: np.ndarray, first: int, words: np.ndarray, out: np.ndarray) -> None:
+        """``out[first : first + c]`` from 2 c ``words`` (``_unbiased_kernels.respond_words``)."""
+        lookup = self._lookup
+        kernels.respond_words(
+            labels,
+            first,
             self.input_grid,
+            lookup["interior"],
+            lookup["cells"],
+            lookup["scale"],
             self._cumulative,
+            lookup["draws"],
+            lookup["shift"],
             self.output_values,
-            np.int64(WEIGHT_TOTAL),
-            up,
-            draw,
+            words,
+            out,
         )
 
     def output_probabilities(self, labels: np.ndarray) -> np.ndarray:

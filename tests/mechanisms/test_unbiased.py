@@ -359,7 +359,8 @@ def test_unbiased_is_released_pulled_and_debiased_through_both_services(tmp_path
 
 def test_the_csprng_path_takes_the_low_bits_of_raw_words(monkeypatch: pytest.MonkeyPatch) -> None:
     """From the OS CSPRNG, the rounding and response draws are the low 53 bits of 2 n raw
-    words, in that order (exactly uniform: 2^53 divides 2^64), and nothing else is drawn."""
+    words, in that order (exactly uniform: 2^53 divides 2^64), and nothing else is drawn
+    (n below ``LABELS_PER_DRAW``: one chunk; several in ``test_unbiased_kernels``)."""
     import shared.rng as rng_module
 
     mech = U.build(SKEWED, epsilon=2.0)
@@ -383,32 +384,6 @@ def test_the_csprng_path_takes_the_low_bits_of_raw_words(monkeypatch: pytest.Mon
     expected = mech.output_values[position - row * mech.output_values.size]
     assert np.array_equal(mech.randomize(y, SystemRandom()), expected)
     assert served == [16 * n]
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    size=st.sampled_from([1, 2, 17, 128, 129, 300]),
-    seed=st.integers(0, 2**32 - 1),
-)
-def test_the_kernels_count_is_searchsorted_right(size: int, seed: int) -> None:
-    """``_count_at_most`` (counting up to 128 values, bisection beyond) is numpy's
-    ``searchsorted(side="right")`` on increasing floats and integers, at and between them."""
-    from shared.mechanisms import _unbiased_kernels as kernels
-
-    rng = np.random.default_rng(seed)
-    floats = np.cumsum(rng.uniform(0.1, 2.0, size))
-    ints = np.cumsum(rng.integers(1, 1000, size)).astype(np.int64)
-    for values, probes in (
-        (floats, np.concatenate([floats, floats - 0.05, [-1.0, floats[-1] + 1.0]])),
-        (ints, np.concatenate([ints, ints - 1, [0, ints[-1] + 1]])),
-    ):
-        # Behind three other values (as a row behind earlier rows) and followed by a larger one.
-        laid = np.concatenate(
-            [values[:1] - 3, values[:1] - 2, values[:1] - 1, values, values[-1:] + 5]
-        )
-        for x in probes:
-            want = int(np.searchsorted(values, x, side="right"))
-            assert kernels._count_at_most(laid, 3, size, x) == want
 
 
 def test_auto_compares_the_family_only_from_its_minimum_epsilon() -> None:
