@@ -218,12 +218,28 @@ def _highs(
     these sizes): the same model, the same HiGHS options, the same acceptance test (HiGHS
     reports optimal and the solution meets the bounds and rows to linprog's tolerance,
     sqrt(1e-9) * 10), through scipy's own HiGHS binding. Where that binding is missing (its
-    module is private to scipy) this is ``linprog`` itself, which gives the same solution,
-    bit for bit (tested).
+    module is private to scipy) or has another API, this is ``linprog`` itself, which gives
+    the same solution, bit for bit (tested).
     """
     core = _highs_binding()
-    if core is None:  # pragma: no cover - only with a scipy whose HiGHS binding moved
-        return _linprog(cost, matrix, lower, upper, solver=solver, presolve=presolve)
+    if core is not None:
+        try:
+            return _highs_direct(core, cost, matrix, lower, upper, solver, presolve)
+        except (AttributeError, TypeError):  # a scipy whose private binding has another API
+            pass
+    return _linprog(cost, matrix, lower, upper, solver=solver, presolve=presolve)
+
+
+def _highs_direct(
+    core: Any,
+    cost: np.ndarray,
+    matrix: tuple[np.ndarray, np.ndarray, np.ndarray],
+    lower: np.ndarray,
+    upper: np.ndarray,
+    solver: str,
+    presolve: bool,
+) -> tuple[np.ndarray | None, str]:
+    """:func:`_highs` through scipy's HiGHS binding ``core``."""
     indptr, indices, values = matrix
     n_col, n_row = cost.size, lower.size
     highs = core._Highs()

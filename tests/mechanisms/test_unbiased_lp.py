@@ -148,3 +148,12 @@ def test_without_presolve_the_optimum_is_the_one_linprog_found_with_it(
             before = U.build(prior, epsilon=epsilon)
         assert np.array_equal(now.output_values, before.output_values), trial
         assert np.max(np.abs(now.weights - before.weights)) <= 1e-11 * U.WEIGHT_TOTAL, trial
+
+
+def test_a_binding_with_another_api_falls_back_to_linprog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scipy whose private HiGHS module has other names or signatures: ``linprog`` solves."""
+    cost, matrix, lower, upper = lp_inputs(PRIORS[0], 1.0)
+    want, _ = lp._linprog(cost, matrix, lower, upper, solver="simplex", presolve=False)
+    monkeypatch.setattr(lp, "_highs_binding", lambda: object())
+    got, message = lp._highs(cost, matrix, lower, upper, solver="simplex", presolve=False)
+    assert message == "" and got is not None and np.array_equal(got, want)
