@@ -229,3 +229,10 @@ def test_the_cell_table_is_a_lower_bound_of_every_labels_count(k: int) -> None:
     bucket = np.minimum(((y - grid[0]) * scale).astype(np.int64), buckets - 1)
     counts = np.searchsorted(grid[1:-1], y, side="right")
     assert np.all(table[bucket] <= counts)
+
+
+def test_the_kernel_and_the_mechanism_agree_on_53_bit_draws() -> None:
+    """The kernel keeps the low 53 bits of each word and shifts row i's cumulative weights by
+    i 2^53: both of the mechanism's draw spans must be 2^53."""
+    assert U.WEIGHT_BITS == U.ROUNDING_BITS == 53
+    assert int(kernels._LOW_53) == D - 1 and kernels._TWO_53 == float(D)
