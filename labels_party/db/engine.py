@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
@@ -29,31 +28,21 @@ from shared.service.database_url import (
     create_private_sqlite,
     normalise,
     sqlite_path,
-    sqlite_url,
     sqlite_write_problem,
 )
+from shared.service.write_probe import PROBE_LOCK_SECONDS as PROBE_LOCK_SECONDS  # its wait
+from shared.service.write_probe import sqlite_file_url, write_probe
 
 _WRITE = "labeldp_write"
 # PostgreSQL's read_only_sql_transaction: a write (or the ledger lock) in a read-only session.
 _READ_ONLY_SQLSTATE = "25006"
 
-# The health check's write probe (Database.write_problem): how long it waits for the write lock
-# (a writer holding it longer means the database is being written: "busy", which is healthy),
-# and its write, an UPDATE through the write path that matches no row (so the probe changes
-# nothing even before its rollback, and needs only a privilege the service's writes need).
-PROBE_LOCK_SECONDS = 0.25
+# The health check's write probe (Database.write_problem, shared.service.write_probe): an UPDATE
+# through the write path that matches no row (so the probe changes nothing even before its
+# rollback, and needs only a privilege the service's writes need), after the ledger lock every
+# PostgreSQL write takes.
 _PROBE_WRITE = "UPDATE datasets SET epsilon_budget = epsilon_budget WHERE 1 = 0"
-# SQLite primary result codes (extended code & 0xFF): the lock is held by another writer...
-_SQLITE_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
-# ... or the write cannot be done: SQLITE_PERM, SQLITE_READONLY (any of its extended codes: a
-# read-only open, a file that could only be opened read-only, PRAGMA query_only), SQLITE_IOERR,
-# SQLITE_FULL, SQLITE_CANTOPEN.
-_SQLITE_CANNOT_WRITE_CODES = frozenset({3, 8, 10, 13, 14})
-_SQLITE_READONLY = 8
-# PostgreSQL: lock_not_available (the probe's lock_timeout ran out: busy), and the refusals of a
-# write: read-only transaction, insufficient privilege, disk full.
-_LOCK_NOT_AVAILABLE = "55P03"
-_CANNOT_WRITE_SQLSTATES = frozenset({_READ_ONLY_SQLSTATE, "42501", "53100"})
+_PROBE_LOCK = "LOCK TABLE ledger IN SHARE ROW EXCLUSIVE MODE"
 
 
 def make_engine(database_url: str, *, lock_timeout: float = 120.0) -> Engine:
@@ -183,23 +172,6 @@ def postgres_write_problem(conn: Connection) -> str | None:
     return None
 
 
-def _sqlite_file_url(url: str) -> str | None:
-    """The plain ``sqlite:///PATH`` URL of a SQLite URL's file (``None`` for another database):
-    a URI filename (``sqlite:///file:PATH?mode=ro&uri=true``) names its file by its path."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database:
-        return None
-    if parsed.query.get("uri") in ("true", "1") and parsed.database.startswith("file:"):
-        path = unquote(urlsplit(parsed.database).path)
-        return sqlite_url(path) if path else None
-    return str(parsed) if sqlite_path(str(parsed)) is not None else None
-
-
-def _first_line(exc: DBAPIError) -> str:
-    """The driver's message of ``exc`` on one line (no SQL, no parameters)."""
-    return " ".join(str(exc.orig).split()) or type(exc.orig).__name__
-
-
 class Database:
     """The engine plus an in-process writer lock (fair queueing before SQLite's own lock)."""
 
@@ -268,7 +240,7 @@ class Database:
         keeps the read-only state it started with, so the next check (and write) opens new ones
         and sees the database as it is by then."""
         if self.is_sqlite:
-            file_url = _sqlite_file_url(str(self.engine.url))
+            file_url = sqlite_file_url(str(self.engine.url))
             problem = None if file_url is None else sqlite_write_problem(file_url)
         elif self.engine.dialect.name == "postgresql":
             with self.read() as conn:
@@ -289,7 +261,8 @@ class Database:
         without waiting (and never ahead of a write queued for it, so a flood of health checks
         cannot starve the writes; at most one probe runs at a time), then the database's write
         lock (SQLite ``BEGIN IMMEDIATE``, PostgreSQL the ledger lock) waiting at most
-        :data:`PROBE_LOCK_SECONDS`, then ``_PROBE_WRITE``, then a rollback. A lock held by a
+        :data:`PROBE_LOCK_SECONDS`, then ``_PROBE_WRITE``, then a rollback
+        (``shared.service.write_probe.write_probe``, the features party's too). A lock held by a
         writer (a long release, another replica) is busy, not unwritable: the probe answers
         ``None`` at once rather than waiting for it or saying "unavailable", so a long write
         never makes the health check fail or hang. Errors that say the write cannot be done
@@ -298,58 +271,10 @@ class Database:
         if self._queued or not self._writer.acquire(blocking=False):
             return None  # this process is writing or about to: busy
         try:
-            if self.is_sqlite:
-                return self._sqlite_probe()
-            return self._postgres_probe()
+            with self.engine.connect() as conn:
+                return write_probe(conn, _PROBE_WRITE, lock=_PROBE_LOCK)
         finally:
             self._writer.release()
-
-    def _sqlite_probe(self) -> str | None:
-        with self.engine.connect() as conn:
-            raw: Any = conn.connection.driver_connection
-            usual = int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
-            raw.execute(f"PRAGMA busy_timeout = {round(PROBE_LOCK_SECONDS * 1000)}")
-            try:
-                conn.execution_options(**{_WRITE: True})  # BEGIN IMMEDIATE: the write lock
-                with conn.begin() as transaction:
-                    conn.exec_driver_sql(_PROBE_WRITE)
-                    transaction.rollback()
-            except DBAPIError as exc:
-                code = getattr(exc.orig, "sqlite_errorcode", None)
-                primary = None if code is None else code & 0xFF
-                if primary in _SQLITE_BUSY_CODES:
-                    return None
-                if primary not in _SQLITE_CANNOT_WRITE_CODES:
-                    raise
-                conn.invalidate()  # a connection opened read-only stays so: not back to the pool
-                if primary == _SQLITE_READONLY:
-                    return f"the SQLite database is read-only ({_first_line(exc)})"
-                return f"a write to the SQLite database failed ({_first_line(exc)})"
-            finally:
-                if not conn.invalidated:  # back to the wait every other use of it has
-                    raw.execute(f"PRAGMA busy_timeout = {usual}")
-        return None
-
-    def _postgres_probe(self) -> str | None:
-        with self.engine.connect() as conn:
-            try:
-                with conn.begin() as transaction:
-                    wait = round(PROBE_LOCK_SECONDS * 1000)
-                    conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{wait}ms'")
-                    conn.exec_driver_sql("LOCK TABLE ledger IN SHARE ROW EXCLUSIVE MODE")
-                    conn.exec_driver_sql(_PROBE_WRITE)
-                    transaction.rollback()
-            except DBAPIError as exc:
-                sqlstate = getattr(exc.orig, "sqlstate", None)
-                if sqlstate == _LOCK_NOT_AVAILABLE:
-                    return None
-                if sqlstate not in _CANNOT_WRITE_SQLSTATES:
-                    raise
-                conn.invalidate()
-                if sqlstate == _READ_ONLY_SQLSTATE:
-                    return f"the PostgreSQL session is read-only ({_first_line(exc)})"
-                return f"a write to the PostgreSQL database failed ({_first_line(exc)})"
-        return None
 
     def sql(self, statement: str) -> str:
         """Adapt a ``?``-placeholder statement to the driver's paramstyle (raw DBAPI use)."""
