@@ -7,7 +7,13 @@ import logging
 import sys
 from pathlib import Path
 
-from features_party.config import FEATURES_TOKEN_ENV, PUBLISHER_TOKEN_ENV, Settings
+from features_party.config import (
+    FEATURES_TOKEN_ENV,
+    LABELS_PUBLIC_KEY_ENV,
+    NO_DATE_CHECK_ENV,
+    PUBLISHER_TOKEN_ENV,
+    Settings,
+)
 from shared.errors import InvalidParameterError
 from shared.service import database_url
 from shared.service.cli_args import matching_options
@@ -41,8 +47,16 @@ def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignor
         "--labels-public-key",
         type=Path,
         default=None,
-        help="pin the labels party's receipt key (PEM/base64 file; default: "
-        "$LABELDP_LABELS_PUBLIC_KEY): train only on messages whose signed receipt verifies",
+        help="pin the labels party's receipt key(s), dated: the output of `labeldp keys public "
+        f"--all` or the JSON of its GET /v1/keys (default: ${LABELS_PUBLIC_KEY_ENV}); train only "
+        "on messages whose signed receipt verifies inside its key's validity",
+    )
+    parser.add_argument(
+        "--no-date-check",
+        action="store_true",
+        help="accept a pinned key the pin gives no dates (a bare PEM block, base64 lines), its "
+        "receipts' dates unchecked (a warning at start says so); without it such a pin stops the "
+        f"service at start; dates the pin states are still checked (${NO_DATE_CHECK_ENV}=1)",
     )
     parser.add_argument(
         "--labels-ca-file",

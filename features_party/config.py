@@ -16,6 +16,7 @@ FEATURES_TOKEN_ENV = "LABELDP_FEATURES_TOKEN"
 PUBLISHER_TOKEN_ENV = "LABELDP_PUBLISHER_TOKEN"
 LABELS_PUBLIC_KEY_ENV = "LABELDP_LABELS_PUBLIC_KEY"
 LABELS_CA_FILE_ENV = "LABELDP_LABELS_CA_FILE"
+NO_DATE_CHECK_ENV = "LABELDP_NO_DATE_CHECK"
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -27,6 +28,30 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def env_flag(name: str) -> bool:
+    """A yes/no environment variable: ``1``, ``true``, ``yes`` or ``on`` is set; unset, empty,
+    ``0``, ``false``, ``no`` or ``off`` is not; anything else is refused (a typo must not
+    silently mean either)."""
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise InvalidParameterError(f"${name} must be 1 or 0 (true/false, yes/no), not {value!r}")
+
+
+def undated_keys(path: Path) -> list[str]:
+    """The ids of the keys the pin ``path`` gives no validity (a bare PEM block, base64 lines):
+    their receipts cannot be date-checked, so the pull refuses them
+    (``shared.service.receipt.UndatedKeyError``) unless the operator waives the date check.
+    An unusable pin (no key, unreadable dates) raises InvalidParameterError."""
+    from shared.service.receipt import load_key_validity, load_public_keys
+
+    keys = load_public_keys(path)
+    validity = load_key_validity(path)
+    return sorted(kid for kid in keys if validity.get(kid, (None, None)) == (None, None))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +77,10 @@ class Settings:
     # The labels party's pinned receipt key(s) (shared.service.receipt.load_public_keys); when set,
     # a job trains only on a message whose signed receipt verifies and names it.
     labels_public_key: Path | None = None
+    # Accept receipts signed by a pinned key the pin gives no dates (a bare PEM block, base64
+    # lines), their date unchecked (``labeldp receipt verify --no-date-check``); without it such
+    # a pin stops the service at start (:func:`undated_keys`).
+    no_date_check: bool = False
     # https to the labels party: trust only this CA (shared.service.tls); None: the system's CAs.
     labels_ca_file: Path | None = None
     # Serve TLS with this certificate chain and key (both or neither).
@@ -89,10 +118,22 @@ class Settings:
         if not (math.isfinite(self.pull_timeout) and self.pull_timeout > 0):
             raise InvalidParameterError(f"pull_timeout ({self.pull_timeout}) must be > 0")
         if self.labels_public_key is not None:
-            from shared.service.receipt import load_key_validity, load_public_keys
-
-            load_public_keys(self.labels_public_key)  # refuse to start with an unusable pin
-            load_key_validity(self.labels_public_key)  # or with unreadable dates in it
+            undated = undated_keys(self.labels_public_key)  # an unusable pin raises
+            if undated and not self.no_date_check:
+                raise InvalidParameterError(
+                    f"--labels-public-key (${LABELS_PUBLIC_KEY_ENV}) {self.labels_public_key} "
+                    f"states no validity for key {', '.join(undated)} (a bare PEM block or "
+                    "base64 lines carry no dates), so no receipt it signs could be date-checked "
+                    "and every pull would be refused: pin dated keys, the output of `labeldp "
+                    "keys public --all` or the JSON of the labels party's GET /v1/keys; or "
+                    f"accept them undated with --no-date-check (${NO_DATE_CHECK_ENV}=1: their "
+                    "receipts' dates are then not checked)"
+                )
+        elif self.no_date_check:
+            raise InvalidParameterError(
+                f"--no-date-check (${NO_DATE_CHECK_ENV}) waives the date check of a pinned key's "
+                "receipts: it needs --labels-public-key"
+            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise InvalidParameterError("tls_cert and tls_key go together (give both or neither)")
 
@@ -116,6 +157,8 @@ class Settings:
         ):
             if extra.get(name) is None and os.environ.get(env):
                 extra[name] = Path(os.environ[env])
+        if not extra.get("no_date_check"):
+            extra["no_date_check"] = env_flag(NO_DATE_CHECK_ENV)
         return cls(
             database_url=database_url,
             labels_url=labels_url,

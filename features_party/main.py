@@ -6,6 +6,7 @@ Reading order: api/routes/datasets.py (features in, examples synced) -> api/rout
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -16,7 +17,7 @@ from fastapi import Depends, FastAPI
 from features_party.api import errors
 from features_party.api.deps import require_token
 from features_party.api.routes import datasets, health, models
-from features_party.config import Settings
+from features_party.config import Settings, undated_keys
 from features_party.db.engine import make_engine, make_sessionmaker
 from features_party.jobs import JobRunner
 from features_party.metrics import make_registry
@@ -32,11 +33,26 @@ def _request_counter(requests: Counter[tuple[str, str, int]]) -> Callable[..., N
     return record
 
 
+def _warn_undated(settings: Settings) -> None:
+    """Log, at start, the pinned keys whose receipts are accepted with their date unchecked
+    (``--no-date-check``), as ``labeldp receipt verify --no-date-check`` warns."""
+    if settings.no_date_check and settings.labels_public_key is not None:
+        undated = undated_keys(settings.labels_public_key)
+        if undated:
+            logging.getLogger("features_party").warning(
+                "--no-date-check: %s states no validity for key %s; receipts it signs are "
+                "accepted without checking their date",
+                settings.labels_public_key,
+                ", ".join(undated),
+            )
+
+
 def create_app(settings: Settings) -> FastAPI:
     """Build the app; the database is opened (and jobs recovered) at start-up."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        _warn_undated(settings)
         engine = make_engine(settings.database_url)
         app.state.engine = engine
         app.state.sessions = make_sessionmaker(engine)

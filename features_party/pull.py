@@ -11,8 +11,10 @@ release's signed receipt and refuses the message (``shared.service.receipt.Recei
 message is then not stored) unless the signature verifies under a pinned key, the receipt was
 signed inside that key's validity as the pin states it (a pinned key without dates is refused:
 ``UndatedKeyError``) and the receipt names this message: its whole header, release, dataset, body
-sha256, n, mechanism and the epsilons it ran at. Without a pin, nothing is checked beyond the
-sha256 (as before receipts existed).
+sha256, n, mechanism and the epsilons it ran at. A pin with an undated key stops the service at
+start unless ``Settings.no_date_check`` waives the date check of such a key's receipts (dates the
+pin states still hold). Without a pin, nothing is checked beyond the sha256 (as before receipts
+existed).
 """
 
 from __future__ import annotations
@@ -124,7 +126,9 @@ def check_receipt(settings: Settings, header: MessageHeader, *, raw: bytes | Non
     validity = load_key_validity(settings.labels_public_key)
     with labels_client(settings) as client:
         receipt = client.receipt(header.release_id)
-    body = verify_receipt(receipt, keys, validity=validity, require_dates=True)
+    body = verify_receipt(
+        receipt, keys, validity=validity, require_dates=not settings.no_date_check
+    )
     check_header(
         body, header, binary_sha256=None if raw is None else hashlib.sha256(raw).hexdigest()
     )
@@ -154,7 +158,9 @@ def check_model_receipt(
             receipt = client.request(
                 "GET", f"/v1/model-releases/{model_release_id}/receipt", idempotent=True
             ).json()
-    body = verify_receipt(receipt, keys, validity=validity, require_dates=True)
+    body = verify_receipt(
+        receipt, keys, validity=validity, require_dates=not settings.no_date_check
+    )
     if body.get("model_release_id") != model_release_id:
         raise ReceiptError("the receipt is about another model release")
     check_model_header(body, header_json)

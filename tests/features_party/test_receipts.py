@@ -52,8 +52,9 @@ def test_a_pinned_key_admits_a_verified_release(labels_party, features_factory, 
 def test_another_key_is_refused_and_nothing_is_stored(
     labels_party, features_factory, tmp_path
 ) -> None:
-    other = tmp_path / "other.pub"
-    other.write_text(rc.public_pem(Ed25519PrivateKey.generate().public_key()))
+    other = tmp_path / "other.pub"  # dated: an undated pin would not start (test_pin_dates.py)
+    other_key = Ed25519PrivateKey.generate().public_key()
+    other.write_text(rc.pem_with_validity(other_key, "2000-01-01T00:00:00Z", None))
     features = features_factory(labels_public_key=other)
     _, _, _, release = prepare(labels_party, features, "rcpt_other", n=200)
     job = train(features, "rcpt_other", release.id)
@@ -173,10 +174,13 @@ def test_a_pin_without_dates_is_refused_not_trusted_at_any_date(
     labels_party, features_factory, tmp_path
 ) -> None:
     """Issue 24, item 4: a pinned key the pin gives no validity (a bare PEM block of the labels
-    party's own key, as pinned before keys carried dates) cannot date-check a receipt, so the
-    pull refuses the release (UndatedKeyError naming the key and the dated pin to use) and stores
-    nothing, for a label release and a model release alike; the same key pinned as ``GET
-    /v1/keys`` serves it (dated) is admitted."""
+    party's own key, as pinned before keys carried dates) cannot date-check a receipt. Such a
+    pin stops the service at start (tests/features_party/test_pin_dates.py), unless
+    ``no_date_check`` waives the date check. A pin made undated after the start (the pull reads
+    the file each time) is refused at the pull (UndatedKeyError naming the key and the dated pin
+    to use), nothing stored, for a label release and a model release alike; with the check
+    waived both are admitted, and so they are with the same key pinned as ``GET /v1/keys``
+    serves it (dated)."""
     from features_party.db.models import ReleasedModelMessage
     from tests.features_party.test_released_models import _labels_party_model, _released
 
@@ -185,20 +189,30 @@ def test_a_pin_without_dates_is_refused_not_trusted_at_any_date(
     (key,) = rc.load_public_keys(dated).values()
     bare.write_text(rc.public_pem(key))
     assert rc.load_key_validity(dated) and not rc.load_key_validity(bare)
-    features = features_factory(labels_public_key=bare)
+    with pytest.raises(InvalidParameterError, match="labeldp keys public --all"):
+        features_factory(labels_public_key=bare)
+    model = _labels_party_model(
+        labels_party, "rcpt-undated-model", estimator="ols", privacy="label", epsilon="1"
+    )
+
+    pinned = tmp_path / "pinned.pub"
+    pinned.write_text(dated.read_text())
+    features = features_factory(labels_public_key=pinned)
     _, _, _, release = prepare(labels_party, features, "rcpt_undated", n=200)
+    pinned.write_text(rc.public_pem(key))  # undated after the start
     job = train(features, "rcpt_undated", release.id)
     assert job["status"] == "failed" and "UndatedKeyError" in job["error"], job["error"]
     assert rc.key_id(key) in job["error"] and "labeldp keys public" in job["error"]
     assert count_messages(features) == 0
-
-    model = _labels_party_model(
-        labels_party, "rcpt-undated-model", estimator="ols", privacy="label", epsilon="1"
-    )
     refused = _released(features, model)
     assert refused.status_code == 502 and "no validity" in refused.text, refused.text
     with features.app.state.sessions() as session:
         assert session.get(ReleasedModelMessage, model["id"]) is None
+
+    waived = features_factory(labels_public_key=bare, no_date_check=True)  # the same database
+    assert train(waived, "rcpt_undated", release.id)["status"] == "succeeded"
+    assert _released(waived, model).status_code == 201
+    assert count_messages(waived) == 1
 
     admitted = features_factory(labels_public_key=dated)
     assert train(admitted, "rcpt_undated", release.id)["status"] == "succeeded"

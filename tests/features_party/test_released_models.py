@@ -245,8 +245,9 @@ def test_a_pinned_key_checks_the_model_releases_receipt(
     pinned = features_factory(labels_public_key=pin(labels_party, tmp_path / "labels.pub"))
     answer = _released(pinned, release)
     assert answer.status_code == 201, answer.text
-    other = tmp_path / "other.pub"
-    other.write_text(rc.public_pem(Ed25519PrivateKey.generate().public_key()))
+    other = tmp_path / "other.pub"  # dated: an undated pin would not start (test_pin_dates.py)
+    other_key = Ed25519PrivateKey.generate().public_key()
+    other.write_text(rc.pem_with_validity(other_key, "2000-01-01T00:00:00Z", None))
     wrong = features_factory(labels_public_key=other, db_path=tmp_path / "wrong.db")
     refused = _released(wrong, release)
     assert refused.status_code >= 400 and "not a pinned key" in refused.text, refused.text
