@@ -5,7 +5,9 @@ Implements Shen, Tong & Wang, "Efficient Propose-Test-Release", Algorithm 5 (ePT
 per release; predicting at m points that way spends m releases. Here the estimate at all m
 query points (a public grid, or points the caller names) is one vector release with that
 vector's sensitivity, and predictions elsewhere interpolate the released values
-(:func:`interpolate`, post-processing).
+(:func:`interpolate`, or the Gaussian smoother :func:`smooth_interpolate`: post-processing).
+ePTR-NW's test constant c0 may be one public value per query (:func:`eptr_nw`), with the
+noise scaled per query accordingly.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from shared.estimators._checks import (
     features,
     labels_for,
     positive,
-    positives,
     queries_for,
 )
 from shared.estimators._linear import linear_label_release
@@ -74,6 +75,8 @@ class EPTRNW(EPTROutcome):
 
     queries: np.ndarray
     values: np.ndarray
+    # tau_q: query q's noise is N(0, (noise_scale tau_q)^2) (public; 1 for one c0).
+    noise_factors: np.ndarray
 
     def predict(self, points: np.ndarray, *, neighbours: int = 8) -> np.ndarray:
         return interpolate(self.queries, self.values, points, neighbours=neighbours)
@@ -116,17 +119,22 @@ def nw_gamma(degree: np.ndarray, *, n: int, c0: float, k_max: float) -> float:
     return float(nw_gammas(degree, n=n, c0=c0, k_max=k_max).min())
 
 
-def query_overlap(queries: np.ndarray, *, bandwidth: float) -> float:
-    """A public bound G >= sup_x sum_q exp(-||x - x_q||^2 / sigma^2), over EVERY x in R^d.
+def query_overlap(
+    queries: np.ndarray, *, bandwidth: float, weights: np.ndarray | None = None
+) -> float:
+    """A public bound G >= sup_x sum_q w_q exp(-||x - x_q||^2 / sigma^2), over EVERY x in R^d.
 
-    G = min(m, max_q sum_r exp(-||x_q - x_r||^2 / (4 sigma^2))). Proof: for any x let q* be
-    the query nearest to x; for every r, ||x_r - x_q*|| <= ||x_r - x|| + ||x - x_q*|| <=
+    G = min(sum_q w_q, max_q sum_r w_r exp(-||x_q - x_r||^2 / (4 sigma^2))) for weights
+    w_q >= 0 (all 1 when ``weights`` is None: min(m, ...)). Proof: for any x let q* be the
+    query nearest to x; for every r, ||x_r - x_q*|| <= ||x_r - x|| + ||x - x_q*|| <=
     2 ||x_r - x||, so exp(-||x - x_r||^2 / sigma^2) <= exp(-||x_r - x_q*||^2 / (4 sigma^2));
-    summing over r bounds the sum at x by the row of q*, hence by the largest row; each term
-    is <= 1, hence also <= m. A function of the public queries and bandwidth only.
+    summing with the weights bounds the sum at x by the row of q*, hence by the largest row;
+    each exponential is <= 1, hence also <= sum_q w_q. A function of the public queries,
+    weights and bandwidth only.
     """
     points = np.asarray(queries, dtype=np.float64)
     sigma = positive(bandwidth, name="bandwidth")
+    w = np.ones(points.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     best = 0.0
     for start in range(0, points.shape[0], _ROWS_PER_BLOCK):
         block = points[start : start + _ROWS_PER_BLOCK]
@@ -136,8 +144,10 @@ def query_overlap(queries: np.ndarray, *, bandwidth: float) -> float:
             - 2.0 * block @ points.T
         )
         np.maximum(sq, 0.0, out=sq)
-        best = max(best, float(np.exp(-sq / (4.0 * sigma * sigma)).sum(axis=1).max()))
-    return min(float(points.shape[0]), best)
+        near = np.exp(-sq / (4.0 * sigma * sigma))
+        rows = near.sum(axis=1) if weights is None else near @ w
+        best = max(best, float(rows.max()))
+    return min(float(w.sum()), best)
 
 
 def nw_alpha(*, span: float, k_max: float, c0: float, n: int, overlap: float = 1.0) -> float:
@@ -150,6 +160,34 @@ def nw_alpha(*, span: float, k_max: float, c0: float, n: int, overlap: float = 1
     return span * k_max * math.sqrt(overlap) / (c0 * n)
 
 
+def nw_thresholds(c0: object, m: int) -> np.ndarray:
+    """The release test's per-query constants c_q (a positive number for every query, or one
+    for all): public values, refused (naming c0) when not finite and positive."""
+    if isinstance(c0, bool):
+        raise InvalidParameterError(f"c0 ({c0!r}) must be a positive number or one per query")
+    try:
+        values = np.asarray(c0, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(
+            f"c0 ({c0!r}) must be a positive number or one per query"
+        ) from None
+    if values.ndim == 0:
+        return np.full(m, positive(float(values), name="c0"))
+    if values.shape != (m,):
+        raise InvalidParameterError(f"c0 has shape {values.shape}: one value per query ({m},)")
+    if not np.all(np.isfinite(values) & (values > 0.0)):
+        raise InvalidParameterError("c0 must be finite and > 0 at every query")
+    return values
+
+
+def nw_noise_factors(c0: np.ndarray, *, power: float) -> np.ndarray:
+    """tau_q = (min_r c_r / c_q)^power in (0, 1]: query q's share of the release's noise scale
+    (1 for every query when c0 is one number). A function of the public c0 only."""
+    if isinstance(power, bool) or not (isinstance(power, int | float) and 0.0 <= power <= 1.0):
+        raise InvalidParameterError(f"noise_power ({power!r}) must be a number in [0, 1]")
+    return (c0.min() / c0) ** float(power)
+
+
 def eptr_nw(
     X: np.ndarray,
     y: np.ndarray,
@@ -158,12 +196,13 @@ def eptr_nw(
     epsilon: float,
     delta: float,
     bandwidth: float,
-    c0: float,
+    c0: float | np.ndarray,
     rng: Rng,
     r_f: float | None = None,
     lo: float | None = None,
     hi: float | None = None,
     no_reply: np.ndarray | float = 0.0,
+    noise_power: float = 0.5,
 ) -> EPTRNW:
     """(epsilon, delta)-DP Nadaraya-Watson at the m public ``queries``, one ePTR release.
 
@@ -177,38 +216,59 @@ def eptr_nw(
     (c0 n), half the paper's 4 R_f C_K / (sigma^d c0 n), and gamma is the paper's (21) with
     its 2 K_max terms replaced by K_max (:func:`nw_gammas`); both are proved below.
 
+    ``c0`` may also be one PUBLIC constant per query (c_q, e.g. from the density of public
+    reference features at q, never from the private data): the test then asks d(x_q) >= c_q n
+    at every query, gamma = min_q (d(x_q) - c_q n)_+ / K_max, and query q's noise is scaled by
+    tau_q = (c_min / c_q)^``noise_power`` (:func:`nw_noise_factors`): queries certified denser
+    get less noise. With one c0 every tau_q = 1 and everything below is the scalar case.
+
     Privacy (for all data sets; features need no projection, the Gaussian kernel is in
     [0, K_max] everywhere). Let X, X' differ in example i, and at query q let D = sum_{j != i}
     K_j, k = K(x_q, x_i), k' = K(x_q, x_i'). f = f0 + w (y_i - f0) with f0 = S / D in [lo, hi]
     and w = k / (D + k), likewise f' with w' = k' / (D + k'); so |f - f'| <= (hi - lo)
     max(w, w') (the two label terms have opposite worst signs), and max(w, w') <=
-    max(k, k') / (c0 n) whenever d(x_q) = D + k >= c0 n (if k' > k then D + k' > D + k; if
-    D = 0 the same bound holds with f = y_i). gamma > 0 gives d(x_q) > c0 n at every query,
-    so the vector moves by at most (hi - lo) / (c0 n) sqrt(sum_q max(k_q, k_q')^2) <= (hi - lo)
-    K_max sqrt(min(m, 2 G)) / (c0 n) = alpha in L2 (sum_q k_q^2 <= K_max^2 G for any x_i).
-    gamma is 1-Lipschitz (:func:`nw_gamma`): it is an alpha-SaLBo (Definition 2.1), and
-    Algorithm 2 (:func:`.eptr.eptr_release`, noise calibrated to the exact delta of the whole
-    step) is (epsilon, delta)-DP. The final clip of the paper's step 4 is a no-op here (a
-    weighted mean of labels in [lo, hi] stays in [lo, hi]).
+    max(k, k') / (c_q n) whenever d(x_q) = D + k >= c_q n (if k' > k then D + k' > D + k; if
+    D = 0 the same bound holds with f = y_i). gamma > 0 gives d(x_q) > c_q n at every query.
+    The released vector is u = f / tau (tau public); u moves by at most (hi - lo) sqrt(sum_q
+    max(k_q, k_q')^2 / (c_q n tau_q)^2) <= (hi - lo) K_max sqrt(min(sum_q w_q, 2 G_w)) /
+    (c_min n) = alpha in L2, with w_q = (c_min / (c_q tau_q))^2 (the weighted overlap G_w of
+    :func:`query_overlap`: max(k, k')^2 <= k^2 + k'^2 and sum_q w_q k_q^2 <= K_max^2 G_w for
+    any x_i); for one c0 this is the alpha above. gamma is 1-Lipschitz (:func:`nw_gamma`): it
+    is an alpha-SaLBo for u (Definition 2.1), and Algorithm 2 (:func:`.eptr.eptr_release`,
+    noise calibrated to the exact delta of the whole step) releases u (epsilon, delta)-DP; the
+    values tau_q u~_q are post-processing. The final clip of the paper's step 4 is a no-op
+    here (a weighted mean of labels in [lo, hi] stays in [lo, hi]).
     """
     x = features(X)
     target = labels_for(y, x.shape[0])
     points = queries_for(queries, x.shape[1])
     eps, dlt = epsilon_delta(epsilon, delta)
-    sigma, c = positives(bandwidth=bandwidth, c0=c0)
+    sigma = positive(bandwidth, name="bandwidth")
+    c = nw_thresholds(c0, points.shape[0])
+    tau = nw_noise_factors(c, power=noise_power)
     low, high = _label_interval(r_f=r_f, lo=lo, hi=hi)
     n, dim = x.shape
     k_max = kernel_bound(dim, sigma)
     sums, degree = nw_estimate(points, x, np.clip(target, low, high), bandwidth=sigma)
     safe = np.where(degree > 0.0, degree, 1.0)
     estimate = np.clip(np.where(degree > 0.0, sums / safe, 0.5 * (low + high)), low, high)
-    gamma = nw_gamma(degree, n=n, c0=c, k_max=k_max)
-    overlap = min(float(points.shape[0]), 2.0 * query_overlap(points, bandwidth=sigma))
-    alpha = nw_alpha(span=high - low, k_max=k_max, c0=c, n=n, overlap=overlap)
-    out = eptr_release(
-        estimate, gamma=gamma, alpha=alpha, epsilon=eps, delta=dlt, no_reply=no_reply, rng=rng
+    gamma = float(nw_gammas(degree, n=n, c0=c, k_max=k_max).min())
+    c_min = float(c.min())
+    weights = (c_min / (c * tau)) ** 2
+    uniform = bool(np.all(weights == 1.0))  # one c0: the unweighted bound, as before
+    overlap = min(
+        float(weights.sum()),
+        2.0 * query_overlap(points, bandwidth=sigma, weights=None if uniform else weights),
     )
-    return EPTRNW(queries=points, values=out.value, **EPTROutcome.of(out, alpha=alpha))
+    alpha = nw_alpha(span=high - low, k_max=k_max, c0=c_min, n=n, overlap=overlap)
+    out = eptr_release(
+        estimate / tau, gamma=gamma, alpha=alpha, epsilon=eps, delta=dlt, no_reply=no_reply,
+        rng=rng,
+    )  # fmt: skip
+    values = out.value * tau if out.released else out.value
+    return EPTRNW(
+        queries=points, values=values, noise_factors=tau, **EPTROutcome.of(out, alpha=alpha)
+    )
 
 
 def _label_interval(
@@ -307,4 +367,33 @@ def interpolate(
     weight = 1.0 / np.maximum(distance**2, 1e-300)
     out = np.sum(weight * released[index], axis=1) / np.sum(weight, axis=1)
     out[exact] = released[index[exact, 0]]
+    return out
+
+
+def smooth_interpolate(
+    queries: np.ndarray, values: np.ndarray, points: np.ndarray, *, bandwidth: float
+) -> np.ndarray:
+    """Gaussian-kernel (Nadaraya-Watson) average of the released values at ``points``.
+
+    sum_q K_h(x, x_q) v_q / sum_q K_h(x, x_q) with bandwidth h; a point whose every weight
+    underflows gets the nearest query's value. Post-processing of a released vector: it reads
+    only the public query points, the released values and h, so it costs no privacy. Unlike
+    :func:`interpolate` it averages the noise of every query within a few h.
+    """
+    q = features(queries, name="queries")
+    target = queries_for(points, q.shape[1], name="points")
+    released = np.asarray(values, dtype=np.float64)
+    if released.shape != (q.shape[0],):
+        raise InvalidParameterError(f"values must have shape ({q.shape[0]},), got {released.shape}")
+    h = positive(bandwidth, name="bandwidth")
+    out = np.empty(target.shape[0])
+    for start in range(0, target.shape[0], _ROWS_PER_BLOCK):
+        block = target[start : start + _ROWS_PER_BLOCK]
+        sq = np.sum(block**2, axis=1)[:, None] + np.sum(q**2, axis=1)[None, :] - 2.0 * block @ q.T
+        np.maximum(sq, 0.0, out=sq)
+        k = np.exp(-sq / (2.0 * h * h))
+        total = k.sum(axis=1)
+        nearest = released[np.argmin(sq, axis=1)]
+        safe = np.where(total > 0.0, total, 1.0)
+        out[start : start + block.shape[0]] = np.where(total > 0.0, k @ released / safe, nearest)
     return out

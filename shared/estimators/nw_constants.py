@@ -41,7 +41,13 @@ import numpy as np
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.estimators import kernel
-from shared.estimators._checks import features, labels_for, positive, queries_for
+from shared.estimators._checks import (
+    epsilon_delta,
+    features,
+    labels_for,
+    positive,
+    queries_for,
+)
 from shared.estimators.constants import ConstantsSplit, laplace, release_margin, split_shares
 from shared.estimators.eptr import eptr_threshold
 from shared.rng import Rng
@@ -240,3 +246,59 @@ def eptr_nw_chosen(
 def split_epsilon(split: NWConstantsSplit) -> Decimal:
     """The split's total epsilon (its parts plus ePTR-NW's rest): the request's, exactly."""
     return amounts.add(split.constants_epsilon, split.eptr_epsilon)
+
+
+# Per-query c0 from public reference features (:func:`reference_c0`): the release test's
+# margin over the reference's prediction, in standard deviations of the difference between
+# the private degree and its prediction, and the release probability asked of the test at
+# that margin.
+REFERENCE_SDS = 3.0
+REFERENCE_RELEASE = 0.95
+
+
+def reference_c0(
+    queries: np.ndarray,
+    reference: np.ndarray,
+    *,
+    n: int,
+    bandwidth: float,
+    epsilon: float,
+    delta: float,
+    floor: float,
+) -> np.ndarray:
+    """One c0 per query from PUBLIC reference features (no privacy cost): the test asks every
+    query's degree to be what the reference predicts, less a margin.
+
+    The reference must be public with respect to the private data set (features the caller
+    owns, e.g. the points it will predict at; never rows of the data set): under ePTR the
+    training features are private, and this rule reads only the reference, the queries, n,
+    the bandwidth, epsilon and delta. The reference's degree at q, rescaled to n rows,
+    D^_q = (n / n_ref) sum_j exp(-||x_q - r_j||^2 / (2 sigma^2)) (units of K_max), predicts
+    the data's d(x_q) / K_max when both are samples of one population; the degree is a sum of
+    n terms in [0, 1] (variance <= its mean) and so is the prediction (rescaled), so their
+    difference has standard deviation <= sqrt(D^_q (1 + n / n_ref)). Then
+
+        c_q n / K_max = max(D^_q - M - g - REFERENCE_SDS sqrt(D^_q (1 + n / n_ref)), floor)
+
+    with M the release test's threshold and g = (2 / epsilon) log(p / (1 - p)), p =
+    :data:`REFERENCE_RELEASE`: where every degree is within REFERENCE_SDS deviations of its
+    prediction, gamma >= M + g and the test releases with probability >= p. ``floor`` (in
+    units of K_max, > 0) keeps the sparse queries' c_q, hence their noise, bounded; a
+    reference that does not resemble the data only makes "no reply" likelier (the privacy
+    proof of ``kernel.eptr_nw`` holds for any public c_q > 0).
+    """
+    points = features(queries, name="queries")
+    ref = queries_for(reference, points.shape[1], name="reference")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
+    sigma = positive(bandwidth, name="bandwidth")
+    lowest = positive(floor, name="floor")
+    eps, dlt = epsilon_delta(epsilon, delta)
+    k_max = kernel.kernel_bound(points.shape[1], sigma)
+    _, degree = kernel.nw_estimate(points, ref, np.zeros(ref.shape[0]), bandwidth=sigma)
+    ratio = n / ref.shape[0]
+    predicted = degree / k_max * ratio
+    margin = 2.0 / eps * math.log(REFERENCE_RELEASE / (1.0 - REFERENCE_RELEASE))
+    units = predicted - eptr_threshold(epsilon=eps, delta=dlt) - margin
+    units -= REFERENCE_SDS * np.sqrt(predicted * (1.0 + ratio))
+    return np.maximum(units, lowest) * k_max / n
