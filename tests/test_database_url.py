@@ -9,7 +9,7 @@ import pytest
 
 from features_party.db.engine import make_engine as features_engine
 from labels_party.db.engine import make_engine as labels_engine
-from shared.service.database_url import create_private_sqlite, sqlite_url
+from shared.service.database_url import create_private_sqlite, sqlite_path, sqlite_url
 
 
 def mode(path: Path) -> int:
@@ -47,3 +47,36 @@ def test_other_databases_are_left_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     create_private_sqlite("postgresql+psycopg://u@localhost/db")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("make_engine", [labels_engine, features_engine])
+def test_a_new_database_named_by_a_uri_filename_is_private_too(tmp_path, make_engine):
+    """A ``file:PATH?...&uri=true`` URL used to skip the private creation (SQLite made it 0644)."""
+    path = tmp_path / "uri.db"
+    engine = make_engine(f"sqlite:///file:{path}?mode=rwc&uri=true")
+    with engine.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+    engine.dispose()
+    assert mode(path) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:////srv/f.db", Path("/srv/f.db")),
+        ("sqlite:///rel/f.db", Path("rel/f.db")),
+        ("sqlite:///file:/srv/f.db?mode=ro&uri=true", Path("/srv/f.db")),
+        ("sqlite:///file:/srv/a%20b.db?uri=true", Path("/srv/a b.db")),
+        ("sqlite:///file::memory:?uri=true", None),
+        ("sqlite://", None),
+        ("postgresql+psycopg://u@h/db", None),
+    ],
+)
+def test_sqlite_path_reads_plain_paths_and_uri_filenames(url: str, expected: Path | None):
+    assert sqlite_path(url) == expected
+
+
+def test_a_read_only_uri_creates_no_file(tmp_path):
+    path = tmp_path / "missing.db"
+    create_private_sqlite(f"sqlite:///file:{path}?mode=ro&uri=true")
+    assert not path.exists()

@@ -10,6 +10,7 @@ import argparse
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from shared.errors import InvalidParameterError
 
@@ -63,8 +64,34 @@ def resolve(
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL, ``None`` for any other database."""
-    return Path(url.removeprefix(SQLITE_PREFIX)) if url.startswith(SQLITE_PREFIX) else None
+    """The file of a ``sqlite:///`` URL, ``None`` for any other database.
+
+    A URI filename (``sqlite:///file:PATH?mode=ro&uri=true``, SQLite's own URI syntax, which
+    SQLAlchemy hands to sqlite3; rendered by SQLAlchemy with its colon quoted) names its file
+    by PATH; ``None`` where it names none (an in-memory ``file::memory:``)."""
+    if not url.startswith(SQLITE_PREFIX):
+        return None
+    uri = _sqlite_uri(url)
+    if uri is None:
+        return Path(url.removeprefix(SQLITE_PREFIX))
+    path = unquote(urlsplit(uri[0]).path)
+    return Path(path) if path and ":memory:" not in path else None
+
+
+def _sqlite_uri(url: str) -> tuple[str, dict[str, str]] | None:
+    """(the ``file:`` filename, the query) of a SQLite URI filename URL, else None."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    query = {key: str(value) for key, value in parsed.query.items()}
+    database = parsed.database or ""
+    if query.get("uri") in ("true", "1") and database.startswith("file:"):
+        return database, query
+    return None
 
 
 def sqlite_write_problem(url: str) -> str | None:
@@ -96,6 +123,9 @@ def create_private_sqlite(url: str) -> None:
     """
     path = sqlite_path(url)
     if path is None or path.exists() or not path.parent.is_dir():
+        return
+    uri = _sqlite_uri(url)
+    if uri is not None and uri[1].get("mode") in ("ro", "memory"):  # SQLite would not create it
         return
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

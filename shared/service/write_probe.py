@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import sqlite3
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from shared.service.database_url import sqlite_path, sqlite_url, sqlite_write_problem
@@ -47,14 +45,10 @@ _CANNOT_WRITE_SQLSTATES = frozenset({READ_ONLY_SQLSTATE, "42501", "53100"})
 
 def sqlite_file_url(url: str) -> str | None:
     """The plain ``sqlite:///PATH`` URL of a SQLite URL's file (``None`` for another database):
-    a URI filename (``sqlite:///file:PATH?mode=ro&uri=true``) names its file by its path."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database:
-        return None
-    if parsed.query.get("uri") in ("true", "1") and parsed.database.startswith("file:"):
-        path = unquote(urlsplit(parsed.database).path)
-        return sqlite_url(path) if path else None
-    return str(parsed) if sqlite_path(str(parsed)) is not None else None
+    a URI filename (``sqlite:///file:PATH?mode=ro&uri=true``) names its file by its path
+    (:func:`shared.service.database_url.sqlite_path`)."""
+    path = sqlite_path(url)
+    return None if path is None else sqlite_url(path)
 
 
 def first_line(error: BaseException) -> str:
