@@ -27,7 +27,10 @@ Honest (one release for every prediction): :func:`shared.estimators.kernel.eptr_
 query points (k-means centroids of the TEST features where the test features' own density is
 high enough; the training data are never read to choose them), predictions at test points
 interpolate the released values (post-processing). One (epsilon, delta) for all 16,512
-predictions.
+predictions. Two designs on the same queries: one c0 for every query (N0 = 40) with
+inverse-distance interpolation, and one c0 per query from the test features' density
+(:func:`shared.estimators.nw_constants.reference_c0`: public, the centroids' rule) with the
+noise scaled per query and a Gaussian smoother of the released values.
 
 Run: ``python -m bench.estimators_nw --out /tmp/nw.md`` (about 5 minutes on two cores).
 """
@@ -48,7 +51,14 @@ from sklearn.cluster import KMeans
 from bench import emit
 from bench.estimators import HOUSING_LABEL_HI, load_housing
 from shared.estimators.eptr import eptr_noise_scale, eptr_threshold
-from shared.estimators.kernel import eptr_nw, interpolate, kernel_bound, nw_estimate
+from shared.estimators.kernel import (
+    eptr_nw,
+    interpolate,
+    kernel_bound,
+    nw_estimate,
+    smooth_interpolate,
+)
+from shared.estimators.nw_constants import reference_c0
 
 DELTA = 0.01
 EPSILONS = (0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0)
@@ -63,12 +73,17 @@ OLD = {"sigma": 0.08, "c0": 3.0}
 # Honest one-release: public queries, issue 22's targets.
 HONEST = {"sigma": 0.1, "grid": 128, "min_density": 40.0, "n0": 40.0}
 HONEST_RATIO, HONEST_EPSILON, HONEST_RELEASED = 1.5, 4.0, 0.9
+# Honest, per-query c0: the same queries; c_q from the test features' density
+# (``nw_constants.reference_c0``, floor in units of K_max), query q's noise scaled by
+# (c_min / c_q)^noise_power, predictions by a Gaussian smoother of the released values at
+# bandwidth smooth x sigma (``kernel.smooth_interpolate``).
+PER_QUERY = {"floor": 20.0, "noise_power": 0.5, "smooth": 0.5}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Config:
     reps: int = 5
-    reps_honest: int = 10
+    reps_honest: int = 30
     sigmas: tuple[float, ...] = SIGMAS
     n0s: tuple[float, ...] = N0S
     seed: int = 20260422
@@ -164,8 +179,13 @@ def public_queries(xt: np.ndarray, *, sigma: float, grid: int, min_density: floa
 
 
 def run_honest(config: Config, data: tuple, rng: np.random.Generator) -> list[dict]:
+    """Both honest designs on the same splits and queries: one c0 (N0) for every query with
+    inverse-distance interpolation ("honest"), and one c0 per query from the test features'
+    density with the noise scaled per query and a Gaussian smoother ("per-query c0"; also
+    with inverse distance, to separate the interpolant's part). Each draws its own release."""
     rows: list[dict] = []
     sigma = HONEST["sigma"]
+    smooth = PER_QUERY["smooth"] * sigma
     for rep in range(config.reps_honest):
         x, y, xt, yt = split(*data, rng)
         n = x.shape[0]
@@ -175,8 +195,15 @@ def run_honest(config: Config, data: tuple, rng: np.random.Generator) -> list[di
             seed=int(rng.integers(2**31)),
         )  # fmt: skip
         sums, degree = nw_estimate(queries, x, y, bandwidth=sigma)
-        floor = float(np.mean((interpolate(queries, sums / degree, xt) - yt) ** 2))
-        rows.append({"rep": rep, "epsilon": math.inf, "method": "NW on the queries", "mse": floor})
+        floors = {
+            "NW on the queries": interpolate(queries, sums / degree, xt),
+            "NW on the queries, smoother": smooth_interpolate(
+                queries, sums / degree, xt, bandwidth=smooth
+            ),
+        }
+        for method, pred in floors.items():
+            rows.append({"rep": rep, "epsilon": math.inf, "method": method,
+                         "mse": float(np.mean((pred - yt) ** 2))})  # fmt: skip
         for eps in EPSILONS:
             out = eptr_nw(
                 x, y, queries, epsilon=eps, delta=DELTA, bandwidth=sigma, lo=0.0,
@@ -189,6 +216,27 @@ def run_honest(config: Config, data: tuple, rng: np.random.Generator) -> list[di
                     "released": float(out.released), "p": out.release_probability,
                 }
             )  # fmt: skip
+            c0 = reference_c0(
+                queries, xt, n=n, bandwidth=sigma, epsilon=eps, delta=DELTA,
+                floor=PER_QUERY["floor"],
+            )  # fmt: skip
+            fit = eptr_nw(
+                x, y, queries, epsilon=eps, delta=DELTA, bandwidth=sigma, lo=0.0,
+                hi=HOUSING_LABEL_HI, c0=c0, rng=rng, no_reply=NO_REPLY,
+                noise_power=PER_QUERY["noise_power"],
+            )  # fmt: skip
+            preds = {
+                "per-query c0": smooth_interpolate(queries, fit.values, xt, bandwidth=smooth),
+                "per-query c0, inverse distance": fit.predict(xt),
+            }
+            for method, pred in preds.items():
+                rows.append(
+                    {
+                        "rep": rep, "epsilon": eps, "method": method,
+                        "mse": float(np.mean((pred - yt) ** 2)),
+                        "released": float(fit.released), "p": fit.release_probability,
+                    }
+                )  # fmt: skip
     return rows
 
 
@@ -297,47 +345,77 @@ def report(config: Config, pp: list[dict], honest: list[dict], *, command: str, 
              [cells(variant="fixed", sigma=repro, n0=best[("fixed", repro)], epsilon=e)
               for e in EPSILONS])
         )  # fmt: skip
-    honest_rows = [[r for r in honest if r["epsilon"] == e] for e in EPSILONS]
+
+    def by(method: str) -> list[list[dict]]:
+        return [
+            [r for r in honest if r["method"] == method and r["epsilon"] == e] for e in EPSILONS
+        ]
+
+    designs = {
+        "honest": f"honest one release, one c0 (bandwidth {HONEST['sigma']:g}, {HONEST['grid']} "
+        f"queries, N0 {HONEST['n0']:g}, inverse distance)",
+        "per-query c0": f"honest one release, per-query c0 (same queries, floor "
+        f"{PER_QUERY['floor']:g}, noise power {PER_QUERY['noise_power']:g}, smoother "
+        f"{PER_QUERY['smooth']:g} x bandwidth)",
+        "per-query c0, inverse distance": "per-query c0, inverse distance",
+    }
+    honest_rows = {method: by(method) for method in designs}
     cols = [c for c in cols if c[1] is not None]
     out += [
         "| epsilon | paper (text; values not given) | "
         + " | ".join(name for name, _ in cols)
-        + f" | honest one release (bandwidth {HONEST['sigma']:g}, {HONEST['grid']} queries, "
-        f"N0 {HONEST['n0']:g}) | honest: released share (mean p) |",
-        "|---|---|" + "---|" * len(cols) + "---|---|",
+        + " | "
+        + " | ".join(f"{name} | released share (mean p)" for name in designs.values())
+        + " |",
+        "|---|---|" + "---|" * len(cols) + "---|---|" * len(designs),
     ]
+
+    def share(rows: list[dict]) -> str:
+        released = np.mean([r["released"] for r in rows])
+        return f"{released:.2f} ({np.mean([r['p'] for r in rows]):.3f})"
+
     for i, e in enumerate(EPSILONS):
         paper = "= NW" if e >= FROM_EPSILON else "above NW"
         out.append(
             f"| {e:g} | {paper} | "
             + " | ".join(med_worst([r["mse"] for r in c[i]]) for _, c in cols)
-            + f" | {med_worst([r['mse'] for r in honest_rows[i]])} | "
-            f"{np.mean([r['released'] for r in honest_rows[i]]):.2f} "
-            f"({np.mean([r['p'] for r in honest_rows[i]]):.3f}) |"
+            + " | "
+            + " | ".join(
+                f"{med_worst([r['mse'] for r in rows[i]])} | {share(rows[i])}"
+                for rows in honest_rows.values()
+            )
+            + " |"
         )
-    floor = [r["mse"] for r in honest if r["method"] == "NW on the queries"]
+
+    def floor(method: str) -> str:
+        return med_worst([r["mse"] for r in honest if r["method"] == method])
+
     out.append(
         "| non-private | | "
         + " | ".join(f"NW {med_worst(nw[s])}" for s in [old, old, old, repro][: len(cols)])
-        + f" | NW on the queries + interpolation {med_worst(floor)} | |"
-    )
-    at = [r["mse"] for r in honest_rows[EPSILONS.index(HONEST_EPSILON)]]
-    share = min(
-        float(np.mean([r["released"] for r in rs]))
-        for e, rs in zip(EPSILONS, honest_rows, strict=True)
-        if e >= 1.0
+        + f" | NW on the queries + inverse distance {floor('NW on the queries')} | "
+        + f"| NW on the queries + smoother {floor('NW on the queries, smoother')} | "
+        + f"| NW on the queries + inverse distance {floor('NW on the queries')} | |"
     )
     target = HONEST_RATIO * float(np.median(nw[old]))
-    out += [
-        "",
-        f"Honest targets (issue 22): test MSE <= {HONEST_RATIO:g} x the non-private NW "
-        f"({HONEST_RATIO:g} x {np.median(nw[old]):.3f} = {target:.3f}, bandwidth {old:g}) at "
-        f"epsilon {HONEST_EPSILON:g}: median {np.median(at):.3f}, worst {np.max(at):.3f} "
-        f"({'met' if np.max(at) <= target else 'NOT met'}); released in >= "
-        f"{HONEST_RELEASED:.0%} of the runs at every epsilon >= 1: lowest share {share:.2f} "
-        f"({'met' if share >= HONEST_RELEASED else 'NOT met'}).",
-        "",
-    ]
+    out += [""]
+    for method, name in designs.items():
+        at = [r["mse"] for r in honest_rows[method][EPSILONS.index(HONEST_EPSILON)]]
+        lowest = min(
+            float(np.mean([r["released"] for r in rs]))
+            for e, rs in zip(EPSILONS, honest_rows[method], strict=True)
+            if e >= 1.0
+        )
+        out += [
+            f"Honest targets (issue 22), {name}: test MSE <= {HONEST_RATIO:g} x the non-private "
+            f"NW ({HONEST_RATIO:g} x {np.median(nw[old]):.3f} = {target:.3f}, bandwidth {old:g}) "
+            f"at epsilon {HONEST_EPSILON:g}: median {np.median(at):.3f} "
+            f"({'met' if np.median(at) <= target else 'NOT met'}), worst {np.max(at):.3f} "
+            f"({'met' if np.max(at) <= target else 'NOT met'}); released in >= "
+            f"{HONEST_RELEASED:.0%} of the runs at every epsilon >= 1: lowest share {lowest:.2f} "
+            f"({'met' if lowest >= HONEST_RELEASED else 'NOT met'}).",
+            "",
+        ]
     return "\n".join(out)
 
 
