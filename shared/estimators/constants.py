@@ -154,12 +154,14 @@ def split_shares(
     delta: amounts.AmountLike,
     chosen: tuple[str, ...],
     shares: Mapping[str, float],
+    kind: type[ConstantsSplit] = ConstantsSplit,
 ) -> ConstantsSplit:
     """The one budget rule of every estimator's chosen constants: constant ``name`` costs
     ``shares[name]`` of epsilon as a short decimal (:func:`shared.epsilon.short_part`), ePTR
     the exact rest and all of delta, so the parts add up to the request exactly. Refuses delta
     outside (0, 1) and (naming epsilon) an epsilon whose parts would not be usable doubles (no
-    part below ``MIN_PART``: its noise scale stays finite)."""
+    part below ``MIN_PART``: its noise scale stays finite). ``kind``: the estimator's subclass
+    of :class:`ConstantsSplit` (its own ``explanation``), built with the same fields."""
     eps = amounts.exact(epsilon)
     dlt = amounts.exact(delta, name="delta")
     if not dlt < 1:
@@ -174,7 +176,7 @@ def split_shares(
             f"epsilon ({amounts.text(eps)}) is too small for the product to choose "
             f"{', '.join(chosen)}: give {them}"
         )
-    return ConstantsSplit(
+    return kind(
         chosen=chosen, epsilon=eps, delta=dlt, parts=parts, constants_epsilon=spent,
         eptr_epsilon=rest,
     )  # fmt: skip
@@ -370,9 +372,12 @@ class ChosenConstants:
         return {"r_x": self.r_x, "r_theta": self.r_theta, "c0": self.c0}
 
 
-def _choose_r_x(x: np.ndarray, epsilon: float, *, intercept: bool, rng: Rng) -> float:
-    """r_x from the DP quantile of the feature rows' norms; with an intercept the ones column
-    joins after the projection (``eptr_design``), so r_x = sqrt(q^2 + 1) > 1."""
+def choose_r_x(x: np.ndarray, epsilon: float, *, intercept: bool, rng: Rng) -> float:
+    """r_x from the DP quantile of the feature rows' norms (:func:`dp_norm_quantile` at the
+    target :func:`target_above`): epsilon-DP for whole examples (it reads the features only,
+    one example moves one norm). With an intercept the ones column joins after the projection
+    (``eptr_design``), so r_x = sqrt(q^2 + 1) > 1. Shared by every estimator whose r_x the
+    product chooses (ePTR-OLS, ePTR-Bayes)."""
     norms = row_norms(x)
     q = dp_norm_quantile(norms, epsilon=epsilon, above=target_above(x.shape[0], epsilon), rng=rng)
     return max(math.hypot(q, 1.0), math.nextafter(1.0, 2.0)) if intercept else q
@@ -393,7 +398,7 @@ def choose_ols_constants(
     docstring). ``y`` lies in [-bound, bound] (the public label bounds)."""
     n = x.shape[0]
     r_x = (
-        _choose_r_x(x, split.part_float("r_x"), intercept=intercept, rng=rng)
+        choose_r_x(x, split.part_float("r_x"), intercept=intercept, rng=rng)
         if "r_x" in split.chosen
         else positive(given["r_x"], name="r_x")
     )

@@ -11,7 +11,9 @@ package is imported (``shared/estimators/__init__.py``), in this order.
   (``_nw_label_interval``); its bandwidth and c0, when omitted, are chosen by the product
   (``nw_constants``: a public rule, and a DP estimate inside the same charge).
 * ``bayes``: ePTR-Bayes (Algorithm 3), eptr only; a label's class is its nearest integer,
-  clipped into 0..n_classes - 1 (a public rule).
+  clipped into 0..n_classes - 1 (a public rule). Its constants r_x, c0 are chosen by the
+  product when the request omits them (``bayes.eptr_bayes_chosen``: r_x by ePTR-OLS's DP norm
+  quantile, c0 from a DP smallest class count, each at a fixed share of epsilon).
 
 Every check in ``design`` reads only the public features and parameters; only ``fit`` reads
 labels (privacy: the estimators' own docstrings).
@@ -20,7 +22,7 @@ labels (privacy: the estimators' own docstrings).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -87,18 +89,35 @@ def _ols_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
     )  # fmt: skip
 
 
+def _omitted_split(
+    rule: Callable[..., constants.ConstantsSplit],
+    names: tuple[str, ...],
+    privacy: str,
+    params: Mapping[str, Any],
+    epsilon: Decimal,
+    delta: Decimal | None,
+) -> constants.ConstantsSplit | None:
+    """The split of an ePTR request that omits some of ``names`` (the constants the product can
+    choose): ``rule(epsilon=, delta=, chosen=)`` on the omitted ones, each at its fixed share of
+    epsilon; None when all are given or the release is not ePTR (the estimator gets it all). A
+    refusal names epsilon. Public: reads the request only."""
+    chosen = [name for name in names if name not in params]
+    if privacy != "eptr" or not chosen or delta is None:
+        return None
+    try:
+        return rule(epsilon=epsilon, delta=delta, chosen=chosen)
+    except InvalidParameterError as exc:
+        raise DesignError("epsilon", str(exc)) from None
+
+
 def _ols_split(
     privacy: str, params: Mapping[str, Any], epsilon: Decimal, delta: Decimal | None
 ) -> constants.ConstantsSplit | None:
     """ePTR-OLS without some of r_x, r_theta, c0: the product chooses them, each at its fixed
     share of epsilon (``constants.ols_split``); None when all are given (ePTR gets it all)."""
-    chosen = [name for name in constants.OLS_CONSTANTS if name not in params]
-    if privacy != "eptr" or not chosen or delta is None:
-        return None
-    try:
-        return constants.ols_split(epsilon=epsilon, delta=delta, chosen=chosen)
-    except InvalidParameterError as exc:
-        raise DesignError("epsilon", str(exc)) from None
+    return _omitted_split(
+        constants.ols_split, constants.OLS_CONSTANTS, privacy, params, epsilon, delta
+    )
 
 
 def _ols_body(header: Any, body: Any) -> None:
@@ -238,8 +257,12 @@ def _nw_predict(header: Any, body: Any, x: np.ndarray) -> np.ndarray:
 def _bayes_design(
     privacy: str, params: Mapping[str, Any], features: np.ndarray, columns: list[str]
 ) -> Design:
-    if features.shape[0] < 2 * params["n_classes"]:
+    k = int(params["n_classes"])
+    if features.shape[0] < 2 * k:
         raise DesignError("public_features", "fewer rows than 2 x n_classes")
+    if "c0" in params and not float(params["c0"]) * k < 1.0:
+        # Step 5 floors every prior at c0: c0 K < 1 or the priors are no probability vector.
+        raise DesignError("params.c0", f"c0 ({params['c0']!r}) must be < 1 / n_classes ({k})")
     return Design(x=features)
 
 
@@ -248,6 +271,16 @@ def _bayes_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
     n_classes = int(args.params["n_classes"])
     # Public rule: a label's class is the nearest integer, clipped into 0..n_classes-1.
     classes = np.clip(np.rint(labels), 0, n_classes - 1).astype(np.int64)
+    if args.split is not None:  # the product chooses the r_x and/or c0 the request omits
+        given = {name: args.params[name] for name in bayes.BAYES_CONSTANTS if name in args.params}
+        chosen = bayes.eptr_bayes_chosen(
+            design.x, classes, n_classes=n_classes, split=args.split, rng=args.rng, given=given
+        )
+        return Fitted(
+            body={"priors": chosen.fit.priors.tolist(), "means": chosen.fit.means.tolist()},
+            released=chosen.fit.released, noise="gaussian", noise_scale=chosen.fit.noise_scale,
+            params=chosen.header_params(),
+        )  # fmt: skip
     b = bayes.eptr_bayes(
         design.x, classes, n_classes=n_classes, epsilon=args.epsilon, delta=args.delta,
         r_x=args.params["r_x"], c0=args.params["c0"], rng=args.rng,
@@ -256,6 +289,14 @@ def _bayes_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
         body={"priors": b.priors.tolist(), "means": b.means.tolist()}, released=b.released,
         noise="gaussian", noise_scale=b.noise_scale,
     )  # fmt: skip
+
+
+def _bayes_split(
+    privacy: str, params: Mapping[str, Any], epsilon: Decimal, delta: Decimal | None
+) -> constants.ConstantsSplit | None:
+    """ePTR-Bayes without r_x and/or c0: the product chooses them, each at its fixed share of
+    epsilon (``bayes.bayes_split``); None when both are given (ePTR-Bayes gets it all)."""
+    return _omitted_split(bayes.bayes_split, bayes.BAYES_CONSTANTS, privacy, params, epsilon, delta)
 
 
 def _bayes_body(header: Any, body: Any) -> None:
@@ -303,7 +344,10 @@ BUILTIN: tuple[EstimatorFamily, ...] = (
     ),
     EstimatorFamily(
         name="bayes",
-        privacies={"eptr": ("n_classes", "r_x", "c0")},
+        privacies={"eptr": ("n_classes",)},
+        # r_x, c0 omitted: chosen by the product (``bayes.eptr_bayes_chosen``, ``_bayes_split``)
+        chosen={"eptr": bayes.BAYES_CONSTANTS},
+        split=_bayes_split,
         design=_bayes_design,
         fit=_bayes_fit,
         check_body=_bayes_body,
