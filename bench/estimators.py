@@ -27,7 +27,7 @@ from sklearn.linear_model import Ridge
 
 from bench import emit
 from bench.accuracy.data import DATASETS_DIR
-from shared.estimators.bayes import bayes_statistics, eptr_bayes
+from shared.estimators.bayes import bayes_statistics, eptr_bayes, eptr_bayes_product
 from shared.estimators.constants import eptr_ols_product
 from shared.estimators.eptr import eptr_release
 from shared.estimators.kernel import (
@@ -76,6 +76,11 @@ BAYES_NS = (1000, 2000, 5000, 10_000, 20_000, 50_000)
 BAYES_PI_MIN = (0.02, 0.05, 0.1, 0.15, 0.2)
 BAYES_N, BAYES_EPSILON = 10_000, 1.0
 BAYES_TEST = 100_000
+# "ePTR-Bayes (product)": r_x and c0 chosen by the product (shared.estimators.bayes,
+# eptr_bayes_chosen) inside the same charge; compared with the given R_x = 8, c0 = pi_min / 2
+# at these n (epsilon = BAYES_EPSILON) by the "bayes_product" section.
+BAYES_PRODUCT = "ePTR-Bayes (product)"
+BAYES_PRODUCT_NS = (1000, 10_000)
 # Section 5.2: income, latitude, longitude, house age scaled to [0, 1] by public bounds.
 HOUSING_BOUNDS = ((0.0, 15.0), (32.0, 42.0), (-125.0, -114.0), (0.0, 52.0))
 HOUSING_COLUMNS = (7, 1, 0, 2)  # medianIncome, latitude, longitude, housingMedianAge
@@ -308,10 +313,17 @@ def bayes_trial(
     private = eptr_bayes(
         x, y, n_classes=BAYES_K, epsilon=epsilon, delta=DELTA, r_x=BAYES_RX, c0=c0, rng=rng
     )
+    product = eptr_bayes_product(
+        x, y, n_classes=BAYES_K, epsilon=str(epsilon), delta=str(DELTA), rng=rng
+    )
     return {
         "non-private Bayes": balanced_error(nonprivate_bayes_predict(x, y, x_test), y_test),
         "ePTR-Bayes": balanced_error(private.predict(x_test), y_test),
         "ePTR-Bayes released share": float(private.released),
+        BAYES_PRODUCT: balanced_error(product.fit.predict(x_test), y_test),
+        f"{BAYES_PRODUCT} released share": float(product.fit.released),
+        f"{BAYES_PRODUCT} r_x": product.r_x,
+        f"{BAYES_PRODUCT} c0": product.c0,
     }
 
 
@@ -333,6 +345,22 @@ def run_bayes(config: Config, rng: np.random.Generator) -> list[dict]:
                 {"sweep": sweep, "n": n, "epsilon": eps, "pi_min": min(priors), "method": name}
                 | summary("error", values)
             )
+    return rows
+
+
+def run_bayes_product(config: Config, rng: np.random.Generator) -> list[dict]:
+    """The given constants (R_x = 8, c0 = pi_min / 2) against the product's at n in
+    ``BAYES_PRODUCT_NS`` (epsilon ``BAYES_EPSILON``, priors (0.75, 0.15, 0.10)): one row per
+    (n, column), the chosen constants' means among the columns."""
+    rows = []
+    for n in BAYES_PRODUCT_NS:
+        trials = [
+            bayes_trial(n, BAYES_EPSILON, BAYES_PRIORS, config.bayes_test, rng)
+            for _ in range(config.reps_bayes)
+        ]
+        for name in trials[0]:
+            values = np.array([t[name] for t in trials])
+            rows.append({"n": n, "method": name} | summary("error", values))
     return rows
 
 
@@ -520,6 +548,7 @@ def report(
     *,
     command: str,
     seconds: float,
+    bayes_product: list[dict] | None = None,
 ) -> str:
     out = [
         "# Model releases against the ePTR paper (Shen, Tong & Wang)",
@@ -609,6 +638,18 @@ def report(
             swept = [r for r in bayes if r["sweep"] == sweep]
             label = str if sweep == "n" else (lambda e: f"{e:g}")
             out += [f"### {title}", "", *pivot(swept, row_key=sweep, key="error", label=label), ""]
+    if bayes_product is not None:
+        out += [
+            f"### {BAYES_PRODUCT}: constants given against chosen (epsilon = {BAYES_EPSILON:g})",
+            "",
+            "Balanced test error; 'ePTR-Bayes' runs with the given R_x = 8 and c0 = pi_min / 2 "
+            "(the true smallest prior, which no release can know), the product chooses r_x and "
+            "c0 inside the same charge (15% of epsilon: `shared.estimators.bayes`); its r_x "
+            "and c0 columns are the chosen values' means.",
+            "",
+            *pivot(bayes_product, row_key="n", key="error"),
+            "",
+        ]
     out += ["## California Housing kernel regression (Section 5.2)", ""]
     if housing is None:
         out += ["Skipped: `cal_housing.data` is not in the datasets folder.", ""]
@@ -655,7 +696,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (tests)")
     parser.add_argument("--out", type=Path, help="write the markdown report here")
     parser.add_argument("--reps", type=int, help="replications for every section")
-    parser.add_argument("--sections", default="ols,bayes,housing")
+    parser.add_argument(
+        "--sections", default="ols,bayes,housing", help="also: bayes_product (not by default)"
+    )
     args = parser.parse_args(argv)
     config = QUICK if args.quick else Config()
     if args.reps is not None:
@@ -667,10 +710,12 @@ def main(argv: list[str] | None = None) -> int:
     ols = run_ols(config, rng) if "ols" in sections else None
     bayes = run_bayes(config, rng) if "bayes" in sections else None
     housing = run_housing(config, rng) if "housing" in sections else None
+    product = run_bayes_product(config, rng) if "bayes_product" in sections else None
     command = "python -m bench.estimators " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(
-        config, ols, bayes, housing, command=command.strip(), seconds=time.perf_counter() - started
-    )
+        config, ols, bayes, housing, command=command.strip(),
+        seconds=time.perf_counter() - started, bayes_product=product,
+    )  # fmt: skip
     emit(text, args.out)
     return 0
 
