@@ -8,7 +8,6 @@ spent."""
 from __future__ import annotations
 
 import math
-from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -16,10 +15,9 @@ import pytest
 
 from labels_party.budget import ledger
 from shared.model_message import verify_model
-from shared.service import receipt as rc
-from tests.labels_party.conftest import ADV, PUB, cli, create_dataset, put_labels, register
+from tests.labels_party.conftest import create_dataset, put_labels, register
 from tests.labels_party.test_model_releases import _csv, model_release, state, upload, verify
-from tests.labels_party.test_receipts import keys_of
+from tests.labels_party.test_model_releases_constants import check_charged_and_signed
 
 N = 400
 BODY = {"estimator": "bayes", "privacy": "eptr", "epsilon": "4", "delta": "0.0001"}
@@ -88,25 +86,7 @@ def test_release_without_constants_names_the_split_in_its_one_ledger_entry(
     assert message.header.released  # 40% of 400 in the smaller class: the test passes
     assert len(message.body.priors) == 2 and np.isclose(sum(message.body.priors), 1.0)
     assert "gamma" not in answer.text and "release_probability" not in answer.text
-    entry = _last_entry(client)
-    assert (entry["kind"], entry["epsilon"], entry["delta"]) == ("model", "4", "0.0001")
-    assert entry["parameters"]["split"] == SPLIT
-    assert entry["parameters"]["params"] == params  # the chosen constants, public
-    parts = entry["parameters"]["split"]["constants"]["parts"].values()
-    assert sum(Decimal(v) for v in parts) + Decimal(SPLIT["eptr"]["epsilon"]) == Decimal("4")
-    view = client.get("/v1/datasets/ds", headers=ADV).json()
-    assert (view["epsilon_spent"], view["delta_spent"]) == ("4", "0.0001")
-    report = verify(client)
-    assert report.ok, report.problems
-    done = cli("ledger", "verify", "--db", str(db_path))
-    assert done.returncode == 0, done.stdout + done.stderr
-    receipt = client.get(f"/v1/model-releases/{out['id']}/receipt", headers=PUB)
-    assert receipt.status_code == 200, receipt.text
-    body = rc.verify(receipt.json(), keys_of(client))
-    pulled = client.get(f"/v1/model-releases/{out['id']}", headers=PUB).json()
-    rc.check_model_header(body, pulled["header"])
-    with pytest.raises(rc.ReceiptError, match="params"):
-        rc.check_model_header(body, {**pulled["header"], "params": {**params, "c0": 0.4}})
+    check_charged_and_signed(client, db_path, out, params, split=SPLIT, tampered_c0=0.4)
 
 
 def test_given_constants_are_kept_and_only_the_rest_is_chosen(client: Any) -> None:

@@ -36,6 +36,40 @@ def _last_entry(client: Any) -> dict[str, Any]:
         return ledger.public_entry(ledger.entries(conn)[-1])
 
 
+def check_charged_and_signed(
+    client: Any,
+    db_path: Any,
+    out: dict[str, Any],
+    params: dict[str, Any],
+    *,
+    split: dict[str, Any],
+    tampered_c0: float,
+) -> None:
+    """A release whose constants the product chose: ONE ledger entry charging the request's
+    (4, 0.0001) that names ``split`` and the chosen ``params``, the parts adding up, the spend
+    in the dataset's view, the ledger verifying (service and CLI), and the receipt signing the
+    whole header, chosen constants included (a changed c0 is named)."""
+    entry = _last_entry(client)
+    assert (entry["kind"], entry["epsilon"], entry["delta"]) == ("model", "4", "0.0001")
+    assert entry["parameters"]["split"] == split
+    assert entry["parameters"]["params"] == params  # the chosen constants, public
+    parts = entry["parameters"]["split"]["constants"]["parts"].values()
+    assert sum(Decimal(v) for v in parts) + Decimal(split["eptr"]["epsilon"]) == Decimal("4")
+    view = client.get("/v1/datasets/ds", headers=ADV).json()
+    assert (view["epsilon_spent"], view["delta_spent"]) == ("4", "0.0001")
+    report = verify(client)
+    assert report.ok, report.problems
+    done = cli("ledger", "verify", "--db", str(db_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    receipt = client.get(f"/v1/model-releases/{out['id']}/receipt", headers=PUB)
+    assert receipt.status_code == 200, receipt.text
+    body = rc.verify(receipt.json(), keys_of(client))
+    pulled = client.get(f"/v1/model-releases/{out['id']}", headers=PUB).json()
+    rc.check_model_header(body, pulled["header"])
+    with pytest.raises(rc.ReceiptError, match="params"):
+        rc.check_model_header(body, {**pulled["header"], "params": {**params, "c0": tampered_c0}})
+
+
 def test_preview_without_constants_shows_the_split_and_spends_nothing(client: Any) -> None:
     setup_dataset(client)
     before = state(client)
@@ -72,26 +106,7 @@ def test_release_without_constants_names_the_split_in_its_one_ledger_entry(
     assert (params["constants_epsilon"], params["eptr_epsilon"]) == ("1", "3")
     assert message.header.noise == "gaussian" and len(message.body.coef) == 3
     assert "gamma" not in answer.text and "release_probability" not in answer.text
-    entry = _last_entry(client)
-    assert (entry["kind"], entry["epsilon"], entry["delta"]) == ("model", "4", "0.0001")
-    assert entry["parameters"]["split"] == SPLIT
-    assert entry["parameters"]["params"] == params  # the chosen constants, public
-    parts = entry["parameters"]["split"]["constants"]["parts"].values()
-    assert sum(Decimal(v) for v in parts) + Decimal(SPLIT["eptr"]["epsilon"]) == Decimal("4")
-    view = client.get("/v1/datasets/ds", headers=ADV).json()
-    assert (view["epsilon_spent"], view["delta_spent"]) == ("4", "0.0001")
-    report = verify(client)
-    assert report.ok, report.problems
-    done = cli("ledger", "verify", "--db", str(db_path))
-    assert done.returncode == 0, done.stdout + done.stderr
-    # The receipt signs the whole header, chosen constants included.
-    receipt = client.get(f"/v1/model-releases/{out['id']}/receipt", headers=PUB)
-    assert receipt.status_code == 200, receipt.text
-    body = rc.verify(receipt.json(), keys_of(client))
-    pulled = client.get(f"/v1/model-releases/{out['id']}", headers=PUB).json()
-    rc.check_model_header(body, pulled["header"])
-    with pytest.raises(rc.ReceiptError, match="params"):
-        rc.check_model_header(body, {**pulled["header"], "params": {**params, "c0": 1.0}})
+    check_charged_and_signed(client, db_path, out, params, split=SPLIT, tampered_c0=1.0)
 
 
 def test_given_constants_are_kept_and_only_the_rest_is_chosen(client: Any) -> None:
