@@ -438,7 +438,7 @@ class ModelParams(BaseModel):
         description="nw: the public query points, one value per feature column",
     )
     r_x: float | None = Field(
-        default=None, gt=0, description="eptr ols/bayes: feature radius (ols: chosen if omitted)"
+        default=None, gt=0, description="eptr ols/bayes: feature radius (chosen if omitted)"
     )
     r_theta: float | None = Field(
         default=None, gt=0, description="eptr ols: coefficient radius (chosen if omitted)"
@@ -449,7 +449,9 @@ class ModelParams(BaseModel):
         description="eptr nw: labels clipped to [-r_f, r_f] (omitted: [label_min, label_max])",
     )
     c0: float | None = Field(
-        default=None, gt=0, description="eptr: the SaLBo constant (ols, nw: chosen if omitted)"
+        default=None,
+        gt=0,
+        description="eptr: the SaLBo constant (ols, nw, bayes: chosen if omitted)",
     )
     n_classes: int | None = Field(default=None, ge=2, le=64, description="bayes: classes")
 

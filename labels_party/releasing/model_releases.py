@@ -17,11 +17,12 @@ a public function and may refuse freely. Only the estimator reads labels:
 * ``privacy: "eptr"``: ``eptr_ols`` / ``eptr_nw`` / ``eptr_bayes`` (Algorithms 4, 5, 3), (epsilon,
   delta)-DP for a whole example (so also for its label); charged (epsilon, delta). The
   diagnostics gamma and the release probability depend on the labels and are never stored.
-  ePTR-OLS without some of r_x, r_theta, c0 (ePTR-NW without bandwidth and/or c0): the product
-  chooses them by small DP estimates (the NW bandwidth by a public rule) inside the same charge
-  (``shared.estimators.constants`` / ``nw_constants``; the family's ``split``, shown by the
-  preview, recorded in the ledger entry; the chosen values, DP outputs, in the header). ePTR-NW
-  clips the labels to the dataset's [label_min, label_max] unless the request gives ``r_f``.
+  ePTR-OLS without some of r_x, r_theta, c0, ePTR-NW without bandwidth and/or c0 and ePTR-Bayes
+  without r_x and/or c0: the product chooses them by small DP estimates (the NW bandwidth by a
+  public rule) inside the same charge (``shared.estimators.constants`` / ``nw_constants`` /
+  ``bayes``; the family's ``split``, shown by the preview, recorded in the ledger entry; the
+  chosen values, DP outputs, in the header). ePTR-NW clips the labels to the dataset's
+  [label_min, label_max] unless the request gives ``r_f``.
 
 Every step runs at the largest float not above its exact charge (``shared.epsilon``). Order of
 work as for label releases: read a snapshot (budget checked, labels' ``data_version``), compute
