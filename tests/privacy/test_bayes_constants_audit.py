@@ -16,14 +16,13 @@ force).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 from shared.estimators import bayes as B
 from shared.estimators import constants as C
-from tests.privacy.auditor import Sampler, audit, repeat
+from tests.privacy.auditor import Sampler, repeat
+from tests.privacy.test_constants_audit import ConstantsCase, audit_case
 
 FAMILY_ALPHA = 1e-3
 # Class 0 is the smallest (3 + the moved example), classes 1 and 2 have 6 each.
@@ -64,40 +63,19 @@ def whole_sampler() -> Sampler:
     return sampler
 
 
-@dataclass(frozen=True)
-class BayesCase:
-    name: str
-    sampler: Sampler
-    a: tuple[float, ...]
-    b: tuple[float, ...]
-    epsilon: float
-    n_select: int
-    n_test: int
-    delta: float = 0.0
-    max_levels: int = 64
-
-
 CASES = [
-    BayesCase("smallest count: a label out of the smallest class", count_sampler(epsilon=1.0),
+    ConstantsCase("smallest count: a label out of the smallest class", count_sampler(epsilon=1.0),
               (0.0,), (1.0,), 1.0, 4_000, 20_000),
-    BayesCase("whole release, one example far out in the other class", whole_sampler(),
+    ConstantsCase("whole release, one example far out in the other class", whole_sampler(),
               (0.0, 0.0), (50.0, 1.0), WHOLE_EPSILON, 1_500, 6_000, delta=WHOLE_DELTA,
               max_levels=6),
 ]  # fmt: skip
 ALPHA = FAMILY_ALPHA / len(CASES)
 
 
-def _seed(name: str) -> int:
-    return int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "little") % 2**32 + len(name)
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_bayes_chosen_constants_pass_the_audit(case: BayesCase) -> None:
-    result = audit(
-        case.sampler, np.array(case.a), np.array(case.b), epsilon=case.epsilon, alpha=ALPHA,
-        n_select=case.n_select, n_test=case.n_test, seed=_seed(case.name), delta=case.delta,
-        max_levels=case.max_levels,
-    )  # fmt: skip
+def test_bayes_chosen_constants_pass_the_audit(case: ConstantsCase) -> None:
+    result = audit_case(case, alpha=ALPHA)
     assert not result.violates, f"{case.name}: {result}"
 
 
@@ -108,9 +86,5 @@ def test_the_audit_flags_the_count_estimate_with_a_quarter_of_its_noise(
     times too small) is caught at the claimed epsilon."""
     real = C.laplace
     monkeypatch.setattr(C, "laplace", lambda rng, scale, size: real(rng, scale / 4, size))
-    case = CASES[0]
-    result = audit(
-        case.sampler, np.array(case.a), np.array(case.b), epsilon=case.epsilon, alpha=ALPHA,
-        n_select=case.n_select, n_test=case.n_test, seed=_seed(case.name),
-    )  # fmt: skip
+    result = audit_case(CASES[0], alpha=ALPHA, claimed=False)
     assert result.violates, f"the audit missed a count estimate with too little noise: {result}"

@@ -33,7 +33,7 @@ import pytest
 
 from shared.estimators import constants as C
 from shared.estimators.ols import eptr_design
-from tests.privacy.auditor import Sampler, audit, repeat
+from tests.privacy.auditor import AuditResult, Sampler, audit, repeat
 
 FAMILY_ALPHA = 1e-3
 RNG = np.random.default_rng(2026)
@@ -142,13 +142,19 @@ def _seed(name: str) -> int:
     return int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "little") % 2**32 + len(name)
 
 
+def audit_case(case: ConstantsCase, *, alpha: float, claimed: bool = True) -> AuditResult:
+    """The audit of ``case`` at its claimed (epsilon, delta) (``claimed`` False: delta 0 and
+    the default levels, as the self-tests run it), seeded by its name."""
+    extra = {"delta": case.delta, "max_levels": case.max_levels} if claimed else {}
+    return audit(
+        case.sampler, np.array(case.a), np.array(case.b), epsilon=case.epsilon, alpha=alpha,
+        n_select=case.n_select, n_test=case.n_test, seed=_seed(case.name), **extra,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_chosen_constants_estimates_pass_the_audit(case: ConstantsCase) -> None:
-    result = audit(
-        case.sampler, np.array(case.a), np.array(case.b), epsilon=case.epsilon, alpha=ALPHA,
-        n_select=case.n_select, n_test=case.n_test, seed=_seed(case.name), delta=case.delta,
-        max_levels=case.max_levels,
-    )  # fmt: skip
+    result = audit_case(case, alpha=ALPHA)
     assert not result.violates, f"{case.name}: {result}"
 
 
@@ -159,9 +165,5 @@ def test_the_audit_flags_the_lambda_estimate_with_a_quarter_of_its_noise(
     four times too small) is caught at the claimed epsilon."""
     real = C.laplace
     monkeypatch.setattr(C, "laplace", lambda rng, scale, size: real(rng, scale / 4, size))
-    case = CASES[2]
-    result = audit(
-        case.sampler, np.array(case.a), np.array(case.b), epsilon=case.epsilon, alpha=ALPHA,
-        n_select=case.n_select, n_test=case.n_test, seed=_seed(case.name),
-    )  # fmt: skip
+    result = audit_case(CASES[2], alpha=ALPHA, claimed=False)
     assert result.violates, f"the audit missed a lambda estimate with too little noise: {result}"
