@@ -57,6 +57,24 @@ def first_line(error: BaseException) -> str:
     return " ".join(str(orig).split()) or type(orig).__name__
 
 
+def write_refusal(error: BaseException) -> str | None:
+    """What a failed statement's driver error says about writing, or None for any other error:
+    "read-only" (a read-only SQLite open or ``PRAGMA query_only``, a read-only PostgreSQL
+    session or standby) or "not writable" (a missing privilege, I/O, a full disk). What both the
+    probe and the services' error answers read (``shared.service.http.errors.database_error``)."""
+    orig = error.orig if isinstance(error, DBAPIError) else error
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is not None:
+        primary = code & 0xFF
+        if primary not in _SQLITE_CANNOT_WRITE_CODES:
+            return None
+        return "read-only" if primary == _SQLITE_READONLY else "not writable"
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate not in _CANNOT_WRITE_SQLSTATES:
+        return None
+    return "read-only" if sqlstate == READ_ONLY_SQLSTATE else "not writable"
+
+
 def write_probe(conn: Connection, statement: str, *, lock: str | None = None) -> str | None:
     """Try a write on ``conn`` and roll it back: ``None`` if it could be written (or is being
     written: busy), else why not. Nothing is ever committed.

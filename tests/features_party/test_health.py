@@ -69,6 +69,13 @@ def _upload(client: TestClient, dataset: str) -> Any:
     return client.post(f"/v1/datasets/{dataset}/features", content=csv, headers=CSV | AUTH)
 
 
+def _refused_as_read_only(answer: Any) -> None:
+    """A write refused by a read-only database: 503 naming the database (it was a 500)."""
+    assert answer.status_code == 503, answer.text
+    body = answer.json()
+    assert body["errors"] == [{"field": "database", "message": "read-only; retry later"}], body
+
+
 def _data_version(path: Path) -> int:
     """SQLite's ``data_version`` seen from a connection of its own: it changes when any other
     connection commits (a rolled-back write leaves it)."""
@@ -87,8 +94,7 @@ def test_a_sqlite_database_opened_read_only_is_not_healthy(tmp_path: Path) -> No
     read_only = f"sqlite:///file:{tmp_path / 'features.db'}?mode=ro&uri=true"
     with _sqlite(tmp_path, read_only) as client:
         assert "read-only" in _unavailable(client)
-        refused = _upload(client, "written")
-        assert refused.status_code >= 500, refused.text  # what /healthz said beforehand
+        _refused_as_read_only(_upload(client, "written"))  # what /healthz said beforehand
     with _sqlite(tmp_path) as client:  # the same file, opened read-write
         assert client.get("/healthz").json() == OK
         assert _upload(client, "written").status_code == 200
@@ -187,7 +193,7 @@ def test_a_read_only_postgres_database_is_not_healthy_until_writable_again(
             f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'",
         )
         assert _unavailable(client).startswith("the PostgreSQL session is read-only")
-        assert _upload(client, "written").status_code >= 500  # what /healthz said beforehand
+        _refused_as_read_only(_upload(client, "written"))  # what /healthz said beforehand
         # The upload's read-only session went back to the pool; the next check drops them all.
         assert _unavailable(client).startswith("the PostgreSQL session is read-only")
         _admin(postgres, f'ALTER DATABASE "{database}" RESET default_transaction_read_only')

@@ -94,7 +94,9 @@ DATABASE_UNREACHABLE = "the database is unreachable; retry later (the service re
 
 
 def database_error(exc: BaseException) -> tuple[int, dict[str, Any]] | None:
-    """The 503 for a database that is down, unreachable or busy; ``None`` for other errors.
+    """The 503 for a database that is down, unreachable, busy or cannot be written (read-only,
+    no privilege, disk full: :func:`shared.service.write_probe.write_refusal`); ``None`` for
+    other errors.
 
     SQLAlchemy's ``OperationalError`` (a refused or dropped connection, a server shutting down,
     a locked or unreadable SQLite file) and its pool ``TimeoutError`` are failures of the
@@ -104,6 +106,13 @@ def database_error(exc: BaseException) -> tuple[int, dict[str, Any]] | None:
     from sqlalchemy.exc import DBAPIError, OperationalError
     from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+    from shared.service.write_probe import write_refusal
+
+    if isinstance(exc, DBAPIError) and (refusal := write_refusal(exc)) is not None:
+        return 503, error_shape(
+            f"the database cannot be written ({refusal}); retry later",
+            [("database", f"{refusal}; retry later")],
+        )
     if isinstance(exc, PoolTimeoutError):
         return 503, error_shape(
             "the database is busy; retry later", [("database", "busy; retry later")]
