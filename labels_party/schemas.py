@@ -22,6 +22,7 @@ from pydantic import (
 from labels_party.catalog.datasets import NAME_PATTERN
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
+from shared.estimators.families import NW_REFERENCE_MAX_ROWS
 from shared.mechanisms import registry
 from shared.mechanisms.histogram import MAX_BINS
 from shared.message import EXAMPLE_ID_PATTERN
@@ -436,6 +437,14 @@ class ModelParams(BaseModel):
         min_length=1,
         max_length=4096,
         description="nw: the public query points, one value per feature column",
+    )
+    reference: list[list[float]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=NW_REFERENCE_MAX_ROWS,
+        description="eptr nw, c0 omitted: public points the caller will predict at (one value "
+        f"per feature column, at most {NW_REFERENCE_MAX_ROWS}); c0 is then chosen per query "
+        "from their density (the message keeps their sha256, not the rows)",
     )
     r_x: float | None = Field(
         default=None, gt=0, description="eptr ols/bayes: feature radius (chosen if omitted)"

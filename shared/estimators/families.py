@@ -9,7 +9,8 @@ package is imported (``shared/estimators/__init__.py``), in this order.
   clips the labels to the dataset's public [label_min, label_max] (alpha proportional to
   label_max - label_min) unless the request gives ``r_f``, which keeps its meaning [-r_f, r_f]
   (``_nw_label_interval``); its bandwidth and c0, when omitted, are chosen by the product
-  (``nw_constants``: a public rule, and a DP estimate inside the same charge).
+  (``nw_constants``: a public rule, and a DP estimate inside the same charge; with a public
+  ``reference``, c0 per query point by a public rule, ``nw_product_c0``).
 * ``bayes``: ePTR-Bayes (Algorithm 3), eptr only; a label's class is its nearest integer,
   clipped into 0..n_classes - 1 (a public rule). Its constants r_x, c0 are chosen by the
   product when the request omits them (``bayes.eptr_bayes_chosen``: r_x by ePTR-OLS's DP norm
@@ -21,15 +22,20 @@ labels (privacy: the estimators' own docstrings).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
+import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import numpy as np
 
+from shared import epsilon as amounts
 from shared.errors import IntegrityError, InvalidParameterError
-from shared.estimators import bayes, constants, kernel, nw_constants, ols
+from shared.estimators import bayes, constants, eptr, kernel, nw_constants, ols
 from shared.estimators._checks import full_column_rank
 from shared.estimators.registry import (
     Design,
@@ -152,6 +158,8 @@ def _nw_design(
                 raise DesignError("params.bandwidth", str(exc)) from None
             params = {**params, "bandwidth": bandwidth}
         _nw_eptr_public_checks(params, p)
+    if "reference" in params:
+        nw_reference(privacy, params, p, columns)
     return Design(x=features, queries=queries)
 
 
@@ -207,7 +215,9 @@ def _nw_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
             noise="discrete_laplace", noise_scale=nw.noise_scale, sensitivity=nw.sensitivity,
         )  # fmt: skip
     assert args.delta is not None
-    if args.split is not None:  # the product chooses the bandwidth and/or c0 the request omits
+    if isinstance(args.split, NWProductSplit):  # c0 per query by the public rule (issue 22)
+        return _nw_fit_product(design, labels, args, args.split)
+    if args.split is not None:  # the product chooses the bandwidth the request omits
         given = {name: p[name] for name in nw_constants.NW_CONSTANTS if name in p}
         chosen = nw_constants.eptr_nw_chosen(
             design.x, labels, design.queries, split=args.split, rng=args.rng, given=given,
@@ -231,16 +241,33 @@ def _nw_split(
     privacy: str, params: Mapping[str, Any], epsilon: Decimal, delta: Decimal | None
 ) -> nw_constants.NWConstantsSplit | None:
     """ePTR-NW without its bandwidth and/or c0: the product chooses them (the bandwidth by a
-    public rule, free; c0 at its fixed share of epsilon, ``nw_constants.nw_split``); None when
-    both are given (ePTR-NW gets it all). ``r_f`` omitted is not a choice that costs anything
-    (``_nw_label_interval``) and makes no split."""
+    public rule, free; c0 at its fixed share of epsilon, ``nw_constants.nw_split``, or, when the
+    request gives a public ``reference``, per query by :func:`nw_product_c0` with the
+    interpolation by :func:`nw_interpolation`, free: an :class:`NWProductSplit`, ePTR-NW on all
+    of epsilon and delta); None when both are given (ePTR-NW gets it all). ``r_f`` omitted is
+    not a choice that costs anything (``_nw_label_interval``) and makes no split. Public: reads
+    the request only."""
     omitted = tuple(name for name in nw_constants.NW_CONSTANTS if name not in params)
     if privacy != "eptr" or not omitted or delta is None:
         return None
+    by_reference = "c0" in omitted and "reference" in params
     try:
-        return nw_constants.nw_split(epsilon=epsilon, delta=delta, omitted=omitted)
-    except InvalidParameterError as exc:
+        split = nw_constants.nw_split(
+            epsilon=epsilon, delta=delta, omitted=omitted, c0_by_rule=by_reference
+        )
+        if not by_reference:  # no reference (or c0 given): exactly as before
+            return split
+        eps = split.eptr_float
+        # The release test's threshold and the reference rule's margin need a usable epsilon.
+        if not math.isfinite(eptr.eptr_threshold(epsilon=eps, delta=split.delta_float)):
+            raise InvalidParameterError(
+                f"epsilon ({amounts.text(epsilon)}) is too small for the product to choose "
+                "c0: give it"
+            )
+    except (InvalidParameterError, OverflowError, ZeroDivisionError) as exc:
         raise DesignError("epsilon", str(exc)) from None
+    fields_of = {field.name: getattr(split, field.name) for field in dataclasses.fields(split)}
+    return NWProductSplit(**fields_of, interpolation=nw_interpolation(eps))
 
 
 def _nw_body(header: Any, body: Any) -> None:
@@ -248,10 +275,248 @@ def _nw_body(header: Any, body: Any) -> None:
         raise IntegrityError("nw model: queries and values must have the same length")
     if not body.queries or any(len(point) != len(header.columns) for point in body.queries):
         raise IntegrityError("nw model: every query point must have one value per column")
+    _nw_interpolation_of(header.params)
+    if "c0_per_query" in header.params:
+        _nw_c0_per_query(header.params["c0_per_query"], len(body.queries))
+    if "reference" in header.params:
+        _nw_reference_record(header.params)
+    power = header.params.get("noise_power", NW_NOISE_POWER)
+    if not (_number(power) and 0.0 <= power <= 1.0):
+        raise IntegrityError(f"nw model: params.noise_power ({power!r}) must be in [0, 1]")
 
 
 def _nw_predict(header: Any, body: Any, x: np.ndarray) -> np.ndarray:
-    return kernel.interpolate(np.asarray(body.queries), np.asarray(body.values), x)
+    """The released values interpolated at ``x`` by the header's public ``interpolation``
+    (post-processing of the release): ``"smooth"`` is ``kernel.smooth_interpolate`` at
+    ``smooth_bandwidth``; ``"inverse_distance"``, or no ``interpolation`` (label-DP NW, an
+    ePTR-NW with a given c0, every model released before the parameter existed), is
+    ``kernel.interpolate``. Both parties predict through this function."""
+    queries, values = np.asarray(body.queries), np.asarray(body.values)
+    how, smooth = _nw_interpolation_of(header.params)
+    if how == "smooth":
+        assert smooth is not None
+        return kernel.smooth_interpolate(queries, values, x, bandwidth=smooth)
+    return kernel.interpolate(queries, values, x)
+
+
+# ---- ePTR-NW with c0 chosen per query from a public reference (issue 22, item 4) -------------
+# When a request omits c0 and gives ``reference`` (rows of features the caller will predict at:
+# public, the caller names them, like the query points), the product releases the per-query
+# design measured in bench/results/estimators.md ("per-query c0", bench.estimators_nw's
+# PER_QUERY; California Housing, the test features as the reference): one public c_q per query
+# point (``nw_constants.reference_c0`` on the reference, never below NW_C0_FLOOR effective
+# neighbours), query q's noise scaled by (c_min / c_q)^NW_NOISE_POWER, and predictions by a
+# Gaussian smoother of the released values at NW_SMOOTH_FACTOR x the bandwidth from epsilon
+# NW_SMOOTH_FROM_EPSILON, by inverse distance below: the smoother was better at epsilon >= 2
+# (0.858 vs 0.860 median MSE at 2, 0.787 vs 0.829 at 4) and worse below (0.913 vs 0.906 at 1.5,
+# 1.129 vs 1.001 at 1), where the released values' noise is larger than what averaging it over a
+# few queries removes compared with the bias the averaging adds at dense queries (re-measured
+# through this family, docs/estimators.md). Without ``reference`` an omitted c0 is the DP
+# estimate of ``nw_constants`` (one c0, inverse distance): the request's own query points as
+# the reference made the release worse (their density, from m points rescaled to n rows, has a
+# margin that pushed every c_q to its floor).
+NW_C0_FLOOR = 20.0
+NW_NOISE_POWER = 0.5
+NW_SMOOTH_FACTOR = 0.5
+NW_SMOOTH_FROM_EPSILON = 2.0
+NW_INTERPOLATIONS = ("inverse_distance", "smooth")
+NW_REFERENCE_MAX_ROWS = 20_000  # the request's ``reference``: at most this many rows
+
+
+@dataclass(frozen=True, kw_only=True)
+class NWProductSplit(nw_constants.NWConstantsSplit):
+    """The split of an ePTR-NW request whose c0 the product chooses per query (a public rule,
+    epsilon 0, like the bandwidth), with the interpolation the released model will use
+    (:func:`nw_interpolation`, a function of epsilon only), which the preview explains."""
+
+    interpolation: str = "inverse_distance"
+
+    def explanation(self) -> list[str]:
+        """The split's sentences, the interpolation's before ePTR-NW's charge."""
+        lines = super().explanation()
+        if self.interpolation == "smooth":
+            how = (
+                f"a Gaussian smoother of the released values at {NW_SMOOTH_FACTOR:g} x the "
+                f"bandwidth (epsilon >= {NW_SMOOTH_FROM_EPSILON:g})"
+            )
+        else:
+            how = f"inverse distance of the released values (epsilon < {NW_SMOOTH_FROM_EPSILON:g})"
+        return [*lines[:-1], f"interpolation: {how}; post-processing, epsilon 0", lines[-1]]
+
+
+def nw_interpolation(epsilon: float) -> str:
+    """The public interpolation rule of a product-chosen ePTR-NW: ``"smooth"`` from epsilon
+    NW_SMOOTH_FROM_EPSILON, ``"inverse_distance"`` below (as measured, comment above). Reads the
+    request's epsilon only; either is post-processing of the release."""
+    return "smooth" if epsilon >= NW_SMOOTH_FROM_EPSILON else "inverse_distance"
+
+
+def nw_product_c0(
+    queries: np.ndarray,
+    reference: np.ndarray,
+    *,
+    n: int,
+    bandwidth: float,
+    epsilon: float,
+    delta: float,
+) -> np.ndarray:
+    """One c0 per query point, by ``nw_constants.reference_c0`` with the request's public
+    ``reference`` (floor NW_C0_FLOOR): a function of the public queries and reference, n, the
+    bandwidth (given or by the public rule), epsilon and delta only, never of the data set, so
+    it costs no privacy (``kernel.eptr_nw`` is (epsilon, delta)-DP for any public c_q > 0)."""
+    return nw_constants.reference_c0(
+        queries, reference, n=n, bandwidth=bandwidth, epsilon=epsilon, delta=delta,
+        floor=NW_C0_FLOOR,
+    )  # fmt: skip
+
+
+def nw_reference(
+    privacy: str, params: Mapping[str, Any], dim: int, columns: list[str] | None = None
+) -> np.ndarray:
+    """The request's ``reference`` as an (r, dim) float array, or a DesignError naming
+    ``params.reference``: ePTR-NW with c0 omitted only (it is what chooses c0), 1 to
+    NW_REFERENCE_MAX_ROWS rows of ``dim`` finite values. Public: reads the request only."""
+    field = "params.reference"
+    if privacy != "eptr":
+        raise DesignError(field, "reference is for ePTR-NW only (it chooses an omitted c0)")
+    if "c0" in params:
+        raise DesignError(field, "reference chooses c0 per query: give reference or c0, not both")
+    raw = params["reference"]
+    rows = len(raw) if isinstance(raw, list | tuple) else 0
+    if not 1 <= rows <= NW_REFERENCE_MAX_ROWS:
+        raise DesignError(
+            field, f"reference must be 1 to {NW_REFERENCE_MAX_ROWS} points (got {rows})"
+        )
+    try:
+        points = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError):
+        points = np.empty((0, 0))
+    names = f" ({columns})" if columns is not None else ""
+    if points.ndim != 2 or points.shape[1] != dim or not np.all(np.isfinite(points)):
+        raise DesignError(
+            field, f"reference must be a list of points with {dim} finite values{names}"
+        )
+    return points
+
+
+def reference_digest(reference: np.ndarray) -> str:
+    """The header's record of the reference: "sha256:" and the hex SHA-256 of its float64
+    little-endian bytes, row-major (the rows themselves stay out of the message)."""
+    data = np.ascontiguousarray(reference, dtype="<f8").tobytes()
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _nw_fit_product(
+    design: Design, labels: np.ndarray, args: FitArgs, split: NWProductSplit
+) -> Fitted:
+    """ePTR-NW with c0 chosen per query by :func:`nw_product_c0` from the request's
+    ``reference``, the bandwidth given or by ``nw_constants.rule_bandwidth``: every constant is
+    public, ePTR-NW runs on the whole (epsilon, delta) (``split.eptr_float`` = the request's
+    epsilon). The header carries the chosen public values (``c0_per_query``: one c_q per query,
+    in the body's order, as shortest round-trip decimals; the bandwidth when chosen; the noise
+    power; the interpolation) and, instead of the reference's rows, ``reference`` =
+    :func:`reference_digest` and ``reference_rows``."""
+    assert design.queries is not None
+    p, queries = args.params, design.queries
+    n = design.x.shape[0]
+    if "bandwidth" in split.by_rule:
+        bandwidth = nw_constants.rule_bandwidth(queries, n=n)
+    else:
+        bandwidth = float(p["bandwidth"])
+    eps, dlt = split.eptr_float, split.delta_float
+    reference = nw_reference("eptr", p, design.x.shape[1])
+    c0 = nw_product_c0(queries, reference, n=n, bandwidth=bandwidth, epsilon=eps, delta=dlt)
+    k = kernel.eptr_nw(
+        design.x, labels, queries, epsilon=eps, delta=dlt, bandwidth=bandwidth, c0=c0,
+        rng=args.rng, noise_power=NW_NOISE_POWER, **_nw_label_interval(p, args),
+    )  # fmt: skip
+    chosen = (*split.by_rule, *split.chosen)
+    params: dict[str, Any] = {
+        **({"bandwidth": bandwidth} if "bandwidth" in chosen else {}),
+        "c0_per_query": ",".join(repr(float(value)) for value in c0),
+        "noise_power": NW_NOISE_POWER,
+        "interpolation": split.interpolation,
+        **(
+            {"smooth_bandwidth": NW_SMOOTH_FACTOR * bandwidth}
+            if split.interpolation == "smooth"
+            else {}
+        ),
+        "reference": reference_digest(reference),
+        "reference_rows": int(reference.shape[0]),
+        "constants_chosen": ",".join(chosen),
+        "constants_epsilon": amounts.text(split.constants_epsilon),
+        "eptr_epsilon": amounts.text(split.eptr_epsilon),
+    }
+    return Fitted(
+        body={"queries": queries.tolist(), "values": k.values.tolist()}, released=k.released,
+        noise="gaussian", noise_scale=k.noise_scale, params=params,
+    )  # fmt: skip
+
+
+def _number(value: Any) -> bool:
+    """A finite int or float that is not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _nw_interpolation_of(params: Mapping[str, Any]) -> tuple[str, float | None]:
+    """The header's interpolation and smoother bandwidth, refused (IntegrityError naming the
+    parameter) when malformed: ``interpolation`` one of NW_INTERPOLATIONS (absent: inverse
+    distance), ``smooth_bandwidth`` a finite positive number with "smooth" and only then."""
+    how = params.get("interpolation", "inverse_distance")
+    if how not in NW_INTERPOLATIONS:
+        raise IntegrityError(
+            f"nw model: params.interpolation ({how!r}) must be one of {NW_INTERPOLATIONS}"
+        )
+    smooth = params.get("smooth_bandwidth")
+    if how != "smooth":
+        if "smooth_bandwidth" in params:
+            raise IntegrityError(
+                "nw model: params.smooth_bandwidth is only for params.interpolation 'smooth'"
+            )
+        return how, None
+    if not (_number(smooth) and smooth > 0.0):
+        raise IntegrityError(
+            f"nw model: params.smooth_bandwidth ({smooth!r}) must be a finite number > 0"
+        )
+    return how, float(smooth)
+
+
+def _nw_reference_record(params: Mapping[str, Any]) -> None:
+    """The header's ``reference`` (:func:`reference_digest`) with ``reference_rows`` (an int in
+    [1, NW_REFERENCE_MAX_ROWS]) and ``c0_per_query`` (what the reference chose), else an
+    IntegrityError naming it."""
+    digest, rows = params["reference"], params.get("reference_rows")
+    if not (isinstance(digest, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest)):
+        raise IntegrityError("nw model: params.reference must be 'sha256:' and 64 hex digits")
+    if not (isinstance(rows, int) and not isinstance(rows, bool)) or not (
+        1 <= rows <= NW_REFERENCE_MAX_ROWS
+    ):
+        raise IntegrityError(
+            f"nw model: params.reference_rows ({rows!r}) must be an integer in [1, "
+            f"{NW_REFERENCE_MAX_ROWS}]"
+        )
+    if "c0_per_query" not in params:
+        raise IntegrityError("nw model: params.reference without params.c0_per_query")
+
+
+def _nw_c0_per_query(text: Any, m: int) -> np.ndarray:
+    """The header's ``c0_per_query``: m finite positive decimals separated by commas, else an
+    IntegrityError naming it."""
+    try:
+        values = np.array([float(part) for part in str(text).split(",")]) if text else None
+    except ValueError:
+        values = None
+    if (
+        not isinstance(text, str)
+        or values is None
+        or values.shape != (m,)
+        or not np.all(np.isfinite(values) & (values > 0.0))
+    ):
+        raise IntegrityError(
+            f"nw model: params.c0_per_query must be {m} finite positive numbers separated by "
+            "commas (one per query point)"
+        )
+    return values
 
 
 def _bayes_design(
@@ -332,6 +597,8 @@ BUILTIN: tuple[EstimatorFamily, ...] = (
             "label": ("bandwidth", "queries"),
             "eptr": ("queries",),
         },
+        # reference: public points the caller will predict at; with c0 omitted, c0 per query
+        optional=("reference",),
         # r_f omitted: the labels' interval is the dataset's public [label_min, label_max];
         # bandwidth, c0 omitted: chosen by the product (``nw_constants``, ``_nw_split``)
         chosen={"eptr": ("r_f", *nw_constants.NW_CONSTANTS)},

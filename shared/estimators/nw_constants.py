@@ -83,6 +83,12 @@ class NWConstantsSplit(ConstantsSplit):
                 f"bandwidth: {BANDWIDTH_FACTOR:g} x the query points' spread x n^(-1/(d+4)) "
                 "(a public rule on the request, n and d); epsilon 0"
             )
+        if "c0" in self.by_rule:
+            lines.append(
+                "c0: one public value per query point from the kernel density of the request's "
+                "reference points (reference_c0: a public rule on the request, n, epsilon and "
+                "delta), the noise scaled per query; epsilon 0"
+            )
         if "c0" in self.chosen:
             lines.append(
                 "c0: a DP estimate of the smallest kernel degree over the query points "
@@ -96,18 +102,23 @@ class NWConstantsSplit(ConstantsSplit):
 
 
 def nw_split(
-    *, epsilon: amounts.AmountLike, delta: amounts.AmountLike, omitted: tuple[str, ...]
+    *,
+    epsilon: amounts.AmountLike,
+    delta: amounts.AmountLike,
+    omitted: tuple[str, ...],
+    c0_by_rule: bool = False,
 ) -> NWConstantsSplit:
     """The documented rule: c0, when omitted, costs ``SHARES["c0"]`` of epsilon (a short
     decimal, :func:`shared.epsilon.short_part`); the bandwidth nothing; ePTR-NW the exact rest
-    and all of delta. Public: reads the request only. Refuses (naming epsilon) an epsilon whose
-    parts would not be usable doubles."""
+    and all of delta. With ``c0_by_rule`` an omitted c0 is chosen by a public rule instead
+    (per query, :func:`reference_c0`) and costs nothing either. Public: reads the request only.
+    Refuses (naming epsilon) an epsilon whose parts would not be usable doubles."""
     unknown = sorted(set(omitted) - set(NW_CONSTANTS))
     if unknown or not omitted:
         raise InvalidParameterError(f"omitted ({sorted(omitted)}) must be some of {NW_CONSTANTS}")
-    chosen = ("c0",) if "c0" in omitted else ()
+    chosen = ("c0",) if "c0" in omitted and not c0_by_rule else ()
     split = split_shares(epsilon=epsilon, delta=delta, chosen=chosen, shares=SHARES)
-    by_rule = ("bandwidth",) if "bandwidth" in omitted else ()
+    by_rule = tuple(name for name in NW_CONSTANTS if name in omitted and name not in chosen)
     shared = {field.name: getattr(split, field.name) for field in fields(split)}
     return NWConstantsSplit(**shared, by_rule=by_rule)
 

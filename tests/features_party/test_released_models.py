@@ -16,7 +16,7 @@ from sqlalchemy import update
 
 from features_party.db.models import ReleasedModelMessage
 from shared.errors import IntegrityError
-from shared.estimators.kernel import interpolate
+from shared.estimators.kernel import interpolate, smooth_interpolate
 from shared.model_message import verify_model
 from tests.features_party.conftest import LabelsParty
 
@@ -121,6 +121,42 @@ def test_nw_predicts_by_interpolating_the_released_grid(
     assert predicted["predictions"] == expected.tolist()
     assert predicted["predictions"][0] == message.body.values[GRID.index([0.0, 0.0])]
     assert model["result"]["delta"] == "0.0001" and model["result"]["privacy"] == "eptr"
+
+
+@pytest.fixture(scope="module")
+def nw_reference_release(labels_party: LabelsParty) -> dict[str, Any]:
+    """ePTR-NW at epsilon 4 with c0 omitted and a public ``reference`` (the points the caller
+    will predict at): c0 per query point and the smoother."""
+    dense = [[a, b] for a in (-0.5, 0.0, 0.5) for b in (-0.5, 0.0, 0.5)]
+    reference = np.round(np.random.default_rng(5).normal(size=(200, 2)), 6).tolist()
+    return _labels_party_model(
+        labels_party, "fp-nw-reference", estimator="nw", privacy="eptr", epsilon="4",
+        delta="0.0001", params={"bandwidth": 0.5, "queries": dense, "reference": reference},
+    )  # fmt: skip
+
+
+def test_nw_with_a_reference_predicts_with_the_released_interpolation(
+    features: Any, nw_reference_release: dict[str, Any]
+) -> None:
+    answer = _released(features, nw_reference_release)
+    assert answer.status_code == 201, answer.text
+    model = answer.json()
+    message = verify_model(nw_reference_release["message"])
+    params = message.header.params
+    assert (params["interpolation"], params["smooth_bandwidth"]) == ("smooth", 0.25)
+    assert len(params["c0_per_query"].split(",")) == len(message.body.queries)
+    assert params["reference_rows"] == 200 and str(params["reference"]).startswith("sha256:")
+    points = [[0.0, 0.0], [0.3, -0.4], [2.0, 2.0]]
+    rows = [{"features": {"x1": a, "x2": b}} for a, b in points]
+    predicted = features.post(f"/v1/models/{model['id']}/predict", json={"rows": rows})
+    assert predicted.status_code == 200, predicted.text
+    expected = smooth_interpolate(
+        np.array(message.body.queries), np.array(message.body.values), np.array(points),
+        bandwidth=0.25,
+    )  # fmt: skip
+    assert predicted.json()["predictions"] == expected.tolist()
+    # Not the inverse-distance interpolation of the same values (a released value at a query).
+    assert predicted.json()["predictions"][0] != message.body.values[4]
 
 
 def test_predict_by_stored_example_ids(features: Any, ols_release: dict[str, Any]) -> None:

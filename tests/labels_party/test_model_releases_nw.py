@@ -6,6 +6,8 @@ features party's prediction and the message checks on the same message."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any
 
 import numpy as np
@@ -14,10 +16,20 @@ import pytest
 from features_party.released_models import predict_matrix
 from labels_party.budget import ledger
 from shared import epsilon as amounts
-from shared.estimators import nw_constants
+from shared.errors import IntegrityError
+from shared.estimators import families, nw_constants
 from shared.estimators.eptr import eptr_noise_scale
-from shared.estimators.kernel import interpolate, kernel_bound, nw_alpha, query_overlap
+from shared.estimators.families import NW_REFERENCE_MAX_ROWS
+from shared.estimators.kernel import (
+    eptr_nw,
+    interpolate,
+    kernel_bound,
+    nw_alpha,
+    query_overlap,
+    smooth_interpolate,
+)
 from shared.model_message import verify_model
+from shared.rng import SystemRandom
 from tests.labels_party.conftest import create_dataset, put_labels, register
 from tests.labels_party.test_model_releases import (
     N,
@@ -233,3 +245,204 @@ def test_a_release_without_bandwidth_only_costs_nothing_for_it(client: Any) -> N
     split = _last_entry(client)["parameters"]["split"]
     assert split["chosen"] == ["bandwidth"] and split["constants"]["parts"] == {}
     assert split["eptr"] == {"epsilon": "4", "delta": "0.0001"}
+
+
+# ---- c0 per query from a public reference (issue 22, item 4) ---------------------------------
+# c0 omitted and ``reference`` given (points the caller will predict at): one public c0 per
+# query point from the reference's density (``families.nw_product_c0``), the noise scaled per
+# query, the interpolation by epsilon's public rule (``families.nw_interpolation``); nothing of
+# epsilon is spent on the constants. Without ``reference`` nothing changes (the tests above).
+
+# Query points where N(0, I) features are dense enough for the floor's 20 neighbours, and a
+# reference drawn from the features' distribution (public: the caller's own points).
+DENSE = [[a, b] for a in (-0.5, 0.0, 0.5) for b in (-0.5, 0.0, 0.5)]
+REFERENCE = np.round(np.random.default_rng(7).normal(size=(200, 2)), 6).tolist()
+REFERENCE_SPLIT = {
+    "chosen": ["c0"],
+    "constants": {"epsilon": "0", "delta": "0", "parts": {}},
+    "eptr": {"epsilon": "4", "delta": "0.0001"},
+}
+
+
+def test_the_preview_with_a_reference_shows_the_per_query_c0_and_spends_nothing(
+    client: Any,
+) -> None:
+    setup_dataset(client)
+    before = state(client)
+    params = {"queries": DENSE, "bandwidth": BANDWIDTH, "reference": REFERENCE}
+    answer = model_release(client, **BODY, params=params, dry_run=True)
+    assert answer.status_code == 200, answer.text
+    preview = answer.json()
+    assert preview["charge"] == {"epsilon": "4", "delta": "0.0001"}
+    constants = preview["constants"]
+    assert {key: constants[key] for key in REFERENCE_SPLIT} == REFERENCE_SPLIT
+    c0, interpolation, eptr = constants["explanation"]
+    assert "one public value per query point" in c0 and "reference" in c0 and "epsilon 0" in c0
+    assert "Gaussian smoother" in interpolation and "0.5 x the bandwidth" in interpolation
+    assert eptr.startswith("ePTR-NW: epsilon 4, delta 0.0001")
+    # Below epsilon 2 the preview names inverse distance; without bandwidth the rule's line too.
+    low = model_release(
+        client, **{**BODY, "epsilon": "1"}, params={"queries": GRID, "reference": REFERENCE},
+        dry_run=True,
+    )  # fmt: skip
+    assert low.status_code == 200, low.text
+    lines = low.json()["constants"]["explanation"]
+    assert "n^(-1/(d+4))" in lines[0] and "inverse distance" in lines[2]
+    assert low.json()["constants"]["chosen"] == ["bandwidth", "c0"]
+    assert state(client) == before
+
+
+def test_a_release_with_a_reference_carries_the_per_query_c0_and_the_smoother(
+    client: Any,
+) -> None:
+    _, x, y = _data()
+    setup_dataset(client)  # labels in [0, 100]
+    params = {"queries": DENSE, "bandwidth": BANDWIDTH, "reference": REFERENCE}
+    answer = model_release(client, **BODY, params=params)
+    assert answer.status_code == 201, answer.text
+    out = answer.json()
+    assert (out["epsilon"], out["delta"]) == ("4", "0.0001")
+    message = verify_model(out["message"])  # the message checks accept the new params
+    header = message.header.params
+    # c0: the public rule on the queries, the reference, n, the bandwidth, epsilon and delta.
+    c0 = families.nw_product_c0(
+        np.array(DENSE), np.array(REFERENCE), n=N, bandwidth=BANDWIDTH, epsilon=4.0,
+        delta=0.0001,
+    )  # fmt: skip
+    digest = "sha256:" + hashlib.sha256(np.array(REFERENCE, dtype="<f8").tobytes()).hexdigest()
+    assert header == {
+        "bandwidth": BANDWIDTH,
+        "reference": digest,  # the rows stay out of the message and the ledger
+        "reference_rows": len(REFERENCE),
+        "c0_per_query": ",".join(repr(float(v)) for v in c0),
+        "noise_power": 0.5,
+        "interpolation": "smooth",
+        "smooth_bandwidth": 0.5 * BANDWIDTH,
+        "constants_chosen": "c0",
+        "constants_epsilon": "0",
+        "eptr_epsilon": "4",
+    }
+    # ePTR-NW ran on the whole charge with these c_q and the noise scaled per query: the noise
+    # scale is a function of public values (any rng gives the same).
+    fit = eptr_nw(
+        x, y, np.array(DENSE), epsilon=4.0, delta=0.0001, bandwidth=BANDWIDTH, c0=c0,
+        rng=SystemRandom(), lo=0.0, hi=100.0, noise_power=0.5,
+    )  # fmt: skip
+    assert message.header.noise_scale == fit.noise_scale
+    assert message.header.released  # dense queries: the test passes (p ~ 1)
+    assert "gamma" not in answer.text and "release_probability" not in answer.text
+    entry = _last_entry(client)
+    assert (entry["kind"], entry["epsilon"], entry["delta"]) == ("model", "4", "0.0001")
+    assert entry["parameters"]["params"] == header
+    assert entry["parameters"]["split"] == REFERENCE_SPLIT
+    # Predictions (the features party's function) use the released interpolation.
+    points = np.array([[0.0, 0.0], [0.3, -0.4], [2.0, 2.0]])
+    queries, values = np.array(message.body.queries), np.array(message.body.values)
+    expected = smooth_interpolate(queries, values, points, bandwidth=0.5 * BANDWIDTH)
+    assert predict_matrix(message, points).tolist() == expected.tolist()
+    assert verify(client).ok
+
+
+def test_a_release_with_a_reference_below_epsilon_2_interpolates_by_distance(
+    client: Any,
+) -> None:
+    setup_dataset(client)
+    params = {"queries": GRID, "reference": REFERENCE}
+    answer = model_release(client, **{**BODY, "epsilon": "1"}, params=params)
+    assert answer.status_code == 201, answer.text
+    message = verify_model(answer.json()["message"])
+    header = message.header.params
+    bandwidth = nw_constants.rule_bandwidth(np.array(GRID), n=N)
+    assert header["bandwidth"] == bandwidth
+    c0 = families.nw_product_c0(
+        np.array(GRID), np.array(REFERENCE), n=N, bandwidth=bandwidth, epsilon=1.0,
+        delta=0.0001,
+    )  # fmt: skip
+    assert header["c0_per_query"] == ",".join(repr(float(v)) for v in c0)
+    assert header["interpolation"] == "inverse_distance" and "smooth_bandwidth" not in header
+    assert header["constants_chosen"] == "bandwidth,c0"
+    assert (header["constants_epsilon"], header["eptr_epsilon"]) == ("0", "1")
+    assert _last_entry(client)["parameters"]["split"] == {
+        **REFERENCE_SPLIT, "chosen": ["bandwidth", "c0"],
+        "eptr": {"epsilon": "1", "delta": "0.0001"},
+    }  # fmt: skip
+    points = np.array([[0.0, 0.0], [0.3, -0.4]])
+    queries, values = np.array(message.body.queries), np.array(message.body.values)
+    assert predict_matrix(message, points).tolist() == interpolate(queries, values, points).tolist()
+    assert verify(client).ok
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Beyond the documented maximum (families.NW_REFERENCE_MAX_ROWS rows).
+        {"params": {"queries": GRID, "reference": [[0.0, 0.0]] * (NW_REFERENCE_MAX_ROWS + 1)}},
+        {"params": {"queries": GRID, "reference": []}},
+        # Malformed: not a list of points of numbers.
+        {"params": {"queries": GRID, "reference": "everywhere"}},
+        {"params": {"queries": GRID, "reference": [[0.0, "x"]]}},
+        {"params": {"queries": GRID, "reference": [0.0, 1.0]}},
+        # Mis-dimensioned: the features have 2 columns.
+        {"params": {"queries": GRID, "reference": [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]}},
+        {"params": {"queries": GRID, "reference": [[0.0, 0.0], [1.0]]}},
+        {"params": {"queries": GRID, "reference": [[0.0], [1.0]]}},
+        # A reference chooses c0: not with a given c0, not for label-DP NW.
+        {"params": {"queries": GRID, "c0": C0, "reference": REFERENCE}},
+        {"privacy": "label", "epsilon": "1", "delta": None,
+         "params": {"bandwidth": BANDWIDTH, "queries": GRID, "reference": REFERENCE}},
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_bad_reference_is_refused_naming_it_and_spends_nothing(
+    client: Any, body: dict[str, Any], dry_run: bool
+) -> None:
+    setup_dataset(client)
+    before = state(client)
+    request = {key: value for key, value in {**BODY, **body}.items() if value is not None}
+    answer = model_release(client, **request, dry_run=dry_run)
+    assert answer.status_code == 422, answer.text
+    fields = {e["field"] for e in answer.json()["errors"]}
+    assert any(field.startswith("params.reference") for field in fields), answer.json()
+    assert state(client) == before
+    assert verify(client).ok
+
+
+def _tampered(message: dict[str, Any], **params: Any) -> dict[str, Any]:
+    """The message with header params changed (the body and its sha256 untouched)."""
+    header = {**message["header"], "params": {**message["header"]["params"], **params}}
+    return {**message, "header": header}
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"interpolation": "cubic"}, "params.interpolation"),
+        ({"interpolation": 1.0}, "params.interpolation"),
+        ({"smooth_bandwidth": None}, "params.smooth_bandwidth"),
+        ({"smooth_bandwidth": -0.1}, "params.smooth_bandwidth"),
+        ({"smooth_bandwidth": True}, "params.smooth_bandwidth"),
+        ({"interpolation": "inverse_distance"}, "params.smooth_bandwidth"),
+        ({"c0_per_query": "0.1,0.2"}, "params.c0_per_query"),
+        ({"c0_per_query": ",".join(["0.1"] * 8 + ["nan"])}, "params.c0_per_query"),
+        ({"c0_per_query": ",".join(["0.1"] * 8 + ["-1"])}, "params.c0_per_query"),
+        ({"c0_per_query": ",".join(["0.1"] * 8 + ["x"])}, "params.c0_per_query"),
+        ({"c0_per_query": 0.1}, "params.c0_per_query"),
+        ({"noise_power": 2.0}, "params.noise_power"),
+        ({"reference": "sha256:abc"}, "params.reference"),
+        ({"reference": 1.0}, "params.reference"),
+        ({"reference_rows": 0}, "params.reference_rows"),
+        ({"reference_rows": True}, "params.reference_rows"),
+        ({"reference_rows": None}, "params.reference_rows"),
+    ],
+)  # fmt: skip
+def test_the_message_check_refuses_malformed_nw_params_naming_them(
+    client: Any, params: dict[str, Any], field: str
+) -> None:
+    setup_dataset(client)
+    request = {"queries": DENSE, "bandwidth": BANDWIDTH, "reference": REFERENCE}
+    answer = model_release(client, **BODY, params=request)
+    assert answer.status_code == 201, answer.text
+    message = answer.json()["message"]
+    verify_model(message)
+    with pytest.raises(IntegrityError, match=re.escape(field)):
+        verify_model(_tampered(message, **params))
