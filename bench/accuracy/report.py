@@ -6,6 +6,7 @@ hand-written discussion, which is read from ``bench/accuracy/analysis/<dataset>.
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 from collections import defaultdict
@@ -666,8 +667,24 @@ def plot(cells: dict[tuple, Cell], dataset: str, model: str, n_train: int, path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=90, pil_kwargs={"optimize": True})  # lossless, ~2.5% smaller
+    save_chart(fig, path)
     plt.close(fig)
+
+
+def save_chart(fig: Any, path: Path) -> None:
+    """``fig`` as a 256-colour palette PNG: a line chart has few colours (the anti-aliasing
+    aside), so a median-cut palette without dithering looks the same at about 30% of the bytes
+    of the RGBA PNG (192 -> 57 KB for the nonlinear MLP chart); the committed results stay small."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    buffer.seek(0)
+    with Image.open(buffer) as image:
+        palette = image.convert("RGB").quantize(
+            colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
+        )
+    palette.save(path, optimize=True)
 
 
 def write_report(
