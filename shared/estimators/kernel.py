@@ -201,7 +201,7 @@ def eptr_nw(
     r_f: float | None = None,
     lo: float | None = None,
     hi: float | None = None,
-    no_reply: np.ndarray | float = 0.0,
+    no_reply: np.ndarray | float | None = None,
     noise_power: float = 0.5,
 ) -> EPTRNW:
     """(epsilon, delta)-DP Nadaraya-Watson at the m public ``queries``, one ePTR release.
@@ -221,6 +221,10 @@ def eptr_nw(
     at every query, gamma = min_q (d(x_q) - c_q n)_+ / K_max, and query q's noise is scaled by
     tau_q = (c_min / c_q)^``noise_power`` (:func:`nw_noise_factors`): queries certified denser
     get less noise. With one c0 every tau_q = 1 and everything below is the scalar case.
+
+    ``no_reply``: the value of every query when the test answers "no reply" (Algorithm 2's
+    bottom: any data-independent constant); by default the middle of the public label interval,
+    so a model that was not released predicts that middle rather than 0.
 
     Privacy (for all data sets; features need no projection, the Gaussian kernel is in
     [0, K_max] everywhere). Let X, X' differ in example i, and at query q let D = sum_{j != i}
@@ -262,8 +266,8 @@ def eptr_nw(
     )
     alpha = nw_alpha(span=high - low, k_max=k_max, c0=c_min, n=n, overlap=overlap)
     out = eptr_release(
-        estimate / tau, gamma=gamma, alpha=alpha, epsilon=eps, delta=dlt, no_reply=no_reply,
-        rng=rng,
+        estimate / tau, gamma=gamma, alpha=alpha, epsilon=eps, delta=dlt,
+        no_reply=0.5 * (low + high) if no_reply is None else no_reply, rng=rng,
     )  # fmt: skip
     values = out.value * tau if out.released else out.value
     return EPTRNW(

@@ -224,7 +224,7 @@ def eptr_nw_chosen(
     r_f: float | None = None,
     lo: float | None = None,
     hi: float | None = None,
-    no_reply: np.ndarray | float = 0.0,
+    no_reply: np.ndarray | float | None = None,
 ) -> ChosenEPTRNW:
     """ePTR-NW (Algorithm 5, ``kernel.eptr_nw``) with the bandwidth and/or c0 chosen by the
     product (``split``) and the rest ``given``: (split.epsilon, split.delta)-DP for whole

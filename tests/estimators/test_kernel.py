@@ -124,6 +124,13 @@ def test_eptr_nw_gamma_alpha_and_both_paths() -> None:
         c0=c0, rng=rng, no_reply=np.array([-1.0]),
     )  # fmt: skip
     assert far.gamma == 0.0 and not far.released and far.values[0] == -1.0
+    # Without a no-reply given it is the middle of the public label interval, not 0 (a model
+    # that was not released then predicts the middle of [lo, hi]).
+    middle = eptr_nw(
+        x, y, np.array([[5.0, 5.0], [6.0, 6.0]]), epsilon=1.0, delta=1e-6, bandwidth=sigma,
+        lo=1.0, hi=4.0, c0=c0, rng=rng,
+    )  # fmt: skip
+    assert not middle.released and middle.values.tolist() == [2.5, 2.5]
 
 
 def _nw_vector(x: np.ndarray, y: np.ndarray, q: np.ndarray, sigma: float) -> np.ndarray:
