@@ -70,6 +70,19 @@ def check_charged_and_signed(
         rc.check_model_header(body, {**pulled["header"], "params": {**params, "c0": tampered_c0}})
 
 
+def check_refused(client: Any, request: dict[str, Any], field: str) -> None:
+    """``request`` (a None value drops its key) is a 422 naming ``field``, as a preview and as a
+    release, and nothing is spent; the ledger still verifies."""
+    before = state(client)
+    body = {key: value for key, value in request.items() if value is not None}
+    for dry_run in (True, False):
+        answer = model_release(client, **body, dry_run=dry_run)
+        assert answer.status_code == 422, answer.text
+        assert field in {e["field"] for e in answer.json()["errors"]}, answer.json()
+        assert state(client) == before
+    assert verify(client).ok
+
+
 def test_preview_without_constants_shows_the_split_and_spends_nothing(client: Any) -> None:
     setup_dataset(client)
     before = state(client)
@@ -142,11 +155,4 @@ def test_bad_values_are_a_422_naming_the_field_and_spend_nothing(
     client: Any, change: dict[str, Any], field: str
 ) -> None:
     setup_dataset(client)
-    before = state(client)
-    body = {key: value for key, value in {**BODY, **change}.items() if value is not None}
-    for dry_run in (True, False):
-        answer = model_release(client, **body, dry_run=dry_run)
-        assert answer.status_code == 422, answer.text
-        assert field in {e["field"] for e in answer.json()["errors"]}, answer.json()
-        assert state(client) == before
-    assert verify(client).ok
+    check_refused(client, {**BODY, **change}, field)
