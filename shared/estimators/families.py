@@ -4,7 +4,8 @@ package is imported (``shared/estimators/__init__.py``), in this order.
 * ``ols``: label-DP OLS (``ols.label_dp_ols``, pure epsilon, exact L1 sensitivity) and ePTR-OLS
   (Algorithm 4); an intercept column (default on) goes in after the features' projection. Its
   constants r_x, r_theta, c0 are chosen by the product when the request omits them
-  (``constants``: a fixed share of epsilon per constant, ePTR on the rest).
+  (``constants``: a fixed share of epsilon per constant, ePTR on the rest). Its "no reply" is
+  zero slopes with the middle of [lo, hi] as intercept (``ols.ols_no_reply``).
 * ``nw``: label-DP Nadaraya-Watson and ePTR-NW (Algorithm 5) at public query points. ePTR-NW
   clips the labels to the dataset's public [label_min, label_max] (alpha proportional to
   label_max - label_min) unless the request gives ``r_f``, which keeps its meaning [-r_f, r_f]
@@ -75,11 +76,12 @@ def _ols_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
     assert args.delta is not None
     p = args.params
     x = design.x[:, :-1] if design.intercept else design.x
+    bottom = ols.ols_no_reply(x.shape[1], intercept=design.intercept, lo=args.lo, hi=args.hi)
     if args.split is not None:  # the product chooses the constants the request omits
         given = {name: p[name] for name in constants.OLS_CONSTANTS if name in p}
         chosen = constants.eptr_ols_chosen(
             x, labels, split=args.split, lo=args.lo, hi=args.hi, rng=args.rng, given=given,
-            intercept=design.intercept,
+            intercept=design.intercept, no_reply=bottom,
         )  # fmt: skip
         return Fitted(
             body={"coef": chosen.fit.coef.tolist()}, released=chosen.fit.released,
@@ -87,7 +89,7 @@ def _ols_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
         )  # fmt: skip
     e = ols.eptr_ols(
         x, labels, epsilon=args.epsilon, delta=args.delta, r_x=p["r_x"], r_theta=p["r_theta"],
-        c0=p["c0"], rng=args.rng, intercept=design.intercept,
+        c0=p["c0"], rng=args.rng, intercept=design.intercept, no_reply=bottom,
     )  # fmt: skip
     return Fitted(
         body={"coef": e.coef.tolist()}, released=e.released, noise="gaussian",

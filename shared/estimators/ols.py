@@ -86,6 +86,17 @@ def eptr_design(x: np.ndarray, r_x: float, *, intercept: bool = False) -> np.nda
     return np.column_stack([shrunk, np.ones(x.shape[0])])
 
 
+def ols_no_reply(p: int, *, intercept: bool, lo: float, hi: float) -> np.ndarray:
+    """ePTR-OLS's "no reply" (Algorithm 2's data-independent bottom) for ``p`` feature columns:
+    zero slopes and, with an ``intercept``, the middle of the public label interval [lo, hi],
+    so an unreleased model predicts that middle rather than 0 (which may lie outside the
+    labels' range). Public: reads only p and the public bounds, so any choice is as private."""
+    coef = np.zeros(p + int(intercept))
+    if intercept:
+        coef[-1] = 0.5 * (float(lo) + float(hi))
+    return coef
+
+
 def eptr_ols(
     X: np.ndarray,
     y: np.ndarray,

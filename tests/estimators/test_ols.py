@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,10 +13,12 @@ from hypothesis import strategies as st
 
 from shared.domain import LabelDomain
 from shared.errors import InvalidParameterError
+from shared.estimators import registry
 from shared.estimators._checks import project_rows, project_vector
 from shared.estimators._linear import LABEL_LEVELS, QuantisedMap, label_levels
 from shared.estimators.eptr import eptr_noise_scale
-from shared.estimators.ols import eptr_ols, label_dp_ols, ols_gamma, ols_map
+from shared.estimators.ols import eptr_ols, label_dp_ols, ols_gamma, ols_map, ols_no_reply
+from shared.estimators.registry import FitArgs
 from tests.estimators.conftest import designs
 
 LO, HI = -2.0, 3.0
@@ -240,3 +244,32 @@ def test_eptr_ols_replaces_an_overflowing_estimate_only_where_gamma_is_zero_ever
     assert np.all(project_rows(big, 2.0)[0] == 0.0)
     # A row whose squared norm would overflow keeps its direction.
     assert np.allclose(project_rows(np.array([[1e200, 1e200]]), 2.0), [[2**0.5, 2**0.5]])
+
+
+def test_ols_no_reply_is_zero_slopes_and_the_middle_of_the_label_interval() -> None:
+    assert ols_no_reply(2, intercept=True, lo=1.0, hi=4.0).tolist() == [0.0, 0.0, 2.5]
+    assert ols_no_reply(2, intercept=False, lo=1.0, hi=4.0).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("constants_given", [True, False])
+def test_an_unreleased_eptr_ols_through_the_family_predicts_the_middle_of_the_labels(
+    constants_given: bool,
+) -> None:
+    """The service's path (registry family: design, fit, predict), constants given or chosen by
+    the product: a release whose test fails (20 rows, c0 far above any design) is the no-reply,
+    which predicts the middle of [lo, hi] = [1, 4] everywhere (it predicted 0 before)."""
+    family = registry.get("ols")
+    rng = np.random.default_rng(3)
+    features = rng.normal(size=(20, 2))
+    params = {"r_x": 2.0, "r_theta": 1.0, "c0": 50.0} if constants_given else {}
+    design = family.design("eptr", params, features, ["a", "b"])
+    split = family.split_of("eptr", params, Decimal(1), Decimal("1e-6"))
+    args = FitArgs(
+        privacy="eptr", epsilon=1.0, delta=1e-6, lo=1.0, hi=4.0, params=params, rng=rng,
+        split=split,
+    )  # fmt: skip
+    fitted = family.fit(design, rng.uniform(1.0, 4.0, 20), args)
+    assert not fitted.released and fitted.body["coef"] == [0.0, 0.0, 2.5]
+    header = SimpleNamespace(columns=["a", "b"], intercept=True)
+    body = SimpleNamespace(coef=fitted.body["coef"])
+    assert family.predict(header, body, rng.normal(size=(5, 2))).tolist() == [2.5] * 5
