@@ -24,7 +24,7 @@ def register_commands(commands: argparse._SubParsersAction) -> None:  # type: ig
             "Starts both services on 127.0.0.1 (SQLite in a temporary folder, random tokens), "
             "posts labels as the advertiser, registers the examples, releases ONE message, "
             "trains as the publisher and prints test MSEs. Default data: SYNTHETIC ad "
-            f"conversions ({DEFAULT_N} rows, 20%% held out for testing)."
+            f"conversions ({DEFAULT_N} rows, 20% held out for testing)."
         ),
     )
     parser.add_argument("--epsilon", type=float, default=1.0, help="total epsilon (default 1)")
