@@ -244,16 +244,42 @@ def measure(
     return noisy_prior_from_counts(plan, LabelCounts.of(plan, values), rng, histogram=histogram)
 
 
-def choose_randomizer(plan: ReleasePlan, measured: NoisyPrior) -> tuple[str, LabelMechanism]:
-    """The epsilon2 randomizer ``plan`` asks for, built from the noisy prior alone."""
+def _build_for(plan: ReleasePlan, prior: Prior) -> tuple[str, LabelMechanism]:
     return build_mechanism(
-        measured.prior,
+        prior,
         epsilon=plan.randomizer_float,
         mechanism=plan.mechanism,
         n=plan.n,
         model_dim=plan.model_dim,
         **plan.options,
     )
+
+
+def public_randomizer(plan: ReleasePlan) -> tuple[str, LabelMechanism]:
+    """The randomizer ``plan`` asks for, built from the UNIFORM prior on the plan's grid: a
+    function of the plan alone (public). Refused (InvalidParameterError) only for public
+    reasons: the requested family cannot be realised at this epsilon2 from a data-free prior."""
+    edges = bin_edges(lo=plan.lo, hi=plan.hi, bins=plan.bins)
+    return _build_for(plan, Prior(edges=edges, probs=np.full(plan.bins, 1.0 / plan.bins)))
+
+
+def choose_randomizer(plan: ReleasePlan, measured: NoisyPrior) -> tuple[str, LabelMechanism]:
+    """The epsilon2 randomizer ``plan`` asks for, built from the noisy prior alone.
+
+    Whether a release is refused never depends on the labels: this runs after the epsilon1
+    noise is drawn and (in the service) before anything is charged, so a refusal decided by
+    the noisy prior (e.g. RPWithPrior's interval not realisable exactly at a tiny epsilon2,
+    an unbiased LP that fails) would be an uncharged, repeatable function of the labels. So
+    :func:`public_randomizer` is built first, unconditionally (its refusal is public), and
+    stands in when the noisy prior's build is refused. Privacy: either randomizer is
+    epsilon2-DP for any parameters, and which one runs is a function of the noisy prior and
+    the public plan (post-processing of the epsilon1 outputs), as before.
+    """
+    fallback = public_randomizer(plan)
+    try:
+        return _build_for(plan, measured.prior)
+    except (InvalidParameterError, ArithmeticError, ValueError):
+        return fallback
 
 
 def execute(

@@ -285,9 +285,11 @@ def test_parameter_choice_never_sees_labels(
         mechanism=mechanism,
         rng=np.random.default_rng(0),
     )
-    ((args, kwargs),) = seen
-    assert isinstance(args[0], Prior)
-    assert not any(isinstance(value, np.ndarray) for value in (*args, *kwargs.values()))
+    # Two builds: the public one (uniform prior, ``public_randomizer``), then the noisy prior's.
+    assert len(seen) == 2
+    for args, kwargs in seen:
+        assert isinstance(args[0], Prior)
+        assert not any(isinstance(value, np.ndarray) for value in (*args, *kwargs.values()))
     assert "labels" not in inspect.signature(real).parameters
 
 
@@ -431,3 +433,25 @@ def test_invalid_model_dim_is_refused(bad: object) -> None:
             rng=np.random.default_rng(0),
             model_dim=bad,
         )
+
+
+def test_whether_a_release_is_refused_never_depends_on_the_labels() -> None:
+    """The randomizer is chosen AFTER the epsilon1 noise is drawn and BEFORE anything is
+    charged: a refusal there that depends on the noisy prior is an uncharged, repeatable
+    function of the labels (the advertiser's 422, the operator's refused-release trail).
+    RPWithPrior with select "mse" at epsilon2 1e-13 after epsilon1 2: the interval picked from
+    the prior of all-zero labels cannot be realised exactly, the one of spread labels can."""
+    plan_ = plan.plan_release(
+        n=1000, lo=0.0, hi=1.0, epsilon1="2", epsilon2="1e-13", mechanism="rpwithprior",
+        options={"select": "mse"},
+    )  # fmt: skip
+    outcomes: dict[str, set[str]] = {}
+    for name, labels in (("zeros", np.zeros(1000)), ("spread", np.linspace(0.0, 1.0, 1000))):
+        for seed in range(5):
+            try:
+                randomizer.execute(plan_, labels, np.random.default_rng(seed))
+                outcomes.setdefault(name, set()).add("released")
+            except InvalidParameterError:
+                outcomes.setdefault(name, set()).add("refused")
+    assert outcomes["zeros"] == outcomes["spread"]
+    assert len(outcomes["zeros"]) == 1

@@ -7,8 +7,9 @@ stored: an unexpected exception's own message (which could quote data) is never 
 class; the caller got the generic internal-error text, and so does the trail.
 
 What the caller's text can depend on: a refusal by the plan (``shared.plan``) or the budget uses
-only public values (n, bounds, the request, the ledger); a refusal inside the randomizer comes
-from its choice, which reads only the noisy prior (``shared.randomizer.choose_randomizer``).
+only public values (n, bounds, the request, the ledger); a refusal inside the randomizer too:
+its choice builds the plan's randomizer from a uniform prior first and falls back on it when the
+noisy prior's is refused (``shared.randomizer.choose_randomizer``), so no refusal reads labels.
 """
 
 from __future__ import annotations
