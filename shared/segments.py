@@ -9,7 +9,8 @@ epsilon2 on a randomizer built from the group's own prior. Issue 25, item 3.
 
 Privacy (parallel composition; McSherry 2009, Theorem 4). The segment of every example is
 public and fixed before any label is read (registered with the example universe and declared
-public by the dataset; the service refuses to change it once labels exist), so the partition
+public by the dataset; the service refuses to change it once registered, and the publisher
+gives it without seeing any label), so the partition
 into groups is the same on any two neighbouring label vectors. The grouping reads only the
 public per-segment counts, the bounds and the request (:func:`segment_groups`); each group's
 plan is :func:`shared.plan.plan_release` of its public size with the SAME charges. Group g's

@@ -59,10 +59,15 @@ _SQLITE_ON_LABEL = (
     "WHERE entries.value IS NULL OR (entries.value <> excluded.value "
     f"AND {_SQLITE_CONFLICT}(entries.value, excluded.value))"
 )
-# A segmented dataset's registration: the example with its segment (conflicts checked first).
+# A segmented dataset's registration: the example with its segment (conflicts checked first);
+# an id the advertiser labelled before the publisher registered it is registered in place.
 _REGISTER_SEGMENT = (
     "INSERT INTO entries (dataset_id, example_id, registered, value, segment) "
     "VALUES (?, ?, 1, NULL, ?) ON CONFLICT (dataset_id, example_id) DO NOTHING"
+)
+_REGISTER_LABELLED_SEGMENT = (
+    "UPDATE entries SET registered = 1, segment = ? "
+    "WHERE dataset_id = ? AND example_id = ? AND registered = 0"
 )
 _COPY_ROWS = 65_536  # rows per binary COPY block (bounds the arrays built at once)
 
@@ -641,9 +646,10 @@ def store_examples(
 
     ``segments``: each example's public segment, required by a dataset with a segment column
     and refused by any other (422 ``segments``). A segment is fixed when its example is first
-    registered, before its label: another segment for a registered example, or a segment for
-    an example that already has a label, is a 409 naming ``segments[i]`` (the grouping of a
-    segmented release must not depend on any label; ``shared.segments``).
+    registered: another segment for a registered example is a 409 naming ``segments[i]``. The
+    answer never depends on whether the advertiser has labelled the id (that is label
+    information): the publisher gives its public attribute without seeing any label, so the
+    grouping of a segmented release never depends on one either (``shared.segments``).
     """
     with db.write() as conn, gc_paused():
         row = ds.load(conn, dataset, for_update=True)
@@ -704,9 +710,8 @@ def _register_segmented(
     batch: dict[str, str] = {}
     for index, (example_id, segment) in enumerate(zip(ids, segments, strict=True)):
         before = current.get(example_id)
-        if before is not None and before[1] is not None:
-            problem = "the example already has a label: its segment comes before its label"
-        elif (before is not None and before[0] == 1 and before[2] != segment) or batch.get(
+        # Whether the id has a label (before[1]) is never read here: the advertiser's secret.
+        if (before is not None and before[0] == 1 and before[2] != segment) or batch.get(
             example_id, segment
         ) != segment:
             problem = "the example is registered with another segment"
@@ -720,6 +725,12 @@ def _register_segmented(
         raise ConflictError("segments are fixed when examples are registered", errors)
     new = [(row.id, key, segment) for key, segment in batch.items() if key not in current]
     added = db.executemany(conn, _REGISTER_SEGMENT, new) if new else 0
+    labelled = [
+        (segment, row.id, key)
+        for key, segment in batch.items()
+        if key in current and current[key][0] == 0
+    ]
+    added += db.executemany(conn, _REGISTER_LABELLED_SEGMENT, labelled) if labelled else 0
     count = db.fetch(
         conn,
         "SELECT COUNT(DISTINCT segment) FROM entries WHERE dataset_id = ? AND registered = 1",

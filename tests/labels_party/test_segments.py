@@ -105,12 +105,29 @@ def test_a_segment_is_fixed_before_the_label(client: Any) -> None:
     twice = _register(client, "seg", ["e", "e"], ["x", "y"])
     assert twice.status_code == 409
     assert [e["field"] for e in twice.json()["errors"]] == ["segments[1]"]
-    # A label posted for an id before its registration: its segment came too late.
-    assert put_labels(client, "seg", [("late", 1.0)]).status_code == 200
-    late = _register(client, "seg", ["late"], ["x"])
-    assert late.status_code == 409
-    assert late.json()["errors"][0]["field"] == "segments[0]"
     assert client.get("/v1/datasets/seg", headers=OPS).json()["n_examples"] == 3
+
+
+def test_registering_never_tells_the_publisher_which_ids_have_a_label(client: Any) -> None:
+    """Whether the advertiser has posted a label for an id (a conversion, when default_label
+    means none) is label information: the publisher's registration of that id with its segment
+    answers exactly as for an id without a label (it was a 409 'already has a label', free and
+    repeatable). The segment is the publisher's own public attribute, given without seeing any
+    label, so the grouping still never depends on one; it is stored, and the release uses it."""
+    create_dataset(client, "seg", segment_column="campaign")
+    assert put_labels(client, "seg", [("labelled", 1.0)]).status_code == 200
+    labelled = _register(client, "seg", ["labelled"], ["x"])
+    unlabelled = _register(client, "seg", ["unlabelled"], ["x"])
+    assert labelled.status_code == unlabelled.status_code == 200
+    assert labelled.json() == {"accepted": 1, "registered_new": 1, "n_examples": 1}
+    assert unlabelled.json() == {"accepted": 1, "registered_new": 1, "n_examples": 2}
+    # Idempotent, and fixed: another segment for it is refused as for any registered example.
+    assert _register(client, "seg", ["labelled"], ["x"]).json()["registered_new"] == 0
+    assert _register(client, "seg", ["labelled"], ["y"]).status_code == 409
+    preview = client.post(
+        "/v1/datasets/seg/releases", json={"epsilon": 1, "dry_run": True}, headers=ADV
+    ).json()
+    assert preview["n"] == 2
 
 
 def test_preview_shows_the_groups_and_spends_nothing(segmented: Any) -> None:
