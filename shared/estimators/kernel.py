@@ -39,21 +39,28 @@ def kernel_bound(dim: int, bandwidth: float) -> float:
     return (2.0 * math.pi) ** (-dim / 2.0) * bandwidth ** (-dim)
 
 
-def gaussian_kernel(queries: np.ndarray, x: np.ndarray, *, bandwidth: float) -> np.ndarray:
-    """K_sigma(x_q, x_i) = (2 pi)^(-d/2) sigma^-d exp(-||x_q - x_i||^2 / (2 sigma^2)), (m, n)."""
+def gaussian_kernel(
+    queries: np.ndarray, x: np.ndarray, *, bandwidth: float, unit: bool = False
+) -> np.ndarray:
+    """K_sigma(x_q, x_i) = (2 pi)^(-d/2) sigma^-d exp(-||x_q - x_i||^2 / (2 sigma^2)), (m, n);
+    ``unit``: divided by its peak K_max (the exponential alone, in [0, 1])."""
     sq = np.sum(queries**2, axis=1)[:, None] + np.sum(x**2, axis=1)[None, :] - 2.0 * queries @ x.T
     np.maximum(sq, 0.0, out=sq)  # cancellation can leave tiny negatives
-    return kernel_bound(x.shape[1], bandwidth) * np.exp(-sq / (2.0 * bandwidth**2))
+    shape = np.exp(-sq / (2.0 * bandwidth**2))
+    return shape if unit else kernel_bound(x.shape[1], bandwidth) * shape
 
 
 def nw_estimate(
-    queries: np.ndarray, x: np.ndarray, y: np.ndarray, *, bandwidth: float
+    queries: np.ndarray, x: np.ndarray, y: np.ndarray, *, bandwidth: float, unit: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(sum_i K y_i, d(x_q) = sum_i K) at every query, in blocks of queries (memory-bounded)."""
+    """(sum_i K y_i, d(x_q) = sum_i K) at every query, in blocks of queries (memory-bounded);
+    ``unit``: with K divided by its peak (:func:`gaussian_kernel`)."""
     sums = np.empty(queries.shape[0])
     degree = np.empty(queries.shape[0])
     for start in range(0, queries.shape[0], _ROWS_PER_BLOCK):
-        k = gaussian_kernel(queries[start : start + _ROWS_PER_BLOCK], x, bandwidth=bandwidth)
+        k = gaussian_kernel(
+            queries[start : start + _ROWS_PER_BLOCK], x, bandwidth=bandwidth, unit=unit
+        )
         sums[start : start + k.shape[0]] = k @ y
         degree[start : start + k.shape[0]] = k.sum(axis=1)
     return sums, degree
@@ -253,9 +260,18 @@ def eptr_nw(
     low, high = _label_interval(r_f=r_f, lo=lo, hi=hi)
     n, dim = x.shape
     k_max = kernel_bound(dim, sigma)
-    sums, degree = nw_estimate(points, x, np.clip(target, low, high), bandwidth=sigma)
-    safe = np.where(degree > 0.0, degree, 1.0)
-    estimate = np.clip(np.where(degree > 0.0, sums / safe, 0.5 * (low + high)), low, high)
+    # The weighted mean in units of the kernel's peak and of the interval's magnitude, so no
+    # sum overflows for any public constants: K_max r_f summed over n rows was inf - inf = NaN
+    # for labels of both signs, and a NaN estimate a refusal decided by the labels, uncharged.
+    span = max(abs(low), abs(high))
+    sums, weight = nw_estimate(
+        points, x, np.clip(target, low, high) / span, bandwidth=sigma, unit=True
+    )
+    with np.errstate(over="ignore"):  # features only: d(x_q) = inf gives a public refusal
+        degree = k_max * weight
+        safe = np.where(weight > 0.0, weight, 1.0)
+        mean = np.where(weight > 0.0, span * (sums / safe), 0.5 * (low + high))
+    estimate = np.clip(mean, low, high)
     gamma = float(nw_gammas(degree, n=n, c0=c, k_max=k_max).min())
     c_min = float(c.min())
     weights = (c_min / (c * tau)) ** 2

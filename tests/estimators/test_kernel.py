@@ -324,3 +324,20 @@ def test_interpolate_bad_input() -> None:
         interpolate(QUERIES, np.zeros(4), np.zeros((1, 3)))
     with pytest.raises(InvalidParameterError, match="neighbours"):
         interpolate(QUERIES, np.zeros(4), QUERIES, neighbours=0)
+
+
+def test_eptr_nw_is_never_refused_by_the_labels() -> None:
+    """Public constants (r_f 1e295, bandwidth 1e-10: K_max r_f 4e304, 10^4 rows at the query)
+    whose sum of K y_i overflows a double: it was inf - inf = NaN for labels of both signs (a
+    refusal, 'estimate must be finite', after the labels were read and before anything is
+    charged) and finite for labels of one sign. Whether ePTR-NW answers must not depend on the
+    labels; every public check (alpha, gamma) passes here."""
+    n, r_f = 10_000, 1e295
+    x = np.zeros((n, 1))
+    for y in (np.full(n, r_f), np.resize([r_f, -r_f], n), np.zeros(n)):
+        out = eptr_nw(
+            x, y, np.zeros((1, 1)), epsilon=1.0, delta=1e-6, bandwidth=1e-10, c0=1e-3, r_f=r_f,
+            rng=np.random.default_rng(0),
+        )  # fmt: skip
+        assert np.all(np.isfinite(out.values))
+        assert math.isfinite(out.alpha)
