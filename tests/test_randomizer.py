@@ -276,6 +276,7 @@ def test_parameter_choice_never_sees_labels(
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(randomizer, "build_mechanism", spy)
+    monkeypatch.setattr(randomizer, "_PUBLIC_BUILDS", {})  # the public build runs, not cached
     label_randomizer(
         labels,
         lo=0,
@@ -455,3 +456,16 @@ def test_whether_a_release_is_refused_never_depends_on_the_labels() -> None:
                 outcomes.setdefault(name, set()).add("refused")
     assert outcomes["zeros"] == outcomes["spread"]
     assert len(outcomes["zeros"]) == 1
+
+
+def test_the_public_randomizer_is_built_once_per_plan_and_its_refusal_kept() -> None:
+    """``public_randomizer`` is a function of the plan alone, so it is cached: the same
+    mechanism object for the same plan, and a refused plan stays refused (same message)."""
+    plan_ = plan.plan_release(n=500, lo=0.0, hi=1.0, epsilon="1", mechanism="auto")
+    assert randomizer.public_randomizer(plan_)[1] is randomizer.public_randomizer(plan_)[1]
+    tiny = plan.plan_release(
+        n=500, lo=0.0, hi=1.0, epsilon1="1", epsilon2="1e-13", mechanism="unbiased"
+    )
+    for _ in range(2):
+        with pytest.raises(InvalidParameterError, match="epsilon"):
+            randomizer.public_randomizer(tiny)
