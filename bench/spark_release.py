@@ -168,7 +168,7 @@ def main() -> None:
                         result = run(config, spark=spark)
                         total = time.perf_counter() - start
                     stages = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
-                    rate = n / result.timings["randomize_write"] / cores
+                    rate = n / result.timings["noise_randomize_write"] / cores
                     line = (
                         f"  arrow batch {batch}: job {total:.1f}s ({stages}); randomize+write "
                         f"stage {rate:.3g} labels/s/core; peak RSS driver python "

@@ -432,7 +432,11 @@ def count_partitions(frame: Any, plan: ReleasePlan) -> tuple[LabelCounts, InputF
         per_partition, schema
     )
     total, faults = LabelCounts.of(plan, np.empty(0)), InputFaults()
-    for row in rows.toLocalIterator():
+    # collect, not toLocalIterator: the result is one small row per partition, and
+    # toLocalIterator runs one job per partition, one after another (one task at a time: the
+    # counting pass of 10^8 ids took 56.5 s that way, 44.3 s collected, side by side in
+    # bench/results/spark_release.md).
+    for row in rows.collect():
         part = LabelCounts(
             cells=np.asarray(row["cells"], dtype=np.int64),
             level_sum=None if row["level_sum"] is None else int(row["level_sum"]),
