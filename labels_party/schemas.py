@@ -21,6 +21,7 @@ from pydantic import (
 
 from labels_party.catalog.datasets import NAME_PATTERN
 from shared import epsilon as amounts
+from shared.domain import MAX_LABEL_MAGNITUDE
 from shared.errors import InvalidParameterError
 from shared.estimators.families import NW_REFERENCE_MAX_ROWS
 from shared.mechanisms import registry
@@ -31,9 +32,6 @@ from shared.segments import SEGMENT_COLUMN_PATTERN
 from shared.selection import MAX_MODEL_DIM
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
-# Public label bounds stay where float64 arithmetic on labels (squares, sums over millions of
-# examples) cannot overflow, and below 2^53 where every integer amount is exact.
-MAX_LABEL_MAGNITUDE = 1e15
 # RPWithPrior's zeta relative to the label range (label_max - label_min): far beyond any useful
 # noise radius on both sides, and inside what float64 computes (denormal zetas divide by 0).
 _Bound = Annotated[float, Field(ge=-MAX_LABEL_MAGNITUDE, le=MAX_LABEL_MAGNITUDE)]

@@ -38,9 +38,17 @@ def check_labels(labels: np.ndarray | list[float], *, allow_empty: bool = False)
     return array
 
 
+# Public label bounds stay where float64 arithmetic on labels (squares, sums over millions of
+# examples, the mechanisms' expected errors) cannot overflow, and below 2^53 where every
+# integer amount is exact.
+MAX_LABEL_MAGNITUDE = 1e15
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LabelDomain:
-    """Public bounds ``[lo, hi]`` fixed by an operator, never computed from the labels."""
+    """Public bounds ``[lo, hi]`` fixed by an operator, never computed from the labels, each
+    within +-:data:`MAX_LABEL_MAGNITUDE` (every door: the service's schema, the engine, the
+    estimators and the Spark job build one)."""
 
     lo: float
     hi: float
@@ -55,12 +63,21 @@ class LabelDomain:
             raise InvalidParameterError(
                 f"label bounds [{self.lo}, {self.hi}] are too far apart: hi - lo overflows"
             )
+        if max(abs(lo), abs(hi)) > MAX_LABEL_MAGNITUDE:
+            raise InvalidParameterError(
+                f"label bounds [{self.lo}, {self.hi}] must lie within +-{MAX_LABEL_MAGNITUDE:g}"
+            )
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
 
     @property
     def width(self) -> float:
         return self.hi - self.lo
+
+    @property
+    def middle(self) -> float:
+        """The middle of the bounds: lo + (hi - lo) / 2, which (lo + hi) / 2 is not always."""
+        return self.lo + 0.5 * (self.hi - self.lo)
 
     def clip(self, labels: np.ndarray) -> np.ndarray:
         """Labels clipped into the bounds (a fixed public map, so it costs no privacy)."""

@@ -93,7 +93,7 @@ def ols_no_reply(p: int, *, intercept: bool, lo: float, hi: float) -> np.ndarray
     labels' range). Public: reads only p and the public bounds, so any choice is as private."""
     coef = np.zeros(p + int(intercept))
     if intercept:
-        coef[-1] = 0.5 * (float(lo) + float(hi))
+        coef[-1] = LabelDomain(lo=lo, hi=hi).middle
     return coef
 
 
