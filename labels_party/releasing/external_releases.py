@@ -47,6 +47,8 @@ from labels_party.releasing.releases import (
     release_charges,
     store_and_spend,
 )
+from shared.errors import InvalidParameterError
+from shared.mechanisms import registry
 from shared.mechanisms.histogram import bin_edges
 from shared.message import (
     FORMAT_VERSION,
@@ -118,6 +120,20 @@ def check_against_plan(
         raise _refuse("header.histogram.probs", "must sum to 1")
     if header.mechanism == NO_MECHANISM or requested not in (AUTO, header.mechanism):
         raise _refuse("header.mechanism", f"is not what {requested!r} may choose")
+    # The randomizer ran at the epsilon2 the charge paid for: its own parameters say so (every
+    # family's carry the epsilon it was built at), and they rebuild it (which re-checks the
+    # unbiased randomizer's integer weights against that epsilon, exactly).
+    ran_at = header.params.get("epsilon")
+    if isinstance(ran_at, bool) or not isinstance(ran_at, int | float):
+        ran_at = None
+    if ran_at is None or float(ran_at) != plan.randomizer_float:
+        raise _refuse(
+            "header.params.epsilon", f"must be {plan.randomizer_float!r} (the plan's epsilon2)"
+        )
+    try:
+        registry.get(header.mechanism).from_params(dict(header.params))
+    except (InvalidParameterError, KeyError, TypeError, ValueError) as exc:
+        raise _refuse("header.params", str(exc)[:200]) from None
 
 
 CHARGED, RELEASED, FAILED = "charged", "released", "failed"

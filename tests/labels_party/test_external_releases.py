@@ -228,3 +228,21 @@ def test_an_archived_dataset_refuses_external_charges_and_publications(client, d
     assert (spent(client), kinds(client)) == before
     assert client.get(f"/v1/releases/{charged_id}/header", headers=ADV).status_code == 404
     assert verify(db_path).ok
+
+
+@pytest.mark.parametrize("epsilon", [10.0, "bad"])
+def test_a_publication_whose_randomizer_ran_at_another_epsilon_is_refused(client, epsilon):
+    """The header's split matches the charge, but its randomizer's own parameters say it ran
+    at another epsilon than the epsilon2 paid for (a job that randomized at 10 where 0.9 was
+    charged): not what the charged plan produces, so a 422 naming header.params.epsilon and
+    nothing published, rather than a ledger that under-states what the message cost."""
+    create_dataset(client, "ds")
+    release_id = new_release_id()
+    assert client.post(PATH.format(name="ds"), json=charge_body(release_id), headers=ADV)
+    header = staged_header(release_id)
+    richer = {**header, "params": {**header["params"], "epsilon": epsilon}}
+    refused = publish(client, release_id, richer)
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["field"] == "header.params.epsilon"
+    assert kinds(client) == ["dataset", "histogram", "randomizer"]
+    assert publish(client, release_id, header).status_code == 201
