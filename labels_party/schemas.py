@@ -191,8 +191,8 @@ class ExternalReleaseCharge(ReleaseRequestBody):
         default=None,
         pattern=r"^[0-9a-f]{64}$",
         description="sha256 of the labels input the job read (its files, by relative path): "
-        "recorded in the randomizer's ledger entry; `ledger verify` names datasets charged "
-        "for the same labels",
+        "its HMAC under this database's key is recorded in the randomizer's ledger entry "
+        "(`labels_input_hmac`); `ledger verify` names datasets charged for the same labels",
     )
     plan: dict[str, object] = Field(description="the plan the job runs (ReleasePlan.public())")
 

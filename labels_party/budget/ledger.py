@@ -321,7 +321,9 @@ class _Walk:
     def _release_spend(self, entry: dict[str, Any], epsilon: Decimal) -> list[str]:
         seq, kind = entry["seq"], entry["kind"]
         self.spends[entry["dataset"]].append(epsilon)
-        digest = json.loads(entry["parameters"]).get("labels_input_sha256")
+        params = json.loads(entry["parameters"])
+        # labels_input_hmac from migration 0013 on; labels_input_sha256 in older entries.
+        digest = params.get("labels_input_hmac", params.get("labels_input_sha256"))
         if isinstance(digest, str):
             self.labels_inputs[digest].add(entry["dataset"])
         release_id = entry["release_id"]

@@ -161,6 +161,15 @@ signing_keys = Table(
     Column("retired", String(40), nullable=True),  # NULL for the key that signs now
 )
 
+# Secrets of this database (labels_party.releasing.external_releases): the key that turns an
+# external release's labels input digest into the keyed one the ledger keeps (migration 0013).
+instance_secrets = Table(
+    "instance_secrets",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("value", LargeBinary, nullable=False),
+)
+
 receipts = Table(
     "receipts",
     metadata,

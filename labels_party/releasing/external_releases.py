@@ -26,6 +26,7 @@ again, so a job that lost an answer can ``--resume``.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 import re
@@ -38,7 +39,7 @@ from sqlalchemy import select, update
 from labels_party.budget import ledger
 from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
-from labels_party.db.models import datasets, releases
+from labels_party.db.models import datasets, instance_secrets, releases
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
 from labels_party.releasing.releases import (
     _public,
@@ -137,13 +138,25 @@ def check_against_plan(
 
 
 CHARGED, RELEASED, FAILED = "charged", "released", "failed"
+LABELS_INPUT_KEY = "labels_input"  # the instance_secrets row (migration 0013)
 
 
-def _request_text(request: ReleaseRequest, *, n: int, labels_sha256: str | None) -> str:
+def _request_text(request: ReleaseRequest, *, n: int, labels_hmac: str | None) -> str:
     """What a charge paid for, as kept in the release row (canonical JSON)."""
-    return ledger.canonical_json(
-        {"request": request.public(), "n": n, "labels_sha256": labels_sha256}
-    )
+    return ledger.canonical_json({"request": request.public(), "n": n, "labels_hmac": labels_hmac})
+
+
+def labels_input_hmac(conn: Any, labels_sha256: str) -> str:
+    """HMAC-SHA256 of the job's labels input digest under this database's key (migration
+    0013): what the release row and the ledger keep, never the digest itself, which whoever
+    reads the ledger could test guessed labels against. Equal inputs still give equal values
+    within one database (``ledger verify`` matches them)."""
+    if not re.fullmatch(r"[0-9a-f]{64}", labels_sha256):
+        raise _refuse("labels_sha256", "must be 64 lowercase hex digits")
+    key = conn.execute(
+        select(instance_secrets.c.value).where(instance_secrets.c.name == LABELS_INPUT_KEY)
+    ).scalar_one()
+    return hmac.new(key, labels_sha256.encode("ascii"), hashlib.sha256).hexdigest()
 
 
 def _request_of(text: str) -> ReleaseRequest:
@@ -188,6 +201,8 @@ def charge(
         if ours.get(key) != plan_given.get(key):
             raise _refuse(f"plan.{key}", f"must be {ours.get(key)!r} (recomputed here)")
     created = ds.utc_now()
+    with db.read() as conn:
+        keyed = None if labels_sha256 is None else labels_input_hmac(conn, labels_sha256)
     record_ = {
         "id": release_id,
         "requested_mechanism": request.mechanism,
@@ -202,14 +217,14 @@ def charge(
         "actor": actor,
         "storage": EXTERNAL,
         "state": CHARGED,
-        "external_request": _request_text(request, n=n, labels_sha256=labels_sha256),
+        "external_request": _request_text(request, n=n, labels_hmac=keyed),
     }
     charges = release_charges(
         plan,
         requested_mechanism=request.mechanism,
         header=None,
         bins=plan.bins,
-        inputs={"labels_input_sha256": labels_sha256} if labels_sha256 else None,
+        inputs={"labels_input_hmac": keyed} if keyed else None,
     )
     with db.write() as conn:
         current = ds.load(conn, row.name, for_update=True)

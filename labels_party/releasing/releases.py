@@ -433,8 +433,8 @@ def release_charges(
                 "params": params,
                 "n": plan.n,
                 "recommended_transform": recommended_transform,
-                # An external release's input digests (``labels_input_sha256``): ``ledger verify``
-                # names datasets charged for the same labels.
+                # An external release's keyed input digest (``labels_input_hmac``): ``ledger
+                # verify`` names datasets charged for the same labels.
                 **(inputs or {}),
             },
         ),

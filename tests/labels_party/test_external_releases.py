@@ -4,6 +4,8 @@ itself."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import sqlite3
 from datetime import UTC, datetime
@@ -246,3 +248,30 @@ def test_a_publication_whose_randomizer_ran_at_another_epsilon_is_refused(client
     assert refused.json()["errors"][0]["field"] == "header.params.epsilon"
     assert kinds(client) == ["dataset", "histogram", "randomizer"]
     assert publish(client, release_id, header).status_code == 201
+
+
+def test_the_labels_input_digest_is_kept_keyed_never_as_sent(client, db_path) -> None:
+    """The job's sha256 of its labels files is what a ledger reader (an operator, the export)
+    could test guessed labels against; the ledger and the release views keep only its HMAC
+    under this database's key (migration 0013), equal for the same input in both datasets,
+    so ``ledger verify`` still names them (before: the digest itself, as sent)."""
+    digest = "ab" * 32
+    for name in ("ds", "ds2"):
+        create_dataset(client, name)
+        body = charge_body(new_release_id(), labels_sha256=digest)
+        assert client.post(PATH.format(name=name), json=body, headers=ADV).status_code == 201
+    with sqlite3.connect(db_path) as conn:
+        (key,) = conn.execute("SELECT value FROM instance_secrets").fetchone()
+    keyed = hmac.new(key, digest.encode("ascii"), hashlib.sha256).hexdigest()
+    entries = client.get("/v1/ledger", headers=OPS).json()["entries"]
+    randomizers = [e["parameters"] for e in entries if e["kind"] == "randomizer"]
+    assert [p["labels_input_hmac"] for p in randomizers] == [keyed, keyed]
+    listing = client.get("/v1/datasets/ds/releases", headers=OPS)
+    assert listing.status_code == 200 and len(listing.json()["releases"]) == 1
+    seen = json.dumps(entries) + listing.text
+    assert digest not in seen and len(key) == 32
+    report = verify(db_path)
+    assert not report.ok and any(f"labels input {keyed[:16]}" in p for p in report.problems)
+    bad = charge_body(new_release_id(), labels_sha256="AB" * 32)
+    refused = client.post(PATH.format(name="ds"), json=bad, headers=ADV)
+    assert refused.status_code == 422 and "labels_sha256" in refused.text

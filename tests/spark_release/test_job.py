@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
 import json
 import math
+import sqlite3
 import subprocess
 import sys
 from decimal import Decimal
@@ -452,7 +455,7 @@ def test_ledger_verify_names_datasets_charged_for_the_same_labels(
     spark: Any, labels_party: LabelsParty, tmp_path: Path
 ) -> None:
     """Issue 24, item 2: each external release records the digest of the labels input it read
-    (``labels_input_sha256`` in its randomizer entry); the same labels charged to two datasets
+    (keyed: ``labels_input_hmac`` in its randomizer entry); the same labels charged to two datasets
     (each budget holds, their sum does not) make ``ledger verify`` fail, naming both."""
     first, second = next(_names), next(_names)
     ids, labelled = _data(600, seed=31)
@@ -462,8 +465,14 @@ def test_ledger_verify_names_datasets_charged_for_the_same_labels(
         run(_config(labels_party, tmp_path, name, examples, labels, out=tmp_path / name),
             spark=spark)  # fmt: skip
     entries = [e for e in labels_party.ledger(first) if e["kind"] == "randomizer"]
-    digest = entries[0]["parameters"]["labels_input_sha256"]
-    assert digest == spark_job.input_digest(str(labels))
+    digest = entries[0]["parameters"]["labels_input_hmac"]
+    # The ledger keeps the digest keyed by this database's secret (migration 0013), never the
+    # sha256 of the labels files, which a ledger reader could test guessed labels against.
+    raw = spark_job.input_digest(str(labels))
+    assert raw is not None and raw not in json.dumps(labels_party.ledger(first))
+    with sqlite3.connect(labels_party.service.db_path) as conn:
+        (key,) = conn.execute("SELECT value FROM instance_secrets").fetchone()
+    assert digest == hmac.new(key, raw.encode("ascii"), hashlib.sha256).hexdigest()
     done = subprocess.run(
         [sys.executable, "-m", "labels_party", "ledger", "verify", "--db",
          str(labels_party.service.db_path)],
