@@ -410,11 +410,11 @@ def count_partitions(frame: Any, plan: ReleasePlan) -> tuple[LabelCounts, InputF
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         total, faults = LabelCounts.of(plan, np.empty(0)), InputFaults()
         for batch in batches:
-            labels = batch.column(1).to_numpy(zero_copy_only=False)
+            labels = batch.column(0).to_numpy(zero_copy_only=False)
             total = total + LabelCounts.of(plan, domain.clip(labels))
             faults = faults + input_faults(
+                batch.column(1).to_numpy(zero_copy_only=False),
                 batch.column(2).to_numpy(zero_copy_only=False),
-                batch.column(3).to_numpy(zero_copy_only=False),
             )
         yield pa.RecordBatch.from_pydict(
             {
@@ -428,9 +428,9 @@ def count_partitions(frame: Any, plan: ReleasePlan) -> tuple[LabelCounts, InputF
     schema = "cells array<bigint>, level_sum bigint, n bigint, " + ", ".join(
         f"{name} bigint" for name in fault_names
     )
-    rows = frame.select("example_id", "label", "in_examples", "in_labels").mapInArrow(
-        per_partition, schema
-    )
+    # Not the ids: the count needs none, and converting the id column to Arrow was 30% of the
+    # pass's JVM time at 10^8 (70-74 s -> 51 s of task CPU; bench/results/spark_release.md).
+    rows = frame.select("label", "in_examples", "in_labels").mapInArrow(per_partition, schema)
     total, faults = LabelCounts.of(plan, np.empty(0)), InputFaults()
     # collect, not toLocalIterator: the result is one small row per partition, and
     # toLocalIterator runs one job per partition, one after another (one task at a time: the
