@@ -532,6 +532,14 @@ def _charge(config: JobConfig, client: LabelsPartyClient, body: dict[str, Any]) 
     return dict(release)
 
 
+def failure_reason(exc: BaseException, stage: str) -> str:
+    """What a failed release's ledger entry says: the exception's type and the stage, never its
+    message. The ledger is permanent and read by operators and its export; an exception from
+    Spark or a Python worker can quote the rows it failed on (labels among them). The message
+    itself reaches the advertiser who runs the job (the exception is re-raised)."""
+    return f"{type(exc).__name__} {stage} (the message is in the job's own output)"
+
+
 def _give_up(config: JobConfig, client: LabelsPartyClient, release_id: str, why: str) -> None:
     """Mark a charged release failed (its charge stays) and delete its unpublished staging."""
     body = {"reason": why[:500] or "the job failed"}
@@ -685,7 +693,7 @@ def _draw(
         # The ONE action that randomizes; everything after reads the written files.
         body.write.parquet(str(config.staging / BODY))
     except Exception as exc:
-        _give_up(config, client, release_id, f"{type(exc).__name__}: {exc}")
+        _give_up(config, client, release_id, failure_reason(exc, "while drawing the noise"))
         raise
     return mechanism, randomizer, measured
 
@@ -715,7 +723,7 @@ def _stage_message(
         _write_atomic(config.staging / PUBLICATION, json.dumps(publication).encode("utf-8"))
         _write_atomic(config.staging / HEADER, header.model_dump_json().encode("utf-8"))
     except Exception as exc:
-        _give_up(config, client, release_id, f"{type(exc).__name__}: {exc}")
+        _give_up(config, client, release_id, failure_reason(exc, "while staging the message"))
         raise
     if config.crash_at == "before_publish":
         raise SimulatedCrash("before_publish")
