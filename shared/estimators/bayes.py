@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,7 @@ from shared.errors import InvalidParameterError
 from shared.estimators import constants
 from shared.estimators._checks import epsilon_delta, features, positive, positives, project_rows
 from shared.estimators.eptr import EPTROutcome, eptr_release, eptr_threshold
+from shared.mechanisms.discrete_laplace import discrete_laplace_samples
 from shared.rng import Rng
 
 # The constants of ePTR-Bayes the product can choose, in the order it estimates them.
@@ -226,19 +228,21 @@ def bayes_split(
 
 
 def noisy_min_count(classes: np.ndarray, *, n_classes: int, epsilon: float, rng: Rng) -> float:
-    """min_k |I_k| + Laplace(1 / epsilon), the smallest class count (an empty class counts 0):
-    epsilon-DP.
+    """min_k |I_k| + exact discrete Laplace(1 / epsilon) on the integers, the smallest class
+    count (an empty class counts 0): epsilon-DP.
 
     Privacy (proof): the counts depend on the class labels only. Replacing one example (its
     features and its label, or its label alone) takes one unit from the count of its old class
     and gives one to its new class (nothing if the class is unchanged); n is public. Every
     count moves by at most 1, hence their minimum too (|min a - min b| <= max_k |a_k - b_k|):
-    sensitivity 1 under label DP and under whole-example DP alike, so Laplace(1 / epsilon) is
-    epsilon-DP (Dwork et al. 2006). ``classes`` must already hold classes in 0..n_classes - 1
-    (the public map from labels is applied per example, before)."""
+    sensitivity 1 under label DP and under whole-example DP alike, so the discrete Laplace of
+    scale 1 / epsilon (Canonne, Kamath & Steinke, Algorithm 2: exact, no floating-point
+    sampling) on this integer is epsilon-DP. ``classes`` must already hold classes in
+    0..n_classes - 1 (the public map from labels is applied per example, before)."""
     eps = check_epsilon(epsilon)
     counts = np.bincount(np.asarray(classes, dtype=np.int64), minlength=n_classes)
-    return float(counts.min()) + float(constants.laplace(rng, 1.0 / eps, 1)[0])
+    noise = discrete_laplace_samples(rng, 1 / Fraction(eps), 1)[0]
+    return float(int(counts.min()) + noise)
 
 
 def choose_bayes_c0(

@@ -34,6 +34,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ from shared.errors import InvalidParameterError
 from shared.estimators._checks import features, labels_for, positive, row_norms
 from shared.estimators.eptr import eptr_threshold
 from shared.estimators.ols import EPTROLS, eptr_design, eptr_ols
+from shared.mechanisms.discrete_laplace import discrete_laplace_samples
 from shared.rng import Rng, uniforms
 
 # The constants of ePTR-OLS the product can choose, in the order it estimates them.
@@ -187,9 +189,35 @@ def split_shares(
 
 def laplace(rng: Rng, scale: float, size: int) -> np.ndarray:
     """``size`` draws of Laplace(0, scale) by the inverse CDF of 2^-53-grid uniforms (the
-    smallest uniform nudged to half the grid step, so no draw is infinite)."""
+    smallest uniform nudged to half the grid step, so no draw is infinite): for the sparse
+    vector's comparisons only (:func:`dp_norm_quantile`)."""
     u = np.maximum(uniforms(rng, size), 2.0**-54) - 0.5
     return -scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
+
+
+# Grid steps per sensitivity of :func:`exact_laplace`: rounding to the grid adds at most one step
+# to the sensitivity (1025 steps instead of 1024: 0.1% more noise).
+LAPLACE_RESOLUTION = 1024
+
+
+def exact_laplace(value: float, *, sensitivity: float, epsilon: float, rng: Rng) -> float:
+    """``value`` + Laplace-like noise of scale ~ ``sensitivity`` / ``epsilon``, drawn EXACTLY:
+    epsilon-DP for any ``value`` of that sensitivity, with no floating-point sampling.
+
+    The value is rounded, in exact rationals, to the grid of step h = sensitivity / 1024
+    (k = round(value / h)); exact discrete Laplace noise (Canonne, Kamath & Steinke, Algorithm
+    2) of scale S / epsilon is added to k, with S = floor(sensitivity / h) + 1 = 1025; the
+    output is (k + Z) h. Privacy (proof): |value - value'| <= sensitivity gives |value / h -
+    value' / h| <= 1024 and, each rounded by at most 1/2, |k - k'| <= 1025 = S (an integer);
+    the discrete Laplace mechanism of scale S / epsilon on an integer query of sensitivity S is
+    epsilon-DP exactly (P(k + Z = m) / P(k' + Z = m) <= exp(|k - k'| epsilon / S)); multiplying
+    by h is post-processing. Unlike a float Laplace by the inverse CDF (what this replaced), the
+    set of possible outputs does not depend on the value (Mironov 2012)."""
+    eps = Fraction(check_epsilon(epsilon))
+    step = Fraction(positive(sensitivity, name="sensitivity")) / LAPLACE_RESOLUTION
+    k = round(Fraction(float(value)) / step)
+    scale = Fraction(LAPLACE_RESOLUTION + 1) / eps
+    return float((k + discrete_laplace_samples(rng, scale, 1)[0]) * step)
 
 
 def target_above(n: int, epsilon: float) -> float:
@@ -208,7 +236,11 @@ def dp_norm_quantile(norms: np.ndarray, *, epsilon: float, above: float, rng: Rn
     MONOTONE: changing one example moves one norm, so every c_j changes by the same sign (+1
     for the r_j between the old and the new norm if it grew, -1 if it shrank, 0 elsewhere).
     The output is the first j with c_j - nu_j <= above - rho, rho ~ Lap(2 / epsilon),
-    nu_j ~ Lap(2 / epsilon) independent (the top of the grid if none). Write P(J = j) as the
+    nu_j ~ Lap(2 / epsilon) independent (the top of the grid if none). Only comparisons are
+    released (an index of the public grid), never a noisy value, so the float sampler's grid
+    (:func:`laplace`) matters only through tail probabilities beyond 37 scales (2^-54 of the
+    uniforms), not as Mironov's attack on released floats; the estimates that release a noisy
+    value use :func:`exact_laplace`. Write P(J = j) as the
     integral over rho = z of f(z) prod_{i<j} P(nu_i < c_i - above + z) P(nu_j >= c_j - above +
     z). If the neighbour's counts are c' >= c: each "not yet" factor only grows, and the last
     one changes by at most e^(epsilon / 2) (a Laplace tail moved by 1), a ratio <= e^(epsilon/2)
@@ -234,15 +266,15 @@ def noisy_lambda_min(design: np.ndarray, *, r_x: float, epsilon: float, rng: Rng
     E = z' z'^T - z z^T, whose eigenvalues lie in [-||z||^2, ||z'||^2] subset of
     [-r_x^2, r_x^2]; by Weyl, lambda_min(Z^T Z + E) lies in [lambda_min - r_x^2,
     lambda_min + r_x^2]. The sensitivity is r_x^2 (half the paper's 2 r_x^2 of (17), which
-    bounds |E|'s two eigenvalues together), 1 in these units: Laplace(1 / epsilon) is
-    epsilon-DP (Dwork et al. 2006). The rows must already be projected (``eptr_design``)."""
+    bounds |E|'s two eigenvalues together), 1 in these units: :func:`exact_laplace` with
+    sensitivity 1 is epsilon-DP. The rows must already be projected (``eptr_design``)."""
     eps = check_epsilon(epsilon)
     radius = positive(r_x, name="r_x")
     scaled = design / radius
     if not np.all(row_norms(scaled) <= 1.0 + 1e-9):
         raise InvalidParameterError(f"design rows must have norm <= r_x ({r_x!r})")
     smallest = float(np.linalg.eigvalsh(scaled.T @ scaled)[0])
-    return smallest + float(laplace(rng, 1.0 / eps, 1)[0])
+    return exact_laplace(smallest, sensitivity=1.0, epsilon=eps, rng=rng)
 
 
 def noisy_second_moment(y: np.ndarray, *, bound: float, epsilon: float, rng: Rng) -> float:
@@ -250,11 +282,13 @@ def noisy_second_moment(y: np.ndarray, *, bound: float, epsilon: float, rng: Rng
     epsilon-DP.
 
     Privacy (proof): each (y_i / bound)^2 lies in [0, 1], so changing one example moves the
-    mean by at most 1 / n (n public); Laplace(1 / (n epsilon)) is epsilon-DP."""
+    mean by at most 1 / n (n public); :func:`exact_laplace` with sensitivity 1 / n is
+    epsilon-DP."""
     eps = check_epsilon(epsilon)
     scale = positive(bound, name="bound")
     values = np.clip(np.asarray(y, dtype=np.float64) / scale, -1.0, 1.0)
-    return float(np.mean(values * values)) + float(laplace(rng, 1.0 / (values.size * eps), 1)[0])
+    second = float(np.mean(values * values))
+    return exact_laplace(second, sensitivity=1.0 / values.size, epsilon=eps, rng=rng)
 
 
 # ---- from the estimates to the constants (post-processing) ---------------------------------

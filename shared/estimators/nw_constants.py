@@ -48,7 +48,12 @@ from shared.estimators._checks import (
     positive,
     queries_for,
 )
-from shared.estimators.constants import ConstantsSplit, laplace, release_margin, split_shares
+from shared.estimators.constants import (
+    ConstantsSplit,
+    exact_laplace,
+    release_margin,
+    split_shares,
+)
 from shared.estimators.eptr import eptr_threshold
 from shared.rng import Rng
 
@@ -148,18 +153,19 @@ def rule_bandwidth(queries: np.ndarray, *, n: int) -> float:
 def noisy_min_degree(
     x: np.ndarray, queries: np.ndarray, *, bandwidth: float, epsilon: float, rng: Rng
 ) -> float:
-    """min_q d(x_q) + Laplace(K_max / epsilon), in units of K_max: epsilon-DP.
+    """min_q d(x_q) + Laplace noise of scale K_max / epsilon (exact: :func:`exact_laplace`), in
+    units of K_max: epsilon-DP.
 
     Privacy (proof): d(x_q) = sum_i K(x_q, x_i) with 0 <= K <= K_max (the Gaussian kernel), so
     replacing one example (features and label) moves every d(x_q) by at most K_max, hence their
     minimum too (if |f_q - g_q| <= c for every q then |min f - min g| <= c): sensitivity K_max,
-    and the Laplace mechanism at scale K_max / epsilon is epsilon-DP. The bandwidth, K_max and
-    the queries are public."""
+    1 in units of K_max, and :func:`constants.exact_laplace` with sensitivity 1 is epsilon-DP.
+    The bandwidth, K_max and the queries are public."""
     sigma = positive(bandwidth, name="bandwidth")
     eps = positive(epsilon, name="epsilon")
     k_max = kernel.kernel_bound(x.shape[1], sigma)
     _, degree = kernel.nw_estimate(queries, x, np.zeros(x.shape[0]), bandwidth=sigma)
-    return float(degree.min() / k_max + laplace(rng, 1.0 / eps, 1)[0])
+    return exact_laplace(float(degree.min() / k_max), sensitivity=1.0, epsilon=eps, rng=rng)
 
 
 def choose_nw_c0(

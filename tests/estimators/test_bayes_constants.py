@@ -7,7 +7,9 @@ class, all rows zero, huge norms)."""
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from shared.estimators import constants as C
 from shared.estimators import registry
 from shared.estimators._checks import row_norms
 from shared.estimators.eptr import eptr_release_probability, eptr_threshold
+from shared.mechanisms.discrete_laplace import discrete_laplace_samples
 
 
 def _data(n: int, priors: tuple[float, ...], rng: np.random.Generator, gap: float = 3.0):
@@ -135,15 +138,17 @@ def test_the_smallest_count_moves_by_at_most_one_over_every_neighbour(
 def test_the_noisy_count_is_the_smallest_count_plus_laplace_one_over_epsilon() -> None:
     classes = np.array([0, 0, 1, 1, 1, 2, 2, 2, 2])
     got = B.noisy_min_count(classes, n_classes=4, epsilon=0.5, rng=np.random.default_rng(3))
-    noise = C.laplace(np.random.default_rng(3), 2.0, 1)[0]
-    assert got == 0.0 + noise  # class 3 is empty: the smallest count is 0
+    noise = discrete_laplace_samples(np.random.default_rng(3), Fraction(2), 1)[0]
+    assert got == float(noise)  # class 3 is empty: the smallest count is 0; exact integer noise
     # The features never enter: the same classes with any features give the same draw.
     draws = [
         B.noisy_min_count(classes, n_classes=3, epsilon=2.0, rng=np.random.default_rng(s))
         for s in range(4000)
     ]
     assert np.mean(draws) == pytest.approx(2.0, abs=0.05)
-    assert np.mean(np.abs(np.array(draws) - 2.0)) == pytest.approx(0.5, rel=0.05)
+    # E|Z| of the discrete Laplace of scale t = 1 / 2: 2 e^(-1/t) / (1 - e^(-2/t)).
+    expected = 2 * math.exp(-2.0) / (1 - math.exp(-4.0))
+    assert np.mean(np.abs(np.array(draws) - 2.0)) == pytest.approx(expected, rel=0.06)
 
 
 @settings(max_examples=40, deadline=None)
@@ -209,7 +214,7 @@ def test_the_test_rarely_answers_no_reply_with_the_chosen_c0() -> None:
     n, k, count, eps_e, dlt, eps_c = 10_000, 3, 1000, 0.85, 0.01, 0.1
     no_reply = []
     for _ in range(4000):
-        noisy = count + C.laplace(rng, 1.0 / eps_c, 1)[0]
+        noisy = count + discrete_laplace_samples(rng, 1 / Fraction(eps_c), 1)[0]
         c0 = B.choose_bayes_c0(
             noisy, n=n, n_classes=k, eptr_epsilon=eps_e, delta=dlt, c0_epsilon=eps_c
         )

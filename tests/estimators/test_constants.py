@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -524,3 +525,45 @@ def test_the_fit_is_eptr_ols_with_the_chosen_constants() -> None:
         r_x=constants.r_x, r_theta=constants.r_theta, c0=constants.c0, rng=replay,
     )  # fmt: skip
     assert np.array_equal(fit.coef, out.fit.coef)
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 1.0, 8.0])
+@pytest.mark.parametrize("sensitivity", [1.0, 1.0 / 7919, 3.5e6])
+def test_exact_laplace_is_epsilon_dp_for_neighbours_a_sensitivity_apart(
+    epsilon: float, sensitivity: float
+) -> None:
+    """Analytic check: the output (k + Z) h with k = round(value / h) has the exact pmf of a
+    discrete Laplace of scale 1025 / epsilon around k; for values a sensitivity apart (and
+    points between, where the rounding differs) the log-ratio of every output's probability
+    is at most epsilon, with equality reached (the bound is tight up to the rounding)."""
+    h = Fraction(sensitivity) / C.LAPLACE_RESOLUTION
+    scale = Fraction(C.LAPLACE_RESOLUTION + 1) / Fraction(epsilon)
+
+    def centre(value: float) -> int:
+        return round(Fraction(value) / h)
+
+    worst = 0.0
+    for base in (0.0, 0.37 * sensitivity, -12.5 * sensitivity):
+        for shift in (sensitivity, 0.5 * sensitivity, float(h) * 0.5001):
+            k, k2 = centre(base), centre(base + shift)
+            assert abs(k - k2) <= C.LAPLACE_RESOLUTION + 1
+            # log P(m | k) - log P(m | k2) = (|m - k2| - |m - k|) / scale: max |k - k2| / scale
+            worst = max(worst, abs(k - k2) / float(scale))
+    assert worst <= epsilon * (1 + 1e-12)
+    assert worst >= epsilon * (C.LAPLACE_RESOLUTION - 1) / (C.LAPLACE_RESOLUTION + 1)
+
+
+def test_exact_laplace_outputs_lie_on_one_grid_whatever_the_value() -> None:
+    """Every output is an integer multiple of h = sensitivity / 1024, so the SET of possible
+    outputs does not depend on the value (a float Laplace's does: Mironov 2012), and the noise
+    has the discrete Laplace's spread."""
+    h = 0.5 / C.LAPLACE_RESOLUTION
+    rng = np.random.default_rng(11)
+    for value in (0.0, 0.123456789, 1e6 + 1 / 3):
+        draws = np.array(
+            [C.exact_laplace(value, sensitivity=0.5, epsilon=2.0, rng=rng) for _ in range(3000)]
+        )
+        units = draws / h
+        assert np.all(units == np.round(units))
+        assert np.median(draws) == pytest.approx(value, abs=0.05)
+        assert draws.std() == pytest.approx(math.sqrt(2) * 0.5 * 1025 / 1024 / 2.0, rel=0.08)

@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 from shared.estimators import bayes as B
-from shared.estimators import constants as C
 from tests.privacy.auditor import Sampler, repeat
 from tests.privacy.test_constants_audit import ConstantsCase, audit_case
 
@@ -82,9 +81,11 @@ def test_bayes_chosen_constants_pass_the_audit(case: ConstantsCase) -> None:
 def test_the_audit_flags_the_count_estimate_with_a_quarter_of_its_noise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Self-test: the smallest count with Laplace(1 / (4 epsilon)) (a sensitivity bound four
-    times too small) is caught at the claimed epsilon."""
-    real = C.laplace
-    monkeypatch.setattr(C, "laplace", lambda rng, scale, size: real(rng, scale / 4, size))
+    """Self-test: the smallest count with discrete Laplace(1 / (4 epsilon)) (a sensitivity
+    bound four times too small) is caught at the claimed epsilon."""
+    real = B.discrete_laplace_samples
+    monkeypatch.setattr(
+        B, "discrete_laplace_samples", lambda rng, scale, size: real(rng, scale / 4, size)
+    )
     result = audit_case(CASES[0], alpha=ALPHA, claimed=False)
     assert result.violates, f"the audit missed a count estimate with too little noise: {result}"

@@ -27,6 +27,7 @@ sensitivities by brute force).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -161,9 +162,13 @@ def test_chosen_constants_estimates_pass_the_audit(case: ConstantsCase) -> None:
 def test_the_audit_flags_the_lambda_estimate_with_a_quarter_of_its_noise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Self-test: lambda_min's estimate with Laplace(1 / (4 epsilon)) (a sensitivity bound
-    four times too small) is caught at the claimed epsilon."""
-    real = C.laplace
-    monkeypatch.setattr(C, "laplace", lambda rng, scale, size: real(rng, scale / 4, size))
+    """Self-test: lambda_min's estimate with a quarter of its noise (a sensitivity bound four
+    times too small) is caught at the claimed epsilon."""
+    real = C.exact_laplace
+
+    def quarter(value: float, *, sensitivity: float, epsilon: float, rng: Any) -> float:
+        return real(value, sensitivity=sensitivity / 4, epsilon=epsilon, rng=rng)
+
+    monkeypatch.setattr(C, "exact_laplace", quarter)
     result = audit_case(CASES[2], alpha=ALPHA, claimed=False)
     assert result.violates, f"the audit missed a lambda estimate with too little noise: {result}"
