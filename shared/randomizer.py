@@ -18,6 +18,7 @@ Only three lines of this module touch raw labels: the histogram, the mean and th
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -121,22 +122,32 @@ def build_mechanism(
     if n is not None:
         best = choose(prior, epsilon=eps, n=int(n), model_dim=dim, **options)
         return best.name, best.mechanism
-    candidates: dict[str, LabelMechanism] = {}
+    candidates = dict(_auto_defaults(prior, epsilon=eps, options=options))
+    name = min(candidates, key=lambda key: candidates[key].expected_squared_error(prior))
+    return name, candidates[name]
+
+
+def _auto_defaults(
+    prior: Prior, *, epsilon: float, options: dict[str, Any]
+) -> Iterator[tuple[str, LabelMechanism]]:
+    """Each ``auto`` family's default build on ``prior``, in registration order. A family that
+    cannot be realised exactly at this epsilon (e.g. RPWithPrior at epsilon2 ~ 1e-13) is
+    skipped (that depends on the prior only); none at all is refused, naming every reason."""
     refusals: list[str] = []
+    built_any = False
     for family in registry.families():
         if not family.in_auto:
             continue
         mine = {k: v for k, v in options.items() if k in family.options}
         try:
-            candidates[family.name] = family.build(prior, epsilon=eps, **mine)
+            built = family.build(prior, epsilon=epsilon, **mine)
         except InvalidParameterError as exc:
-            # A family that cannot be realised exactly at this epsilon (e.g. RPWithPrior at
-            # epsilon2 ~ 1e-13) is skipped; the refusal depends on the noisy prior only.
             refusals.append(f"{family.name}: {exc}")
-    if not candidates:
+            continue
+        built_any = True
+        yield family.name, built
+    if not built_any:
         raise InvalidParameterError("no mechanism can be built: " + "; ".join(refusals))
-    name = min(candidates, key=lambda key: candidates[key].expected_squared_error(prior))
-    return name, candidates[name]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -272,17 +283,7 @@ def public_randomizer(plan: ReleasePlan) -> tuple[str, LabelMechanism]:
         return family.name, family.build(
             prior, epsilon=eps, **check_options(plan.mechanism, plan.options)
         )
-    options = check_options(AUTO, plan.options)
-    refusals: list[str] = []
-    for family in registry.families():
-        if not family.in_auto:
-            continue
-        mine = {k: v for k, v in options.items() if k in family.options}
-        try:
-            return family.name, family.build(prior, epsilon=eps, **mine)
-        except InvalidParameterError as exc:
-            refusals.append(f"{family.name}: {exc}")
-    raise InvalidParameterError("no mechanism can be built: " + "; ".join(refusals))
+    return next(_auto_defaults(prior, epsilon=eps, options=check_options(AUTO, plan.options)))
 
 
 def choose_randomizer(plan: ReleasePlan, measured: NoisyPrior) -> tuple[str, LabelMechanism]:
