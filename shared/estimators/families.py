@@ -11,7 +11,7 @@ package is imported (``shared/estimators/__init__.py``), in this order.
   label_max - label_min) unless the request gives ``r_f``, which keeps its meaning [-r_f, r_f]
   (``_nw_label_interval``); its bandwidth and c0, when omitted, are chosen by the product
   (``nw_constants``: a public rule, and a DP estimate inside the same charge; with a public
-  ``reference``, c0 per query point by a public rule, ``nw_product_c0``).
+  ``reference``, c0 per query point by a public rule, ``nw_constants.reference_c0``).
 * ``bayes``: ePTR-Bayes (Algorithm 3), eptr only; a label's class is its nearest integer,
   clipped into 0..n_classes - 1 (a public rule). Its constants r_x, c0 are chosen by the
   product when the request omits them (``bayes.eptr_bayes_chosen``: r_x by ePTR-OLS's DP norm
@@ -244,7 +244,7 @@ def _nw_split(
 ) -> nw_constants.NWConstantsSplit | None:
     """ePTR-NW without its bandwidth and/or c0: the product chooses them (the bandwidth by a
     public rule, free; c0 at its fixed share of epsilon, ``nw_constants.nw_split``, or, when the
-    request gives a public ``reference``, per query by :func:`nw_product_c0` with the
+    request gives a public ``reference``, per query by ``nw_constants.reference_c0`` with the
     interpolation by :func:`nw_interpolation`, free: an :class:`NWProductSplit`, ePTR-NW on all
     of epsilon and delta); None when both are given (ePTR-NW gets it all). ``r_f`` omitted is
     not a choice that costs anything (``_nw_label_interval``) and makes no split. Public: reads
@@ -303,21 +303,20 @@ def _nw_predict(header: Any, body: Any, x: np.ndarray) -> np.ndarray:
 
 # ---- ePTR-NW with c0 chosen per query from a public reference (issue 22, item 4) -------------
 # When a request omits c0 and gives ``reference`` (rows of features the caller will predict at:
-# public, the caller names them, like the query points), the product releases the per-query
-# design measured in bench/results/estimators.md ("per-query c0", bench.estimators_nw's
-# PER_QUERY; California Housing, the test features as the reference): one public c_q per query
-# point (``nw_constants.reference_c0`` on the reference, never below NW_C0_FLOOR effective
-# neighbours), query q's noise scaled by (c_min / c_q)^NW_NOISE_POWER, and predictions by a
-# Gaussian smoother of the released values at NW_SMOOTH_FACTOR x the bandwidth from epsilon
-# NW_SMOOTH_FROM_EPSILON, by inverse distance below: the smoother was better at epsilon >= 2
-# (0.858 vs 0.860 median MSE at 2, 0.787 vs 0.829 at 4) and worse below (0.913 vs 0.906 at 1.5,
-# 1.129 vs 1.001 at 1), where the released values' noise is larger than what averaging it over a
-# few queries removes compared with the bias the averaging adds at dense queries (re-measured
-# through this family, docs/estimators.md). Without ``reference`` an omitted c0 is the DP
-# estimate of ``nw_constants`` (one c0, inverse distance): the request's own query points as
-# the reference made the release worse (their density, from m points rescaled to n rows, has a
-# margin that pushed every c_q to its floor).
-NW_C0_FLOOR = 20.0
+# public, the caller names them, like the query points), the product releases the per-query design
+# measured in bench/results/estimators.md ("per-query c0", bench.estimators_nw's PER_QUERY;
+# California Housing, the test features as the reference): one public c_q per query point
+# (``nw_constants.reference_c0`` on the reference, never below its REFERENCE_FLOOR effective
+# neighbours), query q's noise scaled by (c_min / c_q)^NW_NOISE_POWER, and predictions by a Gaussian
+# smoother of the released values at NW_SMOOTH_FACTOR x the bandwidth from epsilon
+# NW_SMOOTH_FROM_EPSILON, by inverse distance below: the smoother was better at epsilon >= 2 (0.858
+# vs 0.860 median MSE at 2, 0.787 vs 0.829 at 4) and worse below (0.913 vs 0.906 at 1.5, 1.129 vs
+# 1.001 at 1), where the released values' noise is larger than what averaging it over a few queries
+# removes compared with the bias the averaging adds at dense queries (re-measured through this
+# family, docs/estimators.md). Without ``reference`` an omitted c0 is the DP estimate of
+# ``nw_constants`` (one c0, inverse distance): the request's own query points as the reference made
+# the release worse (their density, from m points rescaled to n rows, has a margin that pushed every
+# c_q to its floor).
 NW_NOISE_POWER = 0.5
 NW_SMOOTH_FACTOR = 0.5
 NW_SMOOTH_FROM_EPSILON = 2.0
@@ -351,25 +350,6 @@ def nw_interpolation(epsilon: float) -> str:
     NW_SMOOTH_FROM_EPSILON, ``"inverse_distance"`` below (as measured, comment above). Reads the
     request's epsilon only; either is post-processing of the release."""
     return "smooth" if epsilon >= NW_SMOOTH_FROM_EPSILON else "inverse_distance"
-
-
-def nw_product_c0(
-    queries: np.ndarray,
-    reference: np.ndarray,
-    *,
-    n: int,
-    bandwidth: float,
-    epsilon: float,
-    delta: float,
-) -> np.ndarray:
-    """One c0 per query point, by ``nw_constants.reference_c0`` with the request's public
-    ``reference`` (floor NW_C0_FLOOR): a function of the public queries and reference, n, the
-    bandwidth (given or by the public rule), epsilon and delta only, never of the data set, so
-    it costs no privacy (``kernel.eptr_nw`` is (epsilon, delta)-DP for any public c_q > 0)."""
-    return nw_constants.reference_c0(
-        queries, reference, n=n, bandwidth=bandwidth, epsilon=epsilon, delta=delta,
-        floor=NW_C0_FLOOR,
-    )  # fmt: skip
 
 
 def nw_reference(
@@ -411,7 +391,7 @@ def reference_digest(reference: np.ndarray) -> str:
 def _nw_fit_product(
     design: Design, labels: np.ndarray, args: FitArgs, split: NWProductSplit
 ) -> Fitted:
-    """ePTR-NW with c0 chosen per query by :func:`nw_product_c0` from the request's
+    """ePTR-NW with c0 chosen per query by ``nw_constants.reference_c0`` from the request's
     ``reference``, the bandwidth given or by ``nw_constants.rule_bandwidth``: every constant is
     public, ePTR-NW runs on the whole (epsilon, delta) (``split.eptr_float`` = the request's
     epsilon). The header carries the chosen public values (``c0_per_query``: one c_q per query,
@@ -427,7 +407,9 @@ def _nw_fit_product(
         bandwidth = float(p["bandwidth"])
     eps, dlt = split.eptr_float, split.delta_float
     reference = nw_reference("eptr", p, design.x.shape[1])
-    c0 = nw_product_c0(queries, reference, n=n, bandwidth=bandwidth, epsilon=eps, delta=dlt)
+    c0 = nw_constants.reference_c0(
+        queries, reference, n=n, bandwidth=bandwidth, epsilon=eps, delta=dlt
+    )
     k = kernel.eptr_nw(
         design.x, labels, queries, epsilon=eps, delta=dlt, bandwidth=bandwidth, c0=c0,
         rng=args.rng, noise_power=NW_NOISE_POWER, **_nw_label_interval(p, args),

@@ -271,6 +271,9 @@ def split_epsilon(split: NWConstantsSplit) -> Decimal:
 # that margin.
 REFERENCE_SDS = 3.0
 REFERENCE_RELEASE = 0.95
+# The product's floor of c_q, in effective neighbours (bench/results/estimators.md, "per-query
+# c0": floor 20).
+REFERENCE_FLOOR = 20.0
 
 
 def reference_c0(
@@ -281,7 +284,7 @@ def reference_c0(
     bandwidth: float,
     epsilon: float,
     delta: float,
-    floor: float,
+    floor: float = REFERENCE_FLOOR,
 ) -> np.ndarray:
     """One c0 per query from PUBLIC reference features (no privacy cost): the test asks every
     query's degree to be what the reference predicts, less a margin.

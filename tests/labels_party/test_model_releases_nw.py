@@ -17,7 +17,7 @@ from features_party.released_models import predict_matrix
 from labels_party.budget import ledger
 from shared import epsilon as amounts
 from shared.errors import IntegrityError
-from shared.estimators import families, nw_constants
+from shared.estimators import nw_constants
 from shared.estimators.eptr import eptr_noise_scale
 from shared.estimators.families import NW_REFERENCE_MAX_ROWS
 from shared.estimators.kernel import (
@@ -249,7 +249,7 @@ def test_a_release_without_bandwidth_only_costs_nothing_for_it(client: Any) -> N
 
 # ---- c0 per query from a public reference (issue 22, item 4) ---------------------------------
 # c0 omitted and ``reference`` given (points the caller will predict at): one public c0 per
-# query point from the reference's density (``families.nw_product_c0``), the noise scaled per
+# query point from the reference's density (``nw_constants.reference_c0``), the noise scaled per
 # query, the interpolation by epsilon's public rule (``families.nw_interpolation``); nothing of
 # epsilon is spent on the constants. Without ``reference`` nothing changes (the tests above).
 
@@ -305,7 +305,7 @@ def test_a_release_with_a_reference_carries_the_per_query_c0_and_the_smoother(
     message = verify_model(out["message"])  # the message checks accept the new params
     header = message.header.params
     # c0: the public rule on the queries, the reference, n, the bandwidth, epsilon and delta.
-    c0 = families.nw_product_c0(
+    c0 = nw_constants.reference_c0(
         np.array(DENSE), np.array(REFERENCE), n=N, bandwidth=BANDWIDTH, epsilon=4.0,
         delta=0.0001,
     )  # fmt: skip
@@ -354,7 +354,7 @@ def test_a_release_with_a_reference_below_epsilon_2_interpolates_by_distance(
     header = message.header.params
     bandwidth = nw_constants.rule_bandwidth(np.array(GRID), n=N)
     assert header["bandwidth"] == bandwidth
-    c0 = families.nw_product_c0(
+    c0 = nw_constants.reference_c0(
         np.array(GRID), np.array(REFERENCE), n=N, bandwidth=bandwidth, epsilon=1.0,
         delta=0.0001,
     )  # fmt: skip
