@@ -744,7 +744,7 @@ def _fit_model(
         for i, candidate in enumerate(candidates):
             progress(
                 f"fold {k + 1}/{len(folds)}: fitting {candidate.name} ({i + 1}/{len(candidates)})",
-                (k * len(candidates) + i) / steps,
+                0.9 * (k * len(candidates) + i) / steps,  # below the refit's 0.95
             )
             y_train = targets[candidate.transform][train]
             if candidate.family == "ridge":

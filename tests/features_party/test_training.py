@@ -102,6 +102,22 @@ def test_selection_scores_every_example_out_of_fold(rng):
     assert fitted.metrics["n_validation"] == 400 and fitted.metrics["n_train"] == 320
 
 
+def test_progress_never_goes_back(rng):
+    """Every fold's step, then the refit: the fractions a job reports only grow (the last fold
+    of a model with many candidates once reported above the refit's 0.95)."""
+    columns, y = make_data(300, rng)
+    encoder = fit_encoder(KINDS, columns)
+    seen: list[float] = []
+    fit_model(
+        encoder.encode_columns(columns),
+        y + rng.normal(0, 5, y.size),
+        encoder=encoder,
+        model="auto",
+        progress=lambda _stage, fraction: seen.append(fraction),
+    )
+    assert len(seen) > 10 and seen == sorted(seen) and 0 <= seen[0] and seen[-1] <= 1
+
+
 def test_cross_validation_picks_better_models_than_one_split(rng, monkeypatch):
     """Heavy label noise (sd 80 on labels of sd ~20), 600 examples, 20 noisy draws: the models
     five folds choose predict the true labels clearly better than those one 80/20 split
