@@ -4,16 +4,18 @@ Implements the release of ``labels_party.releasing.releases`` (Ghazi et al. 2022
 Huang Alg. 4 through ``shared.randomizer``) where the advertiser's conversions live, in Spark:
 
 1. Read the dataset's public configuration (bounds, default label, budget) from the labels
-   party; check both inputs' columns and values in one narrow scan each (null / malformed ids,
-   null or non-finite labels) and the plan and budget.
+   party; check both inputs' columns (no scan), n (the files' row counts), the plan and budget.
 2. ONE shuffle: the union of both inputs, range partitioned by example id and aggregated per id
    in place: each id of the universe with its label (missing -> the default label, clipped to
    the bounds) and how many times each input holds it, sorted by id (the message's order).
-3. ONE pass over it: each partition computes ``shared.randomizer.LabelCounts`` (k integer
-   histogram counts and the DP mean's integer level sum) and the inputs' faults (duplicate ids
-   in either input, labelled ids outside the universe); the driver adds them up and refuses a
-   faulty input. Only those k + 5 integers per partition reach the driver, never a label.
-   Every refusal comes BEFORE anything is randomized or spent.
+3. Check the joined frame in the JVM (its first action, which also fills its persisted copy):
+   the inputs' faults (null or malformed ids, duplicate ids in either input, labelled ids
+   outside the universe: each distinct id checked once) and its row count; eight integers reach
+   the driver, which refuses a faulty input. Only then, the ids being valid, ONE Python pass
+   over the labels input's value column refuses null or non-finite labels and computes
+   ``shared.randomizer.LabelCounts`` (k integer histogram counts and the DP mean's integer level
+   sum; the ids without a label add the default label's counts): k + 3 integers per partition
+   reach the driver, never a label. Every refusal comes BEFORE anything is randomized or spent.
 4. Charge: ``POST /v1/datasets/{name}/external-releases`` with the plan, n and a release id
    the job chose, BEFORE any noise is drawn (the labels party recomputes the plan, checks the
    budget and records the release as ``charged`` with its two ledger entries in one
@@ -279,9 +281,10 @@ def _read(spark: Any, source: str) -> Any:
 
 
 def load_inputs(spark: Any, config: JobConfig) -> tuple[Any, Any]:
-    """(universe, labels) with their columns and values checked in one narrow scan each
-    (no shuffle); duplicates and labelled ids outside the universe are found by the joining
-    pass (:func:`input_faults`). Raises :class:`SparkJobError` naming the problem."""
+    """(universe, labels), their columns checked (no scan): the ids (null, malformed, duplicate,
+    labelled but outside the universe) are checked by the joining pass (:func:`frame_faults`),
+    the values (null, non-finite) by the counting pass (:func:`label_counts`), both before
+    anything is spent. Raises :class:`SparkJobError` naming the problem."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
 
@@ -297,28 +300,6 @@ def load_inputs(spark: Any, config: JobConfig) -> tuple[Any, Any]:
             raise SparkJobError(f"{name}: missing column(s) {', '.join(missing)}")
     if not isinstance(labels.schema[value].dataType, NumericType):
         raise SparkJobError(f"labels: column {value} must be numeric")
-    for name, frame in (("examples", examples), ("labels", labels)):
-        ident = F.col(key).cast("string")
-        checks = [
-            F.count(F.lit(1)).alias("rows"),
-            F.sum(F.when(ident.isNull(), 1).otherwise(0)).alias("null_ids"),
-            F.sum(F.when(~ident.rlike(EXAMPLE_ID_PATTERN), 1).otherwise(0)).alias("bad_ids"),
-        ]
-        if name == "labels":
-            v = F.col(value).cast("double")
-            bad = v.isNull() | F.isnan(v) | (F.abs(v) == float("inf"))
-            checks.append(F.sum(F.when(bad, 1).otherwise(0)).alias("bad_values"))
-        stats = frame.agg(*checks).first()
-        if stats["rows"] == 0 and name == "examples":
-            raise SparkJobError("examples: the universe is empty")
-        if stats["null_ids"]:
-            raise SparkJobError(f"{name}: {stats['null_ids']} null {key}(s)")
-        if stats["bad_ids"]:
-            raise SparkJobError(
-                f"{name}: {stats['bad_ids']} {key}(s) are not 1-128 characters of [A-Za-z0-9_.:-]"
-            )
-        if name == "labels" and stats["bad_values"]:
-            raise SparkJobError(f"labels: {stats['bad_values']} null or non-finite {value}(s)")
     universe = examples.select(F.col(key).cast("string").alias("example_id"))
     labelled = labels.select(
         F.col(key).cast("string").alias("example_id"), F.col(value).cast("double").alias("value")
@@ -370,6 +351,10 @@ def joined_sorted(universe: Any, labelled: Any, *, default_label: float, n: int)
 class InputFaults:
     """What the joining pass found wrong with the inputs (all zero for a valid release)."""
 
+    null_examples: int = 0  # rows of the universe with a null id
+    null_labels: int = 0  # rows of the labels with a null id
+    bad_examples: int = 0  # rows of the universe whose id is not EXAMPLE_ID_PATTERN
+    bad_labels: int = 0  # rows of the labels whose id is not EXAMPLE_ID_PATTERN
     duplicate_examples: int = 0  # extra rows of ids the universe holds more than once
     duplicate_labels: int = 0  # extra rows of ids the labels hold more than once
     outside: int = 0  # labelled ids not in the universe
@@ -380,6 +365,14 @@ class InputFaults:
 
     def check(self, key: str) -> None:
         """Raise :class:`SparkJobError` naming the first fault (before anything is spent)."""
+        for name in ("examples", "labels"):
+            if nulls := getattr(self, f"null_{name}"):
+                raise SparkJobError(f"{name}: {nulls} null {key}(s)")
+        for name in ("examples", "labels"):
+            if bad := getattr(self, f"bad_{name}"):
+                raise SparkJobError(
+                    f"{name}: {bad} {key}(s) are not 1-128 characters of [A-Za-z0-9_.:-]"
+                )
         if self.duplicate_examples:
             raise SparkJobError(
                 f"examples: duplicate {key}s ({self.duplicate_examples} extra rows)"
@@ -390,61 +383,80 @@ class InputFaults:
             raise SparkJobError(f"labels: {self.outside} labelled {key}(s) are not in the universe")
 
 
-def input_faults(in_examples: np.ndarray, in_labels: np.ndarray) -> InputFaults:
-    """The faults of one batch of the joined frame's per-id input counts."""
-    return InputFaults(
-        duplicate_examples=int(np.maximum(in_examples - 1, 0).sum()),
-        duplicate_labels=int(np.maximum(in_labels - 1, 0).sum()),
-        outside=int(np.count_nonzero(in_examples == 0)),
-    )
+def frame_faults(frame: Any) -> tuple[InputFaults, int]:
+    """The joined frame's :class:`InputFaults` and its row count, summed in the JVM (no Python,
+    no labels: eight integers reach the driver). Each distinct id of either input is one row
+    here, so each id's pattern is checked once (the rows of each input it stands for are its
+    ``in_examples`` / ``in_labels``). The first action on the persisted frame, so it also builds
+    the copy that the randomizing pass reads."""
+    from pyspark.sql import functions as F
+
+    ident, zero = F.col("example_id"), F.lit(0)
+    malformed = ~ident.rlike(EXAMPLE_ID_PATTERN)  # null for a null id: counted as null only
+    sums: dict[str, Any] = {}
+    for name, count in (("examples", F.col("in_examples")), ("labels", F.col("in_labels"))):
+        sums[f"null_{name}"] = F.sum(F.when(ident.isNull(), count).otherwise(zero))
+        sums[f"bad_{name}"] = F.sum(F.when(malformed, count).otherwise(zero))
+        sums[f"duplicate_{name}"] = F.sum(F.greatest(count - 1, zero))
+    sums["outside"] = F.sum(F.when(F.col("in_examples") == 0, 1).otherwise(zero))
+    sums["rows"] = F.count(F.lit(1))
+    row = frame.agg(*(column.alias(name) for name, column in sums.items())).first()
+    names = [f.name for f in dataclasses.fields(InputFaults)]
+    return InputFaults(**{name: int(row[name] or 0) for name in names}), int(row["rows"])
 
 
-def count_partitions(frame: Any, plan: ReleasePlan) -> tuple[LabelCounts, InputFaults]:
-    """One pass: each partition's ``LabelCounts`` (same function as the service) and
-    :class:`InputFaults`, summed on the driver (k + 5 integers per partition)."""
+def label_counts(
+    labelled: Any, plan: ReleasePlan, *, default_label: float, value_column: str = "value"
+) -> LabelCounts:
+    """``LabelCounts`` of the release's n labels, computed from the labels input alone: one
+    Python pass over its value column (each partition's ``LabelCounts.of``, the same function as
+    the service; k + 2 integers per partition reach the driver), plus the default label's counts
+    times the ids without a label. Exact ONLY for a valid input (every labelled id once in the
+    universe, every id of the universe once): the caller checks :func:`frame_faults` first.
+    All three statistics are sums over the labels, so the order does not matter. Refuses null or
+    non-finite values (:class:`SparkJobError`, counted in the same pass)."""
     import pyarrow as pa
 
     domain = LabelDomain(lo=plan.lo, hi=plan.hi)
-    fault_names = [f.name for f in dataclasses.fields(InputFaults)]
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        total, faults = LabelCounts.of(plan, np.empty(0)), InputFaults()
+        total, bad = LabelCounts.of(plan, np.empty(0)), 0
         for batch in batches:
-            labels = batch.column(0).to_numpy(zero_copy_only=False)
+            labels = batch.column(0).to_numpy(zero_copy_only=False)  # a null is NaN here
+            finite = np.isfinite(labels)
+            if not finite.all():
+                bad += int(labels.size - np.count_nonzero(finite))
+                labels = labels[finite]  # refused on the driver: the counts are never used
             total = total + LabelCounts.of(plan, domain.clip(labels))
-            faults = faults + input_faults(
-                batch.column(1).to_numpy(zero_copy_only=False),
-                batch.column(2).to_numpy(zero_copy_only=False),
-            )
         yield pa.RecordBatch.from_pydict(
             {
                 "cells": [total.cells.tolist()],
                 "level_sum": [total.level_sum],
                 "n": [total.n],
-                **{name: [getattr(faults, name)] for name in fault_names},
+                "bad": [bad],
             }
         )
 
-    schema = "cells array<bigint>, level_sum bigint, n bigint, " + ", ".join(
-        f"{name} bigint" for name in fault_names
-    )
-    # Not the ids: the count needs none, and converting the id column to Arrow was 30% of the
-    # pass's JVM time at 10^8 (70-74 s -> 51 s of task CPU; bench/results/spark_release.md).
-    rows = frame.select("label", "in_examples", "in_labels").mapInArrow(per_partition, schema)
-    total, faults = LabelCounts.of(plan, np.empty(0)), InputFaults()
-    # collect, not toLocalIterator: the result is one small row per partition, and
-    # toLocalIterator runs one job per partition, one after another (one task at a time: the
-    # counting pass of 10^8 ids took 56.5 s that way, 44.3 s collected, side by side in
-    # bench/results/spark_release.md).
-    for row in rows.collect():
-        part = LabelCounts(
+    schema = "cells array<bigint>, level_sum bigint, n bigint, bad bigint"
+    total, bad = LabelCounts.of(plan, np.empty(0)), 0
+    for row in labelled.select("value").mapInArrow(per_partition, schema).collect():
+        bad += int(row["bad"])
+        total = total + LabelCounts(
             cells=np.asarray(row["cells"], dtype=np.int64),
             level_sum=None if row["level_sum"] is None else int(row["level_sum"]),
             n=int(row["n"]),
         )
-        total = total + part
-        faults = faults + InputFaults(**{name: int(row[name]) for name in fault_names})
-    return total, faults
+    if bad:
+        raise SparkJobError(f"labels: {bad} null or non-finite {value_column}(s)")
+    missing = plan.n - total.n  # ids of the universe without a label: the default label each
+    if missing < 0:
+        raise SparkJobError("labels: more labelled ids than the universe holds")
+    one = LabelCounts.of(plan, domain.clip(np.full(1, float(default_label))))
+    return total + LabelCounts(
+        cells=one.cells * missing,
+        level_sum=None if one.level_sum is None else one.level_sum * missing,
+        n=missing,
+    )
 
 
 def randomize_partitions(
@@ -639,7 +651,9 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
         session = spark or spark_session(config.master)
         default = float(info["default_label"])
         universe, labelled = load_inputs(session, config)
-        n = universe.count()
+        n = universe.count()  # the files' row counts: no scan of the ids
+        if n == 0:
+            raise SparkJobError("examples: the universe is empty")
         try:
             plan = make_plan(config, info, n=n)
         except LabelDPError as exc:
@@ -651,10 +665,14 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
 
         frame = frame.persist(StorageLevel.DISK_ONLY)
         try:
-            counts, faults = count_partitions(frame, plan)
+            faults, rows = frame_faults(frame)  # builds the persisted frame
             faults.check(config.id_column)  # nothing drawn or spent yet
-            if counts.n != plan.n:
+            if rows != plan.n:
                 raise RuntimeError("the joined frame disagrees with the universe's count")
+            # Only now (a valid input) are the counts of the labels input the release's.
+            counts = label_counts(
+                labelled, plan, default_label=default, value_column=config.value_column
+            )
             lap("join_sort_count")
             release_id = new_release_id()
             _charge(config, client, charge_body(config, plan, release_id=release_id))

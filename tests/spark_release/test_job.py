@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import itertools
@@ -21,7 +22,7 @@ from scipy.stats import chisquare
 from features_party.parquet_message import read_parquet_message
 from shared.domain import LabelDomain
 from shared.mechanisms.rr_on_bins import RROnBins
-from shared.randomizer import choose_randomizer, measure, noisy_prior_from_counts
+from shared.randomizer import LabelCounts, choose_randomizer, measure, noisy_prior_from_counts
 from spark_release import job as spark_job
 from spark_release.job import JobConfig, SimulatedCrash, SparkJobError, run
 from tests.spark_release.conftest import LabelsParty, write_inputs
@@ -122,8 +123,12 @@ def test_same_noisy_prior_gives_the_same_plan_and_parameters_as_the_service_path
     universe = spark.createDataFrame([(i,) for i in ids], "example_id string")
     labels = spark.createDataFrame(list(labelled.items()), "example_id string, value double")
     frame = spark_job.joined_sorted(universe, labels, default_label=0.0, n=len(ids))
-    counts, faults = spark_job.count_partitions(frame, plan)
-    assert faults == spark_job.InputFaults()
+    faults, rows = spark_job.frame_faults(frame)
+    assert faults == spark_job.InputFaults() and rows == len(ids)
+    counts = spark_job.label_counts(labels, plan, default_label=0.0)
+    exact = LabelCounts.of(plan, _labels_in_order(ids, labelled))  # the service's counts
+    assert counts.cells.tolist() == exact.cells.tolist() and counts.n == exact.n == len(ids)
+    assert counts.level_sum == exact.level_sum
     job = noisy_prior_from_counts(plan, counts, np.random.default_rng(5))
     service = measure(plan, _labels_in_order(ids, labelled), np.random.default_rng(5))
     assert job.prior.probs.tobytes() == service.prior.probs.tobytes()
@@ -367,15 +372,38 @@ def test_the_sorted_frame_is_globally_ordered_across_its_partitions(spark: Any) 
     assert {(row.in_examples, row.in_labels) for row in rows.values()} == {(1, 1), (1, 0)}
 
 
-def test_input_faults_count_extra_rows_and_ids_outside_the_universe() -> None:
-    faults = spark_job.input_faults(np.array([1, 2, 0, 3, 1]), np.array([0, 1, 1, 2, 1]))
+def test_frame_faults_count_extra_rows_and_ids_outside_the_universe(spark: Any) -> None:
+    frame = spark.createDataFrame(
+        list(zip("abcde", [1, 2, 0, 3, 1], [0, 1, 1, 2, 1], strict=True)),
+        "example_id string, in_examples int, in_labels int",
+    )
+    faults, rows = spark_job.frame_faults(frame)
     assert faults == spark_job.InputFaults(duplicate_examples=3, duplicate_labels=1, outside=1)
+    assert rows == 5
     assert faults + faults == spark_job.InputFaults(
         duplicate_examples=6, duplicate_labels=2, outside=2
     )
     spark_job.InputFaults().check("example_id")  # a valid input passes
     with pytest.raises(SparkJobError, match="examples: duplicate example_ids \\(3 extra rows\\)"):
         faults.check("example_id")
+    # Null and malformed ids are counted per input in rows (in_examples / in_labels), and named
+    # before duplicates.
+    bad = spark.createDataFrame(
+        [(None, 2, 1), ("has space", 1, 0), ("x" * 129, 0, 3), ("ok", 1, 1)],
+        "example_id string, in_examples int, in_labels int",
+    )
+    faults, rows = spark_job.frame_faults(bad)
+    assert rows == 4
+    assert faults == spark_job.InputFaults(
+        null_examples=2, null_labels=1, bad_examples=1, bad_labels=3,
+        duplicate_examples=1, duplicate_labels=2, outside=1,
+    )  # fmt: skip
+    with pytest.raises(SparkJobError, match="examples: 2 null example_id"):
+        faults.check("example_id")
+    with pytest.raises(SparkJobError, match="labels: 3 example_id\\(s\\) are not 1-128"):
+        dataclasses.replace(faults, null_examples=0, null_labels=0, bad_examples=0).check(
+            "example_id"
+        )
 
 
 def test_the_labeldp_release_command_runs_the_job(
