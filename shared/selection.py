@@ -27,9 +27,6 @@ Closed forms (y a label, p = clip(y, a1, a2)):
 All are polynomials of degree <= 2 in y between the breakpoints (histogram edges, a1, a2, RR
 thresholds, the unbiased randomizer's grid), so 2-point Gauss-Legendre per piece integrates
 (E[t|y] - y)^2 and Var(t|y) against the piecewise-uniform prior exactly.
-
-``choose`` takes the least C, except that a family may ask for a margin (the unbiased family:
-a close call goes to the biased families, whose bias^2 the noisy prior overstates; :func:`pick`).
 """
 
 from __future__ import annotations
@@ -241,8 +238,7 @@ def candidates(
 def choose(
     prior: Prior, *, epsilon: float, n: int, model_dim: int | None = None, **options: Any
 ) -> Candidate:
-    """The (randomizer, transform) with the least C, subject to the families' margins
-    (:func:`pick`); ties go to the earlier candidate."""
+    """The (randomizer, transform) with the least C; ties go to the earlier candidate."""
     found = candidates(prior, epsilon=epsilon, n=n, model_dim=model_dim, **options)
     if not found:
         raise InvalidParameterError("no candidate randomizer can be built at this epsilon")
@@ -250,22 +246,11 @@ def choose(
 
 
 def pick(found: list[Candidate]) -> Candidate:
-    """The least-C candidate, unless its family has an ``auto_margin`` m < 1 and the best
-    candidate of the families without one has a C below best / m: then that one.
+    """The candidate with the least C (the first of equals): the one rule ``choose`` applies.
 
-    Why a margin (``shared.mechanisms.unbiased.AUTO_MARGIN``): C is computed under the NOISY
-    prior, whose projected Laplace noise leaves mass in cells the labels never reach; a biased
-    family's bias^2 there is overstated (several times over, measured against the training
-    labels' own C), an unbiased family's C is not, so close calls lean the wrong way
-    (bench/results/worst_case.md, "A margin for the unbiased family"). A function of the
-    candidates' C values only: post-processing of the prior, like the rest of the choice.
+    A margin for the unbiased family (take it only where its C is clearly the least) was
+    measured and rejected: bench/results/worst_case.md, "A margin for the unbiased family".
     """
     if not found:
         raise InvalidParameterError("no candidate to pick from")
-    best = min(found, key=lambda c: c.score.criterion)
-    margin = registry.get(best.name).auto_margin
-    plain = [c for c in found if registry.get(c.name).auto_margin >= 1.0]
-    if margin >= 1.0 or not plain:
-        return best
-    other = min(plain, key=lambda c: c.score.criterion)
-    return best if best.score.criterion <= margin * other.score.criterion else other
+    return min(found, key=lambda c: c.score.criterion)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -12,7 +11,7 @@ from hypothesis import strategies as st
 
 from shared import selection
 from shared.errors import InvalidParameterError
-from shared.mechanisms import registry, rp_with_prior, rr_on_bins, unbiased
+from shared.mechanisms import rp_with_prior, rr_on_bins
 from shared.mechanisms.histogram import Prior
 from shared.plan import labels_can_train
 from shared.randomizer import build_mechanism
@@ -95,16 +94,14 @@ def test_auto_picks_the_brute_force_minimiser_of_c(prior: Prior) -> None:
     n, dim = 2000, 7
     found = selection.candidate_mechanisms(prior, epsilon=1.0)
     assert {name for name, _ in found} == {"rpwithprior", "rr_on_bins", "unbiased"}
-    scored = [
-        (s.criterion, name, m, s.transform)
-        for name, m in found
-        for s in selection.score(m, prior, n=n, model_dim=dim).values()
-    ]
-    best = min(scored, key=lambda item: item[0])
-    # The unbiased family wins only by its margin (test_pick_* below); brute force the same.
-    plain = [item for item in scored if item[1] != "unbiased"]
-    if best[1] == "unbiased" and best[0] > unbiased.AUTO_MARGIN * min(i[0] for i in plain):
-        best = min(plain, key=lambda item: item[0])
+    best = min(
+        (
+            (s.criterion, name, m, s.transform)
+            for name, m in found
+            for s in selection.score(m, prior, n=n, model_dim=dim).values()
+        ),
+        key=lambda item: item[0],
+    )
     name, mechanism = build_mechanism(prior, epsilon=1.0, mechanism="auto", n=n, model_dim=dim)
     assert name == best[1]
     inner = getattr(mechanism, "inner", mechanism)
@@ -159,13 +156,9 @@ def test_large_n_prefers_unbiased_targets_small_n_trades_bias_for_variance() -> 
     small = selection.choose(prior, epsilon=1.0, n=50, model_dim=8, families=biased)
     large = selection.choose(prior, epsilon=1.0, n=10**7, model_dim=8, families=biased)
     assert large.score.transform == "debiased" and large.score.bias2 < 1e-3
-    chosen = selection.choose(prior, epsilon=1.0, n=10**7, model_dim=8)
-    alone = selection.choose(prior, epsilon=1.0, n=10**7, model_dim=8, families=("unbiased",))
-    assert alone.score.transform == "raw" and alone.score.bias2 < 1e-12
-    # Unbiased by C, but not by the margin auto asks of it (test_pick_* below).
-    assert alone.score.criterion <= large.score.criterion
-    by_margin = alone.score.criterion <= unbiased.AUTO_MARGIN * large.score.criterion
-    assert chosen == (alone if by_margin else large)
+    unbiased = selection.choose(prior, epsilon=1.0, n=10**7, model_dim=8)
+    assert unbiased.name == "unbiased" and unbiased.score.transform == "raw"
+    assert unbiased.score.criterion <= large.score.criterion
     assert small.score.bias2 > 0.1
     assert small.score.criterion < large.score.bias2 + 8 / 50 * large.score.variance
 
@@ -277,56 +270,17 @@ def test_auto_without_model_dim_chooses_for_the_default(prior: Prior) -> None:
             assert np.array_equal(value, other) if isinstance(value, np.ndarray) else value == other
 
 
-def _candidate(name: str, criterion: float) -> selection.Candidate:
-    score = selection.Score(transform="raw", bias2=0.0, variance=criterion, criterion=criterion)
-    return selection.Candidate(name=name, mechanism=None, score=score)
+def test_pick_is_the_least_c_first_of_equals() -> None:
+    def candidate(name: str, criterion: float) -> selection.Candidate:
+        score = selection.Score(transform="raw", bias2=0.0, variance=1.0, criterion=criterion)
+        return selection.Candidate(name=name, mechanism=None, score=score)
 
-
-def test_pick_takes_unbiased_only_by_its_margin() -> None:
-    m = unbiased.AUTO_MARGIN
-    assert registry.get("unbiased").auto_margin == m < 1.0
-    assert registry.get("rpwithprior").auto_margin == registry.get("rr_on_bins").auto_margin == 1
-    rp, rr = _candidate("rpwithprior", 10.0), _candidate("rr_on_bins", 12.0)
-    close = _candidate("unbiased", 10.0 * (m + 1.0) / 2.0)  # better than RP, within the margin
-    clear = _candidate("unbiased", 10.0 * m * 0.99)
-    assert selection.pick([close, rp, rr]) is rp
-    assert selection.pick([rp, clear, rr]) is clear
-    assert selection.pick([_candidate("unbiased", 10.0 * m), rp]).name == "unbiased"  # at m: yes
-    assert selection.pick([close]) is close  # nothing else to fall back to
-    assert selection.pick([rr, rp]) is rp  # no margin in play: the least C
+    rp, unbiased, rr = (
+        candidate("rpwithprior", 2.0),
+        candidate("unbiased", 1.0),
+        candidate("rr", 1.0),
+    )
+    assert selection.pick([rp, unbiased, rr]) is unbiased  # no margin: a close call is a win
+    assert selection.pick([rp, rr, unbiased]) is rr
     with pytest.raises(InvalidParameterError, match="no candidate"):
         selection.pick([])
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["rpwithprior", "rr_on_bins", "unbiased"]),
-            st.floats(min_value=1e-6, max_value=1e6),
-        ),
-        min_size=1,
-        max_size=8,
-    )
-)
-def test_pick_is_the_least_c_up_to_the_margin(items: list[tuple[str, float]]) -> None:
-    found = [_candidate(name, c) for name, c in items]
-    chosen = selection.pick(found)
-    least = min(c for _, c in items)
-    plain = [c for name, c in items if name != "unbiased"]
-    assert chosen in found
-    # Never worse than the least C by more than the margin; a plain family's least C if the
-    # margin sent it back; the least C itself otherwise.
-    assert chosen.score.criterion * unbiased.AUTO_MARGIN <= least * (1 + 1e-12)
-    if chosen.name == "unbiased" and plain:
-        assert chosen.score.criterion <= unbiased.AUTO_MARGIN * min(plain)
-    if chosen.name != "unbiased":
-        assert chosen.score.criterion == (min(plain) if plain else least)
-
-
-def test_a_family_margin_outside_0_1_is_refused() -> None:
-    family = registry.get("rr_on_bins")
-    for bad in (0.0, -0.5, 1.5, math.nan):
-        with pytest.raises(InvalidParameterError, match="auto_margin"):
-            registry.register(dataclasses.replace(family, name="margin_probe", auto_margin=bad))
-    assert "margin_probe" not in registry.names()

@@ -84,12 +84,10 @@ class MechanismFamily:
     epsilon, **options)``: what ``mechanism="auto"`` compares (``shared.selection``).
     ``from_params(params)``: rebuild from a message. ``light_prior``: the family needs little of
     the prior, so the plan gives its histogram a smaller split and buys no DP label mean
-    (``shared.plan``). ``auto_margin`` (in (0, 1]): ``auto`` takes this family's best candidate
-    only where its C is at most ``auto_margin`` times the best C of the families without a
-    margin (``shared.selection.pick``). ``check_options(options, width)``: the family's rules
-    on the options it was given that depend on the public label range ``width`` = hi - lo
-    (InvalidParameterError naming the option); the plan runs it, so every path (service, Spark)
-    does. Everything here reads the noisy prior and public numbers only.
+    (``shared.plan``). ``check_options(options, width)``: the family's rules on the options it
+    was given that depend on the public label range ``width`` = hi - lo (InvalidParameterError
+    naming the option); the plan runs it, so every path (service, Spark) does. Everything here
+    reads the noisy prior and public numbers only.
     """
 
     name: str
@@ -100,7 +98,6 @@ class MechanismFamily:
     from_params: Callable[[Mapping[str, Any]], LabelMechanism]
     light_prior: bool = False
     in_auto: bool = True
-    auto_margin: float = 1.0
     reads_n: bool = False
     check_options: Callable[[Mapping[str, Any], float], None] = lambda options, width: None
     # Each option's spec (the keys are ``options``): what the API schema says of it.
@@ -135,8 +132,6 @@ def _identifier(family: MechanismFamily) -> None:
         raise InvalidParameterError(f"mechanism name ({family.name!r}) must be an identifier")
     if family.option_specs and set(family.option_specs) != set(family.options):
         raise InvalidParameterError(f"mechanism {family.name!r}: one spec per option")
-    if not 0.0 < family.auto_margin <= 1.0:
-        raise InvalidParameterError(f"mechanism {family.name!r}: auto_margin must be in (0, 1]")
 
 
 _REGISTRY: Registry[MechanismFamily] = Registry("mechanism", reserved=RESERVED, check=_identifier)

@@ -429,11 +429,6 @@ CANDIDATE_CELLS: tuple[int, ...] = (UNBIASED_CELLS,)
 # (bench/results/worst_case.md, "The unbiased family in auto"). A public number: privacy is
 # unaffected; ``mechanism="unbiased"`` may still be asked for at any epsilon.
 AUTO_MIN_EPSILON = 0.9
-# ``auto`` takes the family only where its C is at most this times the best other family's
-# (``shared.selection.pick``): the noisy prior overstates the biased families' bias^2, so a
-# close call is not a win. Chosen on trials 0-9 and confirmed on fresh trials
-# (bench/results/worst_case.md, "A margin for the unbiased family").
-AUTO_MARGIN = 0.9
 
 
 def candidates(prior: Prior, *, epsilon: float) -> list[ExactUnbiased]:
@@ -459,6 +454,5 @@ registry.register(
         # In ``auto`` (bias 0, variance from the integer weights under the prior): measured in
         # bench/results/worst_case.md, "The unbiased family in auto".
         in_auto=True,
-        auto_margin=AUTO_MARGIN,
     )
 )
