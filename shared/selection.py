@@ -160,20 +160,26 @@ def score(mechanism: Any, prior: Prior, *, n: int, model_dim: int) -> dict[str, 
         raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
     scale = check_model_dim(model_dim) / int(n)
     y, w = quadrature(prior, mechanism.breakpoints())
-    mean, var = mechanism.conditional_moments(y)
-    a, b = (float(v) for v in mechanism.affine_expectation())
-    targets = {"raw": (mean, var)}
-    identity = abs(a - 1.0) <= _MIN_SLOPE and abs(b) <= _MIN_SLOPE
-    if math.isfinite(a) and math.isfinite(b) and a > _MIN_SLOPE and not identity:
-        targets["debiased"] = ((mean - b) / a, var / (a * a))
     out = {}
-    for transform, (m, v) in targets.items():
+    for transform, (m, v) in target_moments(mechanism, y).items():
         bias2 = float(np.dot(w, (m - y) ** 2))
         variance = float(np.dot(w, v))
         out[transform] = Score(
             transform=transform, bias2=bias2, variance=variance, criterion=bias2 + scale * variance
         )
     return out
+
+
+def target_moments(mechanism: Any, y: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """E[t | y] and Var(t | y) per transform: the noisy label ("raw") and, where the mechanism's
+    affine expectation is neither flat nor the identity, (noisy - b) / a ("debiased")."""
+    mean, var = mechanism.conditional_moments(np.asarray(y, dtype=np.float64))
+    a, b = (float(v) for v in mechanism.affine_expectation())
+    targets = {"raw": (mean, var)}
+    identity = abs(a - 1.0) <= _MIN_SLOPE and abs(b) <= _MIN_SLOPE
+    if math.isfinite(a) and math.isfinite(b) and a > _MIN_SLOPE and not identity:
+        targets["debiased"] = ((mean - b) / a, var / (a * a))
+    return targets
 
 
 def recommended_transform(mechanism: Any, prior: Prior, *, n: int, model_dim: int) -> str:

@@ -74,10 +74,7 @@ def recorded_ratios(out: list[float]) -> Iterator[None]:
 def true_terms(candidate: selection.Candidate, labels: np.ndarray) -> tuple[float, float]:
     """bias^2 and variance of ``candidate``'s target under the labels themselves (not the
     noisy prior): what its C estimates. A diagnostic: it reads the exact labels."""
-    mean, var = candidate.mechanism.conditional_moments(labels)
-    if candidate.score.transform == "debiased":
-        a, b = candidate.mechanism.affine_expectation()
-        mean, var = (mean - b) / a, var / (a * a)
+    mean, var = selection.target_moments(candidate.mechanism, labels)[candidate.score.transform]
     return float(np.mean((mean - labels) ** 2)), float(np.mean(var))
 
 
