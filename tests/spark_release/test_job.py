@@ -361,6 +361,10 @@ def test_the_sorted_frame_is_globally_ordered_across_its_partitions(spark: Any) 
     # One shuffle: the union's range exchange; the per-id aggregation reuses its partitioning.
     plan = frame._jdf.queryExecution().executedPlan().toString()  # before any action ran
     assert plan.count("Exchange rangepartitioning") == 1 and "Exchange hashpartitioning" not in plan
+    # One sort per partition, below a sort aggregate whose output keeps its order (no hash
+    # aggregate, no second sort): the plan the joining pass was measured with.
+    assert "SortAggregate" in plan and "HashAggregate" not in plan
+    assert plan.count("Sort [example_id") == 1
     assert frame.rdd.getNumPartitions() == spark_job.sorted_partitions(
         len(ids), spark.sparkContext.defaultParallelism
     )
