@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from features_party.mean_anchor import LabelMean, MeanAnchor, mean_anchor
-from shared.debias import affine_of
+from shared.debias import affine_of, debias_by
 from shared.errors import InvalidParameterError
 from shared.message import MessageHeader, MessagePart
 
@@ -73,8 +73,7 @@ def segment_targets(
             raise InvalidParameterError(f"label_transform ({transform!r}) is not raw or debiased")
         if chosen == "debiased":
             at = rows == g
-            a, b = part_affine(part)
-            targets[at] = (values[at] - b) / a
+            targets[at] = debias_by(part_affine(part), values[at])
         transforms.append(chosen)
     return targets, tuple(transforms)
 

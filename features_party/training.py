@@ -51,7 +51,12 @@ from features_party.segments import (
     segment_offsets,
     segment_targets,
 )
-from shared.debias import PublicRandomizer, affine_coefficients, recommended_transform
+from shared.debias import (
+    PublicRandomizer,
+    affine_coefficients,
+    debias_by,
+    recommended_transform,
+)
 from shared.errors import InvalidParameterError
 from shared.message import MessageHeader
 from shared.plan import labels_can_train
@@ -399,12 +404,6 @@ class FittedModel:
         return self.predict_matrix(self.encoder.encode_columns(columns))
 
 
-def debias_with(affine: tuple[float, float], noisy: np.ndarray) -> np.ndarray:
-    """(noisy - b) / a."""
-    a, b = affine
-    return (np.asarray(noisy, dtype=np.float64) - b) / a
-
-
 def split_indices(n: int, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """A seeded 80 / 20 train / validation split (at least 10 validation rows)."""
     if n < MIN_EXAMPLES:
@@ -725,7 +724,7 @@ def _fit_model(
         raise InvalidParameterError(f"affine coefficients ({a}, {b}) need a finite a > 0")
     identity = a == 1.0 and b == 0.0
     candidates = candidates_for(model, label_transform, identity=identity)
-    debiased = debias_with((a, b), noisy)
+    debiased = debias_by((a, b), noisy)
     targets = {"raw": noisy, "debiased": debiased}
 
     folds = fold_indices(noisy.size, seed=seed)
@@ -848,8 +847,8 @@ def noise_variance(
     edges = np.asarray(prior_edges, dtype=np.float64)
     cells = rng.choice(probs.size, size=samples, p=probs / probs.sum())
     y = edges[cells] + rng.random(samples) * (edges[cells + 1] - edges[cells])
-    first = debias_with(affine, mechanism.randomize(y, rng))
-    second = debias_with(affine, mechanism.randomize(y, rng))
+    first = debias_by(affine, mechanism.randomize(y, rng))
+    second = debias_by(affine, mechanism.randomize(y, rng))
     halves = (first - second) ** 2 / 2.0
     if with_se:
         return float(np.mean(halves)), float(np.std(halves, ddof=1) / math.sqrt(samples))

@@ -64,9 +64,14 @@ def affine_debias(header: MessageHeader, noisy: np.ndarray) -> np.ndarray:
     RR-on-Bins. The variance grows like 1/a^2, so at small epsilon these targets are very noisy
     (but still unbiased; model selection on them is sound, see features_party/training.py).
     """
-    a, b = affine_coefficients(header)
-    values = np.asarray(noisy, dtype=np.float64)
-    return (values - b) / a
+    return debias_by(affine_coefficients(header), noisy)
+
+
+def debias_by(affine: tuple[float, float], noisy: np.ndarray) -> np.ndarray:
+    """(noisy - b) / a for the randomizer's affine expectation ``affine`` = (a, b): the one
+    definition of the debiasing map, used by whole messages, segments and the benchmarks."""
+    a, b = affine
+    return (np.asarray(noisy, dtype=np.float64) - b) / a
 
 
 class PublicRandomizer(Protocol):

@@ -11,6 +11,7 @@ import pytest
 from shared.debias import (
     affine_coefficients,
     affine_debias,
+    debias_by,
     mechanism_from_header,
     recommended_transform,
 )
@@ -93,6 +94,13 @@ def test_coefficients_come_from_the_header_alone():
     a, b = mechanism.affine_expectation()
     noisy = np.array([1.0, 12.0])
     np.testing.assert_allclose(affine_debias(header, noisy), (noisy - b) / a)
+
+
+def test_debias_by_inverts_the_affine_expectation():
+    # E[a*y + b + noise] = a*y + b, so the map returns y exactly on the mean and accepts lists.
+    y = np.array([-2.0, 0.0, 3.25])
+    np.testing.assert_allclose(debias_by((0.25, 4.0), 0.25 * y + 4.0), y)
+    assert debias_by((2.0, 1.0), [3, 5]).dtype == np.float64
 
 
 def test_unrandomized_message_is_left_unchanged():

@@ -27,6 +27,7 @@ import numpy as np
 
 from bench import baselines
 from features_party.mean_anchor import LabelMean
+from shared.debias import debias_by
 from shared.mechanisms import unbiased as exact_unbiased
 from shared.mechanisms.histogram import Prior, private_histogram
 from shared.plan import DEFAULT_BINS, default_split, plan_release
@@ -381,5 +382,4 @@ def apply_transform(
         return noisy
     if affine is None:
         raise ValueError("debiasing needs an affine expectation")
-    a, b = affine
-    return (noisy - b) / a
+    return debias_by(affine, noisy)
