@@ -343,14 +343,22 @@ def test_bad_input_is_refused_before_anything_is_spent(
 
 
 def test_sorted_partitions_follow_the_data_not_a_fixed_200() -> None:
-    """One partition per core at least, else about ROWS_PER_PARTITION rows each."""
+    """About ROWS_PER_PARTITION rows each, one per core at least, a multiple of the cores."""
     per = spark_job.ROWS_PER_PARTITION
     assert spark_job.sorted_partitions(10, 2) == 2
     assert spark_job.sorted_partitions(10**6, 2) == 2
-    assert spark_job.sorted_partitions(10**8, 2) == -(-(10**8) // per)
+    assert spark_job.sorted_partitions(10**7, 2) == 4  # 3 wanted: no half-idle last wave
+    assert spark_job.sorted_partitions(10**8, 2) == 26  # 25 wanted
     assert spark_job.sorted_partitions(per * 5 + 1, 2) == 6
+    assert spark_job.sorted_partitions(per * 4, 2) == 4
+    assert spark_job.sorted_partitions(per * 10 + 1, 8) == 16
     assert spark_job.sorted_partitions(10**6, 64) == 64
     assert spark_job.sorted_partitions(0, 0) == 1
+    for n in (0, 1, per - 1, per, per + 1, 10**9):
+        for cores in (1, 2, 3, 8):
+            parts = spark_job.sorted_partitions(n, cores)
+            assert parts % cores == 0 and parts >= cores
+            assert parts * per >= n and (parts - cores) * per < max(n, 1)
 
 
 def test_the_sorted_frame_is_globally_ordered_across_its_partitions(spark: Any) -> None:
