@@ -9,23 +9,30 @@ from scipy import stats
 import shared.rng as shared_rng
 from shared.errors import InvalidParameterError
 from shared.rng import SystemRandom, randbelow, resolve_rng
+from tests.fresh_draws import assert_fits
 
 
 def test_system_random_uniforms_are_on_the_53_bit_grid() -> None:
-    draws = SystemRandom().random(100_000)
-    assert draws.dtype == np.float64
-    assert np.all((draws >= 0) & (draws < 1))
-    assert np.all(draws * 2.0**53 == np.floor(draws * 2.0**53))
-    assert stats.kstest(draws, "uniform").pvalue > 1e-4
+    def pvalue() -> float:
+        draws = SystemRandom().random(100_000)
+        assert draws.dtype == np.float64
+        assert np.all((draws >= 0) & (draws < 1))
+        assert np.all(draws * 2.0**53 == np.floor(draws * 2.0**53))
+        return float(stats.kstest(draws, "uniform").pvalue)
+
+    assert_fits(pvalue)
 
 
 @pytest.mark.parametrize("high", [1, 3, 1000, 2**40 + 7])
 def test_system_random_integers_are_uniform(high: int) -> None:
-    draws = SystemRandom().integers(0, high, 60_000)
-    assert draws.min() >= 0 and draws.max() < high
-    if 1 < high <= 1000:
-        counts = np.bincount(draws, minlength=high)
-        assert stats.chisquare(counts).pvalue > 1e-4
+    def pvalue() -> float:
+        draws = SystemRandom().integers(0, high, 60_000)
+        assert draws.min() >= 0 and draws.max() < high
+        if not 1 < high <= 1000:
+            return 1.0  # the range alone
+        return float(stats.chisquare(np.bincount(draws, minlength=high)).pvalue)
+
+    assert_fits(pvalue)
 
 
 def test_randbelow_big_integers_with_both_sources(rng: np.random.Generator) -> None:
@@ -72,10 +79,14 @@ def test_system_random_integers_under_heavy_rejection_and_wide_spans(low: int, h
     """span 2^31 + 1 on 32-bit words rejects about half of them: every draw still lands, in
     range, and ten equal slices of the span are equally likely."""
     span = high - low
-    draws = SystemRandom().integers(low, high, 50_000)
-    assert draws.size == 50_000 and draws.min() >= low and draws.max() < high
-    slices = ((draws - low).astype(object) * 10 // span).astype(np.int64)
-    assert stats.chisquare(np.bincount(slices, minlength=10)).pvalue > 1e-4
+
+    def pvalue() -> float:
+        draws = SystemRandom().integers(low, high, 50_000)
+        assert draws.size == 50_000 and draws.min() >= low and draws.max() < high
+        slices = ((draws - low).astype(object) * 10 // span).astype(np.int64)
+        return float(stats.chisquare(np.bincount(slices, minlength=10)).pvalue)
+
+    assert_fits(pvalue)
 
 
 class _Bytes:
@@ -121,10 +132,13 @@ def test_buffered_below_is_rejection_on_masked_whole_bytes(
 def test_buffered_below_from_the_csprng_is_uniform(n: int) -> None:
     from shared.rng import BufferedBelow
 
-    below = BufferedBelow()
-    draws = np.array([below(n) for _ in range(40 * n + 4000)])
-    assert draws.min() >= 0 and draws.max() < n
-    assert stats.chisquare(np.bincount(draws, minlength=n)).pvalue > 1e-4
+    def pvalue() -> float:
+        below = BufferedBelow()
+        draws = np.array([below(n) for _ in range(40 * n + 4000)])
+        assert draws.min() >= 0 and draws.max() < n
+        return float(stats.chisquare(np.bincount(draws, minlength=n)).pvalue)
+
+    assert_fits(pvalue)
 
 
 def test_below_sampler_keeps_seeded_generators_on_randbelow() -> None:
