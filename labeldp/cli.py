@@ -16,39 +16,61 @@ labeldp release --engine spark ... (spark_release.cli)
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
 Handler = Callable[[argparse.Namespace], int]
 
+# Each top-level command and the functions that add it, "module:function" (``serve`` gets one
+# service per party; labels_party.cli adds ``ledger``, ``keys`` and ``tokens`` together). A
+# command imports only its own modules: ``labeldp receipt verify`` starts without numba,
+# SQLAlchemy or the services (bench/results/cli_start.md); the full parser (``labeldp
+# --help``) imports them all.
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "serve": ("labels_party.cli:register_serve", "features_party.cli:register_serve"),
+    "ledger": ("labels_party.cli:register_commands",),
+    "keys": ("labels_party.cli:register_commands",),
+    "tokens": ("labels_party.cli:register_commands",),
+    "receipt": ("shared.service.receipt_cli:register_commands",),
+    "demo": ("demo.cli:register_commands",),
+    "release": ("spark_release.cli:register_commands",),
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (each party adds its subcommands to it)."""
-    from demo import cli as demo_cli
-    from features_party import cli as features_cli
-    from labels_party import cli as labels_cli
-    from shared.service import receipt_cli
-    from spark_release import cli as release_cli
 
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser (each party adds its subcommands to it): only ``command``'s part
+    when it is one of :data:`COMMANDS`, else every command."""
     parser = argparse.ArgumentParser(
         prog="labeldp", description="Feature-oblivious label differential privacy, two parties."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    serve = commands.add_parser("serve", help="run one party's HTTP service")
-    services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
-    labels_cli.register_serve(services)
-    features_cli.register_serve(services)
-    labels_cli.register_commands(commands)
-    receipt_cli.register_commands(commands)
-    demo_cli.register_commands(commands)
-    release_cli.register_commands(commands)
+    services: argparse._SubParsersAction | None = None  # type: ignore[type-arg]
+    added: set[str] = set()
+    for name in [command] if command in COMMANDS else list(COMMANDS):
+        for target in COMMANDS[name]:
+            if target in added:
+                continue
+            added.add(target)
+            module, function = target.split(":")
+            register = getattr(importlib.import_module(module), function)
+            if function == "register_serve":
+                if services is None:
+                    serve = commands.add_parser("serve", help="run one party's HTTP service")
+                    services = serve.add_subparsers(
+                        dest="service", required=True, metavar="SERVICE"
+                    )
+                register(services)
+            else:
+                register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand's handler (its ``func`` default)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command = args_list[0] if args_list and not args_list[0].startswith("-") else None
+    args = build_parser(command).parse_args(args_list)
     handler: Handler = args.func
     return handler(args)
 
