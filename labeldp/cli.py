@@ -24,8 +24,8 @@ Handler = Callable[[argparse.Namespace], int]
 
 # Each top-level command and the functions that add it, "module:function" (``serve`` gets one
 # service per party; labels_party.cli adds ``ledger``, ``keys`` and ``tokens`` together). A
-# command imports only its own modules: ``labeldp receipt verify`` starts without numba,
-# SQLAlchemy or the services (bench/results/cli_start.md); the full parser (``labeldp
+# command imports only its own modules: ``labeldp receipt verify`` starts without the services,
+# SQLAlchemy or httpx (bench/results/cli_start.md); the full parser (``labeldp
 # --help``) imports them all.
 COMMANDS: dict[str, tuple[str, ...]] = {
     "serve": ("labels_party.cli:register_serve", "features_party.cli:register_serve"),
