@@ -81,7 +81,7 @@ def _check_columns(columns: Sequence[str]) -> None:
     errors = []
     seen: set[str] = set()
     for name in columns:
-        if not COLUMN_NAME_RE.match(name) or name.strip() != name:
+        if not COLUMN_NAME_RE.fullmatch(name) or name.strip() != name:
             errors.append((name, "column names are 1-64 characters of letters, digits, '_.- '"))
         elif name in seen:
             errors.append((name, "duplicate column"))

@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from shared.message import EXAMPLE_ID_PATTERN
+from shared.message import EXAMPLE_ID_MAX_LENGTH, EXAMPLE_ID_PATTERN
 from shared.model_message import MODEL_RELEASE_ID_PATTERN
 from shared.service.client import FeatureUploadResult
 
@@ -45,7 +45,9 @@ COLUMN_NAME_PATTERN = r"^[A-Za-z0-9_.\-]([A-Za-z0-9_.\- ]{0,62}[A-Za-z0-9_.\-])?
 
 class FeatureRowIn(_Strict):
     example_id: str = Field(
-        min_length=1, max_length=128, json_schema_extra={"pattern": EXAMPLE_ID_PATTERN}
+        min_length=1,
+        max_length=EXAMPLE_ID_MAX_LENGTH,
+        json_schema_extra={"pattern": EXAMPLE_ID_PATTERN},
     )
     features: dict[str, CellIn] = Field(
         json_schema_extra={"propertyNames": {"pattern": COLUMN_NAME_PATTERN}, "minProperties": 1}

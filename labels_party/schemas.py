@@ -26,7 +26,7 @@ from shared.errors import InvalidParameterError
 from shared.estimators.families import NW_REFERENCE_MAX_ROWS
 from shared.mechanisms import registry
 from shared.mechanisms.histogram import MAX_BINS
-from shared.message import EXAMPLE_ID_PATTERN
+from shared.message import EXAMPLE_ID_MAX_LENGTH, EXAMPLE_ID_PATTERN
 from shared.plan import AUTO, check_mechanism
 from shared.segments import SEGMENT_COLUMN_PATTERN
 from shared.selection import MAX_MODEL_DIM
@@ -46,7 +46,9 @@ def _amount_in_range(value: Decimal) -> Decimal:
 
 # An epsilon, delta or budget: an exact decimal within shared.epsilon's documented range.
 _Amount = Annotated[Decimal, AfterValidator(_amount_in_range)]
-ExampleId = Annotated[str, Field(pattern=EXAMPLE_ID_PATTERN, min_length=1, max_length=128)]
+ExampleId = Annotated[
+    str, Field(pattern=EXAMPLE_ID_PATTERN, min_length=1, max_length=EXAMPLE_ID_MAX_LENGTH)
+]
 
 
 class DatasetCreate(BaseModel):

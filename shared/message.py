@@ -51,7 +51,8 @@ _PREFIX = struct.Struct("<4sHI")
 _U64 = struct.Struct("<Q")
 _BODY_DOMAIN = b"labeldp-body-v1\n"
 
-EXAMPLE_ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
+EXAMPLE_ID_MAX_LENGTH = 128
+EXAMPLE_ID_PATTERN = rf"^[A-Za-z0-9_.:\-]{{1,{EXAMPLE_ID_MAX_LENGTH}}}$"  # with fullmatch only
 _EXAMPLE_ID_RE = re.compile(EXAMPLE_ID_PATTERN)
 
 # "none" (an un-randomized benchmark message) or a registered mechanism

@@ -53,6 +53,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ from shared.budget import Budget
 from shared.domain import LabelDomain
 from shared.errors import IntegrityError, LabelDPError
 from shared.message import (
+    EXAMPLE_ID_MAX_LENGTH,
     EXAMPLE_ID_PATTERN,
     MessageHeader,
     header_for,
@@ -399,6 +401,17 @@ class InputFaults:
             raise SparkJobError(f"labels: {self.outside} labelled {key}(s) are not in the universe")
 
 
+def jvm_example_id_pattern() -> str:
+    """``EXAMPLE_ID_PATTERN``'s characters as a ``java.util.regex`` pattern for ``rlike``, the
+    length checked apart: ``\\A`` and ``\\z`` anchor the whole id (Java's ``$``, like Python's,
+    also matches before one final line terminator, so ``"a\\n"`` passed ``rlike`` with the shared
+    pattern), and the class lists each character it admits, which Java keeps as a bit set: half
+    the CPU of the ranges' union per id (bench/results/spark_release.md)."""
+    admitted = [chr(code) for code in range(128) if re.fullmatch(EXAMPLE_ID_PATTERN, chr(code))]
+    listed = "".join(c if c.isalnum() else "\\" + c for c in admitted)
+    return rf"\A[{listed}]+\z"
+
+
 def frame_faults(frame: Any) -> tuple[InputFaults, int]:
     """The joined frame's :class:`InputFaults` and its row count, summed in the JVM (no Python,
     no labels: eight integers reach the driver). Each distinct id of either input is one row
@@ -408,7 +421,10 @@ def frame_faults(frame: Any) -> tuple[InputFaults, int]:
     from pyspark.sql import functions as F
 
     ident, zero = F.col("example_id"), F.lit(0)
-    malformed = ~ident.rlike(EXAMPLE_ID_PATTERN)  # null for a null id: counted as null only
+    # Null for a null id (counted as null only); the class is ASCII, so bytes are characters.
+    malformed = ~ident.rlike(jvm_example_id_pattern()) | (
+        F.octet_length(ident) > EXAMPLE_ID_MAX_LENGTH
+    )
     sums: dict[str, Any] = {}
     for name, count in (("examples", F.col("in_examples")), ("labels", F.col("in_labels"))):
         sums[f"null_{name}"] = F.sum(F.when(ident.isNull(), count).otherwise(zero))

@@ -276,6 +276,9 @@ def test_a_crash_after_the_message_was_staged_is_published_by_resume_without_ran
     _verify_ledger(labels_party)
 
 
+_LINE_ENDS = {"line_end_id": "\n", "line_end_id_crlf": "\r\n", "line_end_id_u2028": "\u2028"}
+
+
 def _bad(kind: str, tmp: Path) -> tuple[Path, Path, dict[str, Any]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -292,6 +295,11 @@ def _bad(kind: str, tmp: Path) -> tuple[Path, Path, dict[str, Any]]:
         labelled["not-in-universe"] = 3.0
     elif kind == "bad_id":
         ids[0] = "has space"
+    elif kind in _LINE_ENDS:
+        # Java's "$" also matches before one final line terminator: not a valid id here.
+        ids[0] += _LINE_ENDS[kind]
+    elif kind == "line_end_labelled_id":
+        labelled[next(iter(labelled)) + "\n"] = 1.0
     examples, labels = write_inputs(tmp, ids, labelled)
     if kind == "dup_examples":
         pq.write_table(pa.table({"example_id": ids + ids[:1]}), examples)
@@ -324,6 +332,10 @@ def _bad(kind: str, tmp: Path) -> tuple[Path, Path, dict[str, Any]]:
         ("missing_column", "missing column"),
         ("null_id", "null example_id"),
         ("bad_id", "not 1-128 characters"),
+        ("line_end_id", "examples: 1 example_id\\(s\\) are not 1-128 characters"),
+        ("line_end_id_crlf", "examples: 1 example_id\\(s\\) are not 1-128 characters"),
+        ("line_end_id_u2028", "examples: 1 example_id\\(s\\) are not 1-128 characters"),
+        ("line_end_labelled_id", "labels: 1 example_id\\(s\\) are not 1-128 characters"),
         ("budget", "budget too small"),
         ("no_dataset", "does-not-exist"),
     ],
@@ -416,6 +428,53 @@ def test_frame_faults_count_extra_rows_and_ids_outside_the_universe(spark: Any) 
         dataclasses.replace(faults, null_examples=0, null_labels=0, bad_examples=0).check(
             "example_id"
         )
+
+
+# Ids a line terminator ends (Java's "$" matched before it), the edges of the length, and
+# characters either side of the class.
+_TRICKY_IDS = [
+    "ok", "a-b.c:d_E9", "a\n", "a\r\n", "a\r", "a\u2028", "a\u2029", "a\u0085", "\n", "a\nb",
+    "", "x" * 128, "x" * 129, "y" * 127 + "\n", "a b", "a,b", "a/b", "caf\u00e9", "a\x00", "a\t",
+    "[a]", "a^", "a\\", "\u0661", "\uff21",
+]  # fmt: skip
+
+
+def test_the_jvm_id_pattern_admits_exactly_the_shared_patterns_characters() -> None:
+    """The class lists every character EXAMPLE_ID_PATTERN admits, over all of Unicode."""
+    import re
+
+    from shared.message import EXAMPLE_ID_PATTERN
+
+    pattern = spark_job.jvm_example_id_pattern()
+    assert pattern.startswith("\\A[") and pattern.endswith("]+\\z")
+    admitted = {chr(c) for c in range(0x110000) if re.fullmatch(EXAMPLE_ID_PATTERN, chr(c))}
+    assert len(admitted) == 26 * 2 + 10 + 4
+    listed = set(pattern[3:-4].replace("\\", ""))
+    assert listed == admitted
+
+
+def test_frame_faults_judge_each_id_as_the_message_does(spark: Any) -> None:
+    """The JVM's check agrees with ``shared.message.check_example_id`` id by id."""
+    from shared.message import check_example_id
+
+    def valid(example_id: str) -> bool:
+        try:
+            check_example_id(example_id)
+        except ValueError:
+            return False
+        return True
+
+    # One frame, one action: id i stands for 2^i rows of the universe, so the malformed rows'
+    # sum names each malformed id by its bit.
+    assert len(_TRICKY_IDS) < 31
+    frame = spark.createDataFrame(
+        [(example_id, 1 << i, 0) for i, example_id in enumerate(_TRICKY_IDS)],
+        "example_id string, in_examples int, in_labels int",
+    )
+    faults, rows = spark_job.frame_faults(frame)
+    assert rows == len(_TRICKY_IDS)
+    for i, example_id in enumerate(_TRICKY_IDS):
+        assert bool(faults.bad_examples >> i & 1) != valid(example_id), repr(example_id)
 
 
 def test_the_labeldp_release_command_runs_the_job(

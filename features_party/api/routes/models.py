@@ -38,7 +38,7 @@ _MODEL_ID_RE = re.compile(MODEL_ID_PATTERN)
 
 
 def _unknown_model(model_id: str) -> FieldHTTPError:
-    shown = f"model {model_id!r}" if _MODEL_ID_RE.match(model_id) else "model"
+    shown = f"model {model_id!r}" if _MODEL_ID_RE.fullmatch(model_id) else "model"
     return FieldHTTPError(404, f"{shown} not found", field="model_id", message="unknown model")
 
 

@@ -44,7 +44,7 @@ _RELEASE_ID_RE = re.compile(RELEASE_ID_PATTERN)
 
 def known_release(release_id: str) -> str:
     """``release_id`` if it is well formed; else the 404 an unknown release gets."""
-    if not _RELEASE_ID_RE.match(release_id):
+    if not _RELEASE_ID_RE.fullmatch(release_id):
         raise NotFoundError(
             "release not found", [FieldError(field="release_id", message="unknown release")]
         )
