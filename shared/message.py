@@ -398,38 +398,26 @@ def body_sha256(example_ids: Sequence[str], noisy_labels: np.ndarray) -> str:
 
 
 def body_digest(id_chunks: Iterable[bytes], label_chunks: Iterable[np.ndarray]) -> str:
-    """:func:`body_sha256`, streamed: ids in consecutive pieces, then the labels in pieces.
-
-    Each id piece is some consecutive ids joined by "\n" (empty pieces are skipped); the
-    pieces are joined by "\n" too. For the Parquet message, whose body is read batch by batch.
-    """
-    digest = hashlib.sha256(_BODY_DOMAIN)
-    first = True
+    """:func:`body_sha256`, streamed (:class:`BodyDigest`): ids in consecutive pieces, then the
+    labels in pieces. For the Parquet message, whose body is read batch by batch."""
+    digest = BodyDigest()
     for piece in id_chunks:
-        if not piece:
-            continue
-        if not first:
-            digest.update(b"\n")
         digest.update(piece)
-        first = False
-    digest.update(b"\n")
     for labels in label_chunks:
-        digest.update(np.ascontiguousarray(labels, dtype="<f8").tobytes())
+        digest.labels(labels)
     return digest.hexdigest()
 
 
-class UniverseDigest:
-    """sha256 of a release's example-id universe: its ids in ascending order joined by "\n",
-    under its own domain tag; fed in consecutive pieces of ids (each piece some ids joined by
-    "\n", empty pieces skipped), as :func:`body_digest` reads them. What binds an external
-    (Spark) release to its dataset's universe (``labels_party.releasing.external_releases``)."""
+class IdsDigest:
+    """sha256 under a domain tag of ids in ascending order joined by "\n", fed in consecutive
+    pieces (each piece some ids joined by "\n", empty pieces skipped; any bytes-like object)."""
 
-    def __init__(self) -> None:
-        self._digest = hashlib.sha256(b"labeldp-universe-v1\n")
+    def __init__(self, domain: bytes) -> None:
+        self._digest = hashlib.sha256(domain)
         self._first = True
 
-    def update(self, piece: bytes) -> None:
-        if not piece:
+    def update(self, piece: bytes | memoryview) -> None:
+        if not len(piece):
             return
         if not self._first:
             self._digest.update(b"\n")
@@ -438,6 +426,42 @@ class UniverseDigest:
 
     def hexdigest(self) -> str:
         return self._digest.hexdigest()
+
+
+class BodyDigest(IdsDigest):
+    """:func:`body_sha256` fed in pieces: every id piece (:meth:`update`), then the noisy labels
+    in pieces (:meth:`labels`: little-endian float64s after one "\n")."""
+
+    def __init__(self) -> None:
+        super().__init__(_BODY_DOMAIN)
+        self._in_labels = False
+
+    def update(self, piece: bytes | memoryview) -> None:
+        if self._in_labels:
+            raise ValueError("every id piece comes before the labels")
+        super().update(piece)
+
+    def labels(self, values: np.ndarray) -> None:
+        if not self._in_labels:
+            self._digest.update(b"\n")
+            self._in_labels = True
+        self._digest.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
+
+    def hexdigest(self) -> str:
+        if self._in_labels:
+            return self._digest.hexdigest()
+        digest = self._digest.copy()
+        digest.update(b"\n")  # no label piece came: the separator alone
+        return digest.hexdigest()
+
+
+class UniverseDigest(IdsDigest):
+    """sha256 of a release's example-id universe: its ids in ascending order joined by "\n",
+    under its own domain tag, fed as :class:`IdsDigest`. What binds an external (Spark) release
+    to its dataset's universe (``labels_party.releasing.external_releases``)."""
+
+    def __init__(self) -> None:
+        super().__init__(b"labeldp-universe-v1\n")
 
 
 def universe_digest(id_chunks: Iterable[bytes]) -> str:

@@ -15,9 +15,12 @@ order. This module is the one definition of that layout: the job writes and hash
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,61 +35,85 @@ def body_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("part-*") if p.suffix == ".parquet")
 
 
+# Rows per batch read back for hashing (~4 MB of ids), and how many batches' digests may lag.
+HASH_BATCH_ROWS = 1 << 18
+HASH_LAG = 2
+
+
 def hash_body_and_universe(directory: Path, *, n: int) -> tuple[str, str]:
     """(``shared.message.body_sha256``, ``shared.message.universe_digest``) of a written body,
-    in one streamed pass (driver memory ~ one batch).
+    in one streamed pass (driver memory ~ a few batches).
 
     Checks the documented order on the way: ids strictly increasing (sorted, no duplicate) and
-    exactly n rows, every label finite.
+    exactly n rows, every label finite. The two digests run in their own threads (hashlib
+    releases the GIL), each fed the batches in order while this thread reads the next: 0.6x the
+    step's time on two cores (bench/results/spark_release.md).
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from shared.message import UniverseDigest, body_digest
+    from shared.message import BodyDigest, UniverseDigest
 
     files = body_files(directory)
-    universe = UniverseDigest()
 
-    def ids() -> Iterator[bytes]:
-        last: str | None = None
-        count = 0
+    def batches(column: str) -> Iterator[Any]:
         for path in files:
-            for batch in pq.ParquetFile(path).iter_batches(columns=["example_id"]):
-                column = batch.column(0)
-                if column.null_count or len(column) == 0:
-                    if column.null_count:
-                        raise IntegrityError("the written body has a null example id")
-                    continue
-                first = column[0].as_py()
-                if last is not None and not first > last:
-                    raise IntegrityError("the written body is not sorted by example_id")
-                if (
-                    len(column) > 1
-                    and not pc.all(
-                        pc.greater(column.slice(1), column.slice(0, len(column) - 1))
-                    ).as_py()
-                ):
-                    raise IntegrityError("the written body is not sorted by example_id")
-                last = column[-1].as_py()
-                count += len(column)
-                joined = pc.binary_join(pa.ListArray.from_arrays([0, len(column)], column), "\n")
-                piece = joined[0].as_py().encode("utf-8")
-                universe.update(piece)
-                yield piece
-        if count != n:
-            raise IntegrityError(f"the written body has {count} rows, the plan n = {n}")
+            for batch in pq.ParquetFile(path).iter_batches(
+                columns=[column], batch_size=HASH_BATCH_ROWS
+            ):
+                yield batch.column(0)
 
-    def labels() -> Iterator[np.ndarray]:
-        for path in files:
-            for batch in pq.ParquetFile(path).iter_batches(columns=["noisy_label"]):
-                values = batch.column(0).to_numpy(zero_copy_only=False)
-                if not np.all(np.isfinite(values)):
-                    raise IntegrityError("the written body has a non-finite noisy label")
-                yield values
+    body, universe = BodyDigest(), UniverseDigest()
+    with ThreadPoolExecutor(1) as body_thread, ThreadPoolExecutor(1) as universe_thread:
+        lagging: deque[list[Future[None]]] = deque()
 
-    body = body_digest(ids(), labels())
-    return body, universe.hexdigest()
+        def settle(keep: int) -> None:
+            while len(lagging) > keep:
+                for future in lagging.popleft():
+                    future.result()
+
+        for piece in _sorted_id_pieces(batches("example_id"), n=n):
+            lagging.append(
+                [
+                    body_thread.submit(body.update, piece),
+                    universe_thread.submit(universe.update, piece),
+                ]
+            )
+            settle(HASH_LAG)
+        for column in batches("noisy_label"):
+            values = column.to_numpy(zero_copy_only=False)
+            if not np.all(np.isfinite(values)):
+                raise IntegrityError("the written body has a non-finite noisy label")
+            lagging.append([body_thread.submit(body.labels, values)])
+            settle(HASH_LAG)
+        settle(0)
+    return body.hexdigest(), universe.hexdigest()
+
+
+def _sorted_id_pieces(columns: Iterable[Any], *, n: int) -> Iterator[memoryview]:
+    """Each Arrow batch of ids joined by "\n" (its bytes, not copied), checked on the way: no
+    null, strictly increasing across batches, exactly ``n`` ids in all."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    last: str | None = None
+    count = 0
+    for column in columns:
+        if column.null_count:
+            raise IntegrityError("the written body has a null example id")
+        if len(column) == 0:
+            continue
+        increasing = (
+            len(column) < 2
+            or pc.all(pc.greater(column.slice(1), column.slice(0, len(column) - 1))).as_py()
+        )
+        if not increasing or (last is not None and not column[0].as_py() > last):
+            raise IntegrityError("the written body is not sorted by example_id")
+        last = column[-1].as_py()
+        count += len(column)
+        joined = pc.binary_join(pa.ListArray.from_arrays([0, len(column)], column), "\n")
+        yield memoryview(joined[0].as_buffer())
+    if count != n:
+        raise IntegrityError(f"the written body has {count} rows, the plan n = {n}")
 
 
 @dataclass(frozen=True, kw_only=True)

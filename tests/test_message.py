@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from shared.errors import IntegrityError
 from shared.message import (
     FORMAT_VERSION,
+    BodyDigest,
     MessageHeader,
     NoisyHistogram,
     body_digest,
@@ -251,9 +252,27 @@ def test_sections_of_id_pieces_are_the_sections_of_the_joined_ids(
     pieces = ["\n".join(ids[a:b]).encode() for a, b in zip(bounds, bounds[1:], strict=False)]
     header = make_header(ids, labels)
     assert body_digest(pieces, [labels]) == header.body_sha256
+    fed = BodyDigest()
+    for piece in pieces:
+        fed.update(memoryview(piece))  # any bytes-like piece
+    for part in np.array_split(labels, max(1, chunk % 4)):
+        fed.labels(part)
+    assert fed.hexdigest() == header.body_sha256
     assert list(encode_sections_of_pieces(header, pieces, labels, chunk=chunk)) == list(
         encode_sections(header, ids, labels, chunk=chunk)
     )
+
+
+def test_a_body_digest_takes_its_ids_before_its_labels_and_reads_no_labels_as_none() -> None:
+    ids = ["a", "b"]
+    digest = BodyDigest()
+    digest.update(b"a\nb")
+    assert digest.hexdigest() == body_sha256(ids, np.empty(0))
+    assert digest.hexdigest() == digest.hexdigest()  # reading it changes nothing
+    digest.labels(np.array([1.0, 2.0]))
+    assert digest.hexdigest() == body_sha256(ids, np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="before the labels"):
+        digest.update(b"c")
 
 
 def test_decode_header_reads_the_header_alone() -> None:

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shared import parquet_message
 from shared.errors import IntegrityError
 from shared.message import MessageHeader, NoisyHistogram, body_sha256, universe_digest
 from shared.parquet_message import (
@@ -50,6 +51,38 @@ def test_the_streamed_hashes_are_the_messages_and_the_read_verifies(tmp_path: Pa
     np.testing.assert_array_equal(message.noisy_labels, labels)
     with pytest.raises(IntegrityError, match="rows"):
         hash_body_and_universe(tmp_path / BODY, n=99)
+
+
+@pytest.mark.parametrize("batch_rows", [1, 3, 7, 1 << 18])
+def test_the_digests_lag_behind_the_reads_and_still_see_every_batch_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_rows: int
+) -> None:
+    """Many batches (more than the digests may lag), across several part files, with empty
+    part files between them: both digests are the message's, byte for byte."""
+    monkeypatch.setattr(parquet_message, "HASH_BATCH_ROWS", batch_rows)
+    ids = [f"e{i:04d}" for i in range(50)]
+    labels = list(np.linspace(-2, 3, 50))
+    header = _write(tmp_path, ids, labels, parts=4)
+    empty = pa.table(
+        {"example_id": pa.array([], pa.string()), "noisy_label": pa.array([], pa.float64())}
+    )
+    pq.write_table(empty, tmp_path / BODY / "part-00001a.parquet")  # between parts 1 and 2
+    body, universe = hash_body_and_universe(tmp_path / BODY, n=50)
+    assert body == header.body_sha256
+    assert universe == universe_digest(["\n".join(ids).encode()])
+
+
+def test_a_fault_in_a_late_batch_is_raised_after_the_early_ones_were_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parquet_message, "HASH_BATCH_ROWS", 2)
+    ids = [f"e{i:04d}" for i in range(20)]
+    _write(tmp_path, ids[:15] + ids[16:] + ids[15:16], [0.5] * 20, parts=1)  # the end unsorted
+    with pytest.raises(IntegrityError, match="sorted"):
+        hash_body_and_universe(tmp_path / BODY, n=20)
+    _write(tmp_path / "nan", ids, [0.5] * 19 + [float("nan")], parts=2)
+    with pytest.raises(IntegrityError, match="non-finite"):
+        hash_body_and_universe(tmp_path / "nan" / BODY, n=20)
 
 
 def test_an_unsorted_body_or_a_missing_header_is_refused(tmp_path: Path) -> None:
