@@ -27,7 +27,7 @@ from shared.estimators.families import NW_REFERENCE_MAX_ROWS
 from shared.mechanisms import registry
 from shared.mechanisms.histogram import MAX_BINS
 from shared.message import EXAMPLE_ID_MAX_LENGTH, EXAMPLE_ID_PATTERN
-from shared.plan import AUTO, check_mechanism
+from shared.plan import AUTO, MAX_EXAMPLES, check_mechanism
 from shared.segments import SEGMENT_COLUMN_PATTERN
 from shared.selection import MAX_MODEL_DIM
 
@@ -188,7 +188,9 @@ class ExternalReleaseCharge(ReleaseRequestBody):
     """
 
     release_id: str = Field(pattern=r"^rel_[0-9a-f]{24}$", description="chosen by the job")
-    n: int = Field(ge=1, description="examples in the job's universe (the message's n)")
+    n: int = Field(
+        ge=1, le=MAX_EXAMPLES, description="examples in the job's universe (the message's n)"
+    )
     labels_sha256: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{64}$",

@@ -120,10 +120,15 @@ def _light_prior(mechanism: str) -> bool:
     return mechanism != AUTO and registry.get(mechanism).light_prior
 
 
+# The largest number of examples a plan accepts: 2^53, so that n is exact as a float (the
+# plan divides by it) and fits every store's 64-bit integer; 10^10 ids are a 180 GB message.
+MAX_EXAMPLES = 2**53
+
+
 def check_n(n: int) -> int:
-    """The number of examples: an integer >= 1."""
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise InvalidParameterError(f"n ({n!r}) must be an integer >= 1")
+    """The number of examples: an integer in [1, :data:`MAX_EXAMPLES`]."""
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 1 <= n <= MAX_EXAMPLES:
+        raise InvalidParameterError(f"n ({n!r}) must be an integer in [1, 2^53]")
     return int(n)
 
 

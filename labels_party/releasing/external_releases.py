@@ -30,6 +30,7 @@ import hmac
 import json
 import math
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -121,9 +122,17 @@ def check_against_plan(
         raise _refuse("header.histogram.probs", "must sum to 1")
     if header.mechanism == NO_MECHANISM or requested not in (AUTO, header.mechanism):
         raise _refuse("header.mechanism", f"is not what {requested!r} may choose")
-    # The randomizer ran at the epsilon2 the charge paid for: its own parameters say so (every
-    # family's carry the epsilon it was built at), and they rebuild it (which re-checks the
-    # unbiased randomizer's integer weights against that epsilon, exactly).
+    _check_params(header, plan)
+
+
+def _check_params(header: MessageHeader, plan: ReleasePlan) -> None:
+    """Refuse a randomizer that did not run as charged: at the plan's epsilon2, with its options.
+
+    The randomizer ran at the epsilon2 the charge paid for: its own parameters say so (every
+    family's carry the epsilon it was built at), and they rebuild it (which re-checks the
+    unbiased randomizer's integer weights against that epsilon, exactly). The options the charge
+    named are the family's parameters of the same name.
+    """
     ran_at = header.params.get("epsilon")
     if isinstance(ran_at, bool) or not isinstance(ran_at, int | float):
         ran_at = None
@@ -131,6 +140,9 @@ def check_against_plan(
         raise _refuse(
             "header.params.epsilon", f"must be {plan.randomizer_float!r} (the plan's epsilon2)"
         )
+    for key, value in plan.options.items():
+        if value is not None and key in header.params and header.params[key] != value:
+            raise _refuse(f"header.params.{key}", f"must be {value!r} (the charged option)")
     try:
         registry.get(header.mechanism).from_params(dict(header.params))
     except (InvalidParameterError, KeyError, TypeError, ValueError) as exc:
@@ -190,15 +202,15 @@ def charge(
         raise _refuse("release_id", "must be rel_ and 24 hex digits")
     with db.read() as conn:
         row = ds.load(conn, dataset)
-        registered = registered_universe(db, conn, row) if row.n_examples else None
+        universe = dataset_universe(db, conn, row)
     ds.refuse_archived(row)
-    if registered is not None and n != registered[0]:
-        raise _refuse("n", f"must be the {registered[0]} registered examples")
+    if universe is not None and n != universe.n:
+        raise _refuse("n", f"must be {universe.n}, the number of {universe.what}")
     plan = plan_for(row, request, n=n)
     ours = json_safe(plan.public())
     # The explanation last: it restates the others, so a difference names its cause first.
     for key in sorted(set(ours) | set(plan_given), key=lambda k: (k == "explanation", k)):
-        if ours.get(key) != plan_given.get(key):
+        if key not in ours or key not in plan_given or _typed(ours[key]) != _typed(plan_given[key]):
             raise _refuse(f"plan.{key}", f"must be {ours.get(key)!r} (recomputed here)")
     created = ds.utc_now()
     with db.read() as conn:
@@ -242,11 +254,7 @@ def charge(
                     [FieldError(field="release_id", message="already used")],
                 )
             return _view(existing, dataset=row.name), False
-        if current.n_examples != (registered[0] if registered else 0):
-            raise ConflictError(
-                f"dataset {row.name!r}: its registered examples changed during the check; retry",
-                [FieldError(field="dataset", message="examples changed")],
-            )
+        _refuse_changed_universe(conn, current, universe)
         store_and_spend(conn, current, record_, charges, plan, time=created)
     return _view(record_, dataset=row.name), True
 
@@ -279,11 +287,19 @@ def publish(
     with db.read() as conn:
         row = ds.load(conn, dataset)
         rel = _charged(conn, row, release_id)
-        registered = registered_universe(db, conn, row) if row.n_examples else None
+        universe = dataset_universe(db, conn, row)
     request = _request_of(rel.external_request)
     plan = plan_for(row, request, n=rel.n)
     check_against_plan(header, plan, row, requested=request.mechanism)
     text = header_bytes(header)
+    if rel.state == FAILED:
+        raise ConflictError(
+            f"release {release_id!r} was marked failed; its charge stays, nothing is published",
+            [FieldError(field="release_id", message="failed")],
+        )
+    # A replay too: the dataset's universe is frozen once it is released, so an honest replay
+    # names the same one.
+    check_universe(row.name, n=rel.n, universe_sha256=universe_sha256, universe=universe)
     if rel.state == RELEASED:
         if rel.external_header != text.decode("utf-8"):
             raise ConflictError(
@@ -291,12 +307,6 @@ def publish(
                 [FieldError(field="header", message="differs from the published one")],
             )
         return _view(rel, dataset=row.name), False
-    if rel.state == FAILED:
-        raise ConflictError(
-            f"release {release_id!r} was marked failed; its charge stays, nothing is published",
-            [FieldError(field="release_id", message="failed")],
-        )
-    check_universe(row, n=rel.n, universe_sha256=universe_sha256, registered=registered)
     digest = hashlib.sha256(text).hexdigest()
     with db.write() as conn:
         current = ds.load(conn, row.name, for_update=True)
@@ -306,7 +316,7 @@ def publish(
                 f"release {release_id!r} changed state during the check; retry",
                 [FieldError(field="release_id", message="changed state")],
             )
-        check_universe(current, n=rel.n, universe_sha256=universe_sha256, registered=registered)
+        _refuse_changed_universe(conn, current, universe)
         values = {
             "mechanism": header.mechanism,
             "params": ledger.canonical_json(json_safe(header.params)),
@@ -411,26 +421,85 @@ def registered_universe(db: Database, conn: Any, row: ds.DatasetRow) -> tuple[in
     return count, digest.hexdigest()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Universe:
+    """The example ids every release of a dataset must cover: its registered examples' when it
+    has some, else (a lake dataset) those of its first external release."""
+
+    n: int
+    sha256: str
+    registered: bool
+
+    @property
+    def what(self) -> str:
+        return (
+            "registered examples" if self.registered else "ids its first external release covered"
+        )
+
+
+def dataset_universe(db: Database, conn: Any, row: ds.DatasetRow) -> Universe | None:
+    """The dataset's :class:`Universe`; None for a lake dataset before its first publication.
+    Examples are only ever added (and refused once the dataset is released), so ``n_examples``
+    versions the registered universe; a lake universe's n is its first external release's (every
+    later one is refused unless it has the same n and digest)."""
+    if row.n_examples:
+        count, digest = registered_universe(db, conn, row)
+        return Universe(n=count, sha256=digest, registered=True)
+    if row.universe_sha256 is None:
+        return None
+    first = conn.execute(
+        select(releases.c.n)
+        .where(
+            releases.c.dataset_id == row.id,
+            releases.c.storage == EXTERNAL,
+            releases.c.state == RELEASED,
+        )
+        .order_by(releases.c.created, releases.c.id)
+        .limit(1)
+    ).scalar_one()
+    return Universe(n=int(first), sha256=row.universe_sha256, registered=False)
+
+
+def _refuse_changed_universe(conn: Any, current: ds.DatasetRow, universe: Universe | None) -> None:
+    """Inside the write transaction: refuse (409, retry) if examples were registered, or a first
+    external release fixed a lake universe, since ``universe`` was read."""
+    registered = universe.n if universe is not None and universe.registered else 0
+    lake = None if universe is None or universe.registered else universe.sha256
+    if current.n_examples != registered or (not registered and current.universe_sha256 != lake):
+        raise ConflictError(
+            f"dataset {current.name!r}: its universe of example ids changed during the check; "
+            "retry",
+            [FieldError(field="dataset", message="examples changed")],
+        )
+
+
 def check_universe(
-    row: ds.DatasetRow, *, n: int, universe_sha256: str, registered: tuple[int, str] | None
+    dataset: str, *, n: int, universe_sha256: str, universe: Universe | None
 ) -> None:
     """Refuse an external release over another universe than the dataset's (issue 24): the
-    registered examples' when it has some (``n`` and digest, 422), else the one its first
-    external release fixed (409): a job cannot charge this dataset for other labels."""
-    if registered is not None:
-        count, digest = registered
-        if n != count:
-            raise _refuse("n", f"must be the {count} registered examples")
-        if universe_sha256 != digest:
-            raise _refuse("universe_sha256", "must be the registered examples' digest")
+    registered examples' (``n`` and digest, 422), else the one its first external release fixed
+    (n and digest, 409): a job cannot charge this dataset for other labels."""
+    if universe is None:
         return
-    if row.universe_sha256 is not None and universe_sha256 != row.universe_sha256:
+    checks = (("n", n == universe.n), ("universe_sha256", universe_sha256 == universe.sha256))
+    for name, same in checks:
+        if same:
+            continue
+        if universe.registered:
+            raise _refuse(
+                name, f"must be the registered examples' {'count' if name == 'n' else 'digest'}"
+            )
         raise ConflictError(
-            f"dataset {row.name!r} was first released over another universe of example ids",
+            f"dataset {dataset!r} was first released over another universe of example ids",
             [
                 FieldError(
-                    field="universe_sha256",
+                    field=name,
                     message="differs from the universe of the dataset's first external release",
                 )
             ],
         )
+
+
+def _typed(value: Any) -> str:
+    """A JSON value with its types (1, 1.0 and true differ): how a plan's entries compare."""
+    return json.dumps(value, sort_keys=True)

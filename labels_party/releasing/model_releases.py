@@ -318,6 +318,19 @@ class ModelRequest:
     public_features: str | None = None
 
 
+# The smallest epsilon or delta a model release runs at: an estimator divides by its float
+# (noise scales, ePTR's log(1/delta)) and the product's constant searches scale with them, which
+# overflow near the float's bottom (a 500 at 1e-310, Bayes' search at 2.3e-308); 1e-100 is far
+# below any useful amount. Label releases go down to shared.epsilon.MIN_AMOUNT.
+MIN_MODEL_AMOUNT = Decimal("1e-100")
+
+
+def _refuse_below_floor(name: str, amount: Decimal, errors: list[tuple[str, str]]) -> None:
+    """Refuse an amount below :data:`MIN_MODEL_AMOUNT` by name, before anything is read."""
+    if amount < MIN_MODEL_AMOUNT:
+        errors.append((name, f"must be at least {MIN_MODEL_AMOUNT} for a model release"))
+
+
 def check_request(request: ModelRequest) -> ModelRequest:
     """Refuse a bad combination naming the field: privacy, delta, each parameter."""
     errors: list[tuple[str, str]] = []
@@ -330,6 +343,7 @@ def check_request(request: ModelRequest) -> ModelRequest:
         errors.append(("privacy", f"{request.estimator} is released by {kinds} only"))
         raise _bad("invalid model release", errors)
     delta = request.delta
+    _refuse_below_floor("epsilon", request.epsilon, errors)
     if request.privacy == "label" and delta is not None:
         errors.append(("delta", "label privacy is pure epsilon-DP: give no delta"))
     elif request.privacy == "eptr":
@@ -340,6 +354,8 @@ def check_request(request: ModelRequest) -> ModelRequest:
                 delta = accountant.exact_delta(delta)
             except InvalidParameterError as exc:
                 errors.append(("delta", str(exc)))
+            else:
+                _refuse_below_floor("delta", delta, errors)
     allowed = family.allowed(request.privacy)
     for name in family.privacies[request.privacy]:
         if name not in request.params:

@@ -34,10 +34,13 @@ def charge_body(release_id: str, *, n: int = N, epsilon: str = "1", **extra: Any
             "plan": json_safe(plan.public()), **extra}  # fmt: skip
 
 
-def staged_header(release_id: str, *, name: str = "ds", epsilon: str = "1") -> dict[str, Any]:
-    """What the job writes after the charge: the engine's draw and its header."""
-    plan = ReleaseRequest(epsilon=Decimal(epsilon)).plan(n=N, lo=0.0, hi=100.0)
-    labels = np.random.default_rng(1).uniform(0, 100, N)
+def staged_header(
+    release_id: str, *, name: str = "ds", epsilon: str = "1", n: int = N, **request: Any
+) -> dict[str, Any]:
+    """What the job writes after the charge: the engine's draw and its header (``request``:
+    ``ReleaseRequest``'s mechanism and options)."""
+    plan = ReleaseRequest(epsilon=Decimal(epsilon), **request).plan(n=n, lo=0.0, hi=100.0)
+    labels = np.random.default_rng(1).uniform(0, 100, n)
     rng = np.random.default_rng(2)
     measured = measure(plan, labels, rng)
     mechanism, randomizer = choose_randomizer(plan, measured)
@@ -47,8 +50,8 @@ def staged_header(release_id: str, *, name: str = "ds", epsilon: str = "1") -> d
         release_id=release_id,
         dataset=name,
         default_label=0.0,
-        n=N,
-        body_sha256=body_sha256(["\n".join(IDS)], noisy),
+        n=n,
+        body_sha256=body_sha256(["\n".join(IDS[:n])], noisy),
         created=datetime.now(UTC),
     )
     return json.loads(header.model_dump_json())
@@ -275,3 +278,120 @@ def test_the_labels_input_digest_is_kept_keyed_never_as_sent(client, db_path) ->
     bad = charge_body(new_release_id(), labels_sha256="AB" * 32)
     refused = client.post(PATH.format(name="ds"), json=bad, headers=ADV)
     assert refused.status_code == 422 and "labels_sha256" in refused.text
+
+
+@pytest.mark.parametrize("n", [2**53 + 1, 2**63, 10**20])
+def test_an_n_beyond_any_universe_is_refused_naming_it(client, n) -> None:
+    """Was a 500 (the insert overflowed the database's 64-bit integer) for 2^63; 2^63 - 1 was
+    charged. The plan admits n <= 2^53 (shared.plan.MAX_EXAMPLES)."""
+    create_dataset(client, "ds")
+    answer = client.post(PATH.format(name="ds"), json=charge_body(new_release_id()) | {"n": n},
+                         headers=ADV)  # fmt: skip
+    assert answer.status_code == 422 and answer.json()["errors"][0]["field"] == "n", answer.text
+    assert spent(client) == 0 and kinds(client) == ["dataset"]
+
+
+def test_a_lake_universe_binds_n_as_well_as_its_digest(client) -> None:
+    """A dataset without registered examples: its first publication fixes the universe (its
+    digest AND its n); a later charge for another n is refused before it spends, and a release
+    charged before the universe was fixed cannot publish another n over the same ids."""
+    create_dataset(client, "ds")
+    first, early = new_release_id(), new_release_id()
+    assert (
+        client.post(PATH.format(name="ds"), json=charge_body(first), headers=ADV).status_code == 201
+    )
+    assert client.post(PATH.format(name="ds"), json=charge_body(early, n=50),
+                       headers=ADV).status_code == 201  # fmt: skip
+    assert publish(client, first, staged_header(first)).status_code == 201
+    late = client.post(
+        PATH.format(name="ds"), json=charge_body(new_release_id(), n=50), headers=ADV
+    )
+    assert late.status_code == 422 and late.json()["errors"][0]["field"] == "n", late.text
+    assert spent(client) == 2
+    refused = publish(client, early, staged_header(early, n=50))
+    assert refused.status_code == 409 and refused.json()["errors"][0]["field"] == "n"
+    assert kinds(client).count("publication") == 1
+
+
+def test_a_replayed_publication_must_name_the_same_universe(client) -> None:
+    create_dataset(client, "ds")
+    release_id = new_release_id()
+    assert client.post(PATH.format(name="ds"), json=charge_body(release_id), headers=ADV)
+    header = staged_header(release_id)
+    assert publish(client, release_id, header).status_code == 201
+    assert publish(client, release_id, header).status_code == 200  # a replay: nothing new
+    other = publish(client, release_id, header, universe="0" * 64)
+    assert other.status_code == 409 and other.json()["errors"][0]["field"] == "universe_sha256"
+    assert kinds(client).count("publication") == 1
+
+
+def test_examples_registered_during_a_publication_refuse_it(client, monkeypatch) -> None:
+    """The universe is read before the write transaction; examples registered in between (a
+    concurrent ``POST /examples``, forced here) make the publication a 409 to retry, which then
+    refuses the new count: no release is recorded over a universe that is no longer the
+    dataset's."""
+    from labels_party.intake import ingest
+    from labels_party.releasing import external_releases as ext
+
+    create_dataset(client, "ds")
+    register(client, "ds", IDS)
+    release_id = new_release_id()
+    assert client.post(PATH.format(name="ds"), json=charge_body(release_id), headers=ADV)
+    real, db = ext.check_against_plan, client.app.state.services.db
+
+    def racing(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        ingest.store_examples(db, dataset="ds", example_ids=["zzz-late"])
+
+    monkeypatch.setattr(ext, "check_against_plan", racing)
+    raced = publish(client, release_id, staged_header(release_id))
+    assert raced.status_code == 409 and raced.json()["errors"][0]["field"] == "dataset"
+    monkeypatch.setattr(ext, "check_against_plan", real)
+    again = publish(client, release_id, staged_header(release_id))
+    assert again.status_code == 422 and again.json()["errors"][0]["field"] == "n"
+    view = client.get("/v1/datasets/ds", headers=OPS).json()
+    assert view["state"] == "open" and "publication" not in kinds(client)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda plan: plan | {"n": float(N)}, "plan.n"),  # 300.0 is not the plan's 300
+        (lambda plan: plan | {"bins": float(plan["bins"])}, "plan.bins"),
+        (lambda plan: plan | {"not_a_plan_key": None}, "plan.not_a_plan_key"),
+        (lambda plan: {k: v for k, v in plan.items() if k != "model_dim"}, "plan.model_dim"),
+    ],
+)
+def test_the_charged_plan_must_be_the_recomputed_one_to_the_type(client, change, field) -> None:
+    """The plan a job sends is compared as JSON (1, 1.0 and true differ; a key missing or extra
+    is a difference even where its value would be null)."""
+    create_dataset(client, "ds")
+    body = charge_body(new_release_id())
+    body["plan"] = change(body["plan"])
+    answer = client.post(PATH.format(name="ds"), json=body, headers=ADV)
+    assert answer.status_code == 422 and answer.json()["errors"][0]["field"] == field, answer.text
+    assert spent(client) == 0
+
+
+def test_the_published_randomizer_ran_with_the_charged_options(client) -> None:
+    """RPWithPrior charged with zeta 5 and outside "uniform": a header whose randomizer ran
+    with other options is refused (the ledger's charge and publication would disagree)."""
+    create_dataset(client, "ds")
+    release_id, options = new_release_id(), {"zeta": 5.0, "outside": "uniform"}
+    request = {"mechanism": "rpwithprior", "options": options}
+    plan = ReleaseRequest(epsilon=Decimal("1"), **request).plan(n=N, lo=0.0, hi=100.0)
+    body = {"epsilon": "1", "mechanism": "rpwithprior", "params": options,
+            "release_id": release_id, "n": N, "plan": json_safe(plan.public())}  # fmt: skip
+    assert client.post(PATH.format(name="ds"), json=body, headers=ADV).status_code == 201
+    other = staged_header(
+        release_id, mechanism="rpwithprior", options={"zeta": 0.01, "outside": "uniform"}
+    )
+    refused = publish(client, release_id, other)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"][0]["field"] == "header.params.zeta"
+    mixed = staged_header(release_id, mechanism="rpwithprior", options={"zeta": 5.0})
+    refused = publish(client, release_id, mixed)  # outside "project", the default
+    assert refused.json()["errors"][0]["field"] == "header.params.outside"
+    true = publish(client, release_id, staged_header(release_id, **request))
+    assert true.status_code == 201, true.text
+    assert true.json()["params"]["zeta"] == 5.0 and true.json()["params"]["outside"] == "uniform"

@@ -503,3 +503,56 @@ def test_dry_run_previews_the_charge_and_spends_nothing(client: Any) -> None:
     assert done.status_code == 201, done.text
     view = client.get("/v1/datasets/ds", headers=ADV).json()
     assert (view["epsilon_spent"], view["delta_spent"]) == ("0.5", "0.0001")
+
+
+_NW = {"bandwidth": 0.5, "queries": [[0.0, 0.0]]}
+_BAYES = {"n_classes": 2, "r_x": 4.0, "c0": 0.05}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ('{"estimator":"ols","privacy":"label","epsilon":1e-320}', "epsilon"),
+        ('{"estimator":"ols","privacy":"label","epsilon":"1e-310"}', "epsilon"),
+        ('{"estimator":"ols","privacy":"label","epsilon":"1e-400"}', "epsilon"),
+        ('{"estimator":"ols","privacy":"eptr","epsilon":1,"delta":"1e-400"}', "delta"),
+        ('{"estimator":"ols","privacy":"eptr","epsilon":1,"delta":"1e-330"}', "delta"),
+        ('{"estimator":"ols","privacy":"eptr","epsilon":1,"delta":1e-320}', "delta"),
+        ('{"estimator":"bayes","privacy":"eptr","epsilon":"2.3e-308","delta":0.001,'
+         '"params":{"n_classes":2,"r_x":4.0,"c0":0.05}}', "epsilon"),
+        ('{"estimator":"ols","privacy":"label","epsilon":"9.9e-101"}', "epsilon"),
+    ],
+)  # fmt: skip
+def test_an_amount_below_the_model_floor_is_refused_by_name(
+    client: Any, body: str, field: str
+) -> None:
+    """Was a 500 (the JSON encoder met an infinite noise scale, ePTR's 1/delta divided by 0,
+    Bayes' constant search overflowed): below MIN_MODEL_AMOUNT (1e-100), a 422."""
+    setup_dataset(client, delta_budget="0.5")
+    before = state(client)
+    answer = client.post("/v1/datasets/ds/model-releases", content=body.encode(),
+                         headers={**ADV, "content-type": "application/json"})  # fmt: skip
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == field
+    assert state(client) == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"estimator": "ols", "privacy": "label", "epsilon": "1e-100"},
+        {"estimator": "ols", "privacy": "eptr", "epsilon": "1e-100", "delta": "1e-100"},
+        {"estimator": "nw", "privacy": "label", "epsilon": "1e-100", "params": _NW},
+        {"estimator": "nw", "privacy": "eptr", "epsilon": "1e-100", "delta": "1e-100",
+         "params": {"queries": [[0.0, 0.0]]}},
+        {"estimator": "bayes", "privacy": "eptr", "epsilon": "1e-100", "delta": "1e-100",
+         "params": _BAYES},
+    ],
+)  # fmt: skip
+def test_the_smallest_model_amounts_release_or_refuse_by_name(client: Any, body: Any) -> None:
+    setup_dataset(client, delta_budget="0.5")
+    answer = client.post("/v1/datasets/ds/model-releases", json=body, headers=ADV)
+    assert answer.status_code in (201, 409, 422), answer.text
+    if answer.status_code == 201:
+        message = verify_model(answer.json()["message"])
+        assert message.header.estimator == body["estimator"]

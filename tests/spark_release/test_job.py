@@ -507,10 +507,11 @@ def test_external_releases_are_bound_to_the_datasets_universe(
     spark: Any, labels_party: LabelsParty, tmp_path: Path
 ) -> None:
     """Issue 24, item 2: the first external release of a dataset without registered examples
-    fixes its universe (the digest of its sorted ids); a later job over other ids is refused at
-    publication (409 naming universe_sha256; charged first, so its charge stays, marked
-    failed); a dataset with registered examples takes only a job over exactly those ids (n is
-    refused at the charge, 422, nothing spent)."""
+    fixes its universe (its n and the digest of its sorted ids); a later job over another number
+    of ids is refused at the charge (422 naming n, nothing spent), one over as many other ids at
+    publication (409 naming universe_sha256; charged first, so its charge stays, marked failed);
+    a dataset with registered examples takes only a job over exactly those ids (n is refused at
+    the charge, 422, nothing spent)."""
     name = next(_names)
     labels_party.create_dataset(name)
     ids, labelled = _data(800, seed=21)
@@ -521,8 +522,15 @@ def test_external_releases_are_bound_to_the_datasets_universe(
     run(again, spark=spark)
     spent = Decimal(labels_party.dataset(name)["epsilon_spent"])
     assert spent == Decimal("2")
-    other_ids, other_labelled = _data(801, seed=22)
-    other = write_inputs(tmp_path / "other", other_ids, other_labelled)
+    more_ids, more_labelled = _data(801, seed=22)
+    more = write_inputs(tmp_path / "more", more_ids, more_labelled)
+    bigger = _config(labels_party, tmp_path, name, *more, out=tmp_path / "more_out")
+    with pytest.raises(SparkJobError, match="n must be 800"):
+        run(bigger, spark=spark)
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == spent
+    assert not bigger.staging.exists() and not bigger.out.exists()
+    other_ids = [f"other-{i:06d}" for i in range(800)]
+    other = write_inputs(tmp_path / "other", other_ids, {other_ids[0]: 1.0})
     refused = _config(labels_party, tmp_path, name, *other, out=tmp_path / "other_out")
     # The digest of the universe is known once the body is written, after the charge: the
     # publication is refused, the release marked failed, its charge kept, nothing published.
