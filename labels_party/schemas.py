@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationInfo,
@@ -30,6 +31,7 @@ from shared.message import EXAMPLE_ID_MAX_LENGTH, EXAMPLE_ID_PATTERN
 from shared.plan import AUTO, MAX_EXAMPLES, check_mechanism
 from shared.segments import SEGMENT_COLUMN_PATTERN
 from shared.selection import MAX_MODEL_DIM
+from shared.service import strict_input
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
 # RPWithPrior's zeta relative to the label range (label_max - label_min): far beyond any useful
@@ -44,8 +46,25 @@ def _amount_in_range(value: Decimal) -> Decimal:
         raise ValueError(str(exc)) from None
 
 
+def _amount_input(value: Any) -> Any:
+    """An amount as sent, as a ``Decimal``: a string must be a plain ASCII decimal
+    (``strict_input``; ``Decimal`` alone also reads ``1_0`` as 10 and full-width or Arabic-Indic
+    digits), a JSON number is its shortest text (``shared.epsilon``). Anything else is left for
+    the strict ``Decimal`` check to refuse (a boolean, an object)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        strict_input.parse_decimal(value)  # ValueError(NUMBER_RULE): a 422 naming the field
+        return Decimal(value.strip(" \t"))
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    return value
+
+
 # An epsilon, delta or budget: an exact decimal within shared.epsilon's documented range.
-_Amount = Annotated[Decimal, AfterValidator(_amount_in_range)]
+_Amount = Annotated[Decimal, BeforeValidator(_amount_input), AfterValidator(_amount_in_range)]
 ExampleId = Annotated[
     str, Field(pattern=EXAMPLE_ID_PATTERN, min_length=1, max_length=EXAMPLE_ID_MAX_LENGTH)
 ]

@@ -31,6 +31,7 @@ from fractions import Fraction
 import numpy as np
 
 from shared.errors import InvalidParameterError
+from shared.service.strict_input import NUMBER_RULE, parse_decimal
 
 Amount = Decimal
 AmountLike = Decimal | str | int | float
@@ -53,9 +54,10 @@ _MAX_TEXT = 1200
 def exact(value: AmountLike, *, name: str = "epsilon", allow_inf: bool = False) -> Decimal:
     """``value`` as an exact decimal amount > 0 (or >= 0 with ``name`` ending in ``_spent``).
 
-    Decimals and integers are taken as they are; strings are parsed as decimals; floats at their
-    exact binary value. NaN, a negative or zero amount, and infinity (unless ``allow_inf``) are
-    refused with an :class:`InvalidParameterError` naming ``name``.
+    Decimals and integers are taken as they are; strings are parsed as plain ASCII decimals
+    (``shared.service.strict_input``: ``1_0`` or full-width digits are refused, as everywhere);
+    floats at their exact binary value. NaN, a negative or zero amount, and infinity (unless
+    ``allow_inf``) are refused with an :class:`InvalidParameterError` naming ``name``.
     """
     if isinstance(value, bool):
         raise InvalidParameterError(f"{name} ({value!r}) must be a number")
@@ -70,9 +72,10 @@ def exact(value: AmountLike, *, name: str = "epsilon", allow_inf: bool = False) 
         if not text or len(text) > _MAX_TEXT:
             raise InvalidParameterError(f"{name} ({value!r}) must be a decimal number")
         try:
+            parse_decimal(text)  # the services' one rule: no "1_0", no non-ASCII digits
             amount = Decimal(text)
-        except InvalidOperation:
-            raise InvalidParameterError(f"{name} ({value!r}) must be a decimal number") from None
+        except (ValueError, InvalidOperation):
+            raise InvalidParameterError(f"{name} ({value!r}) {NUMBER_RULE}") from None
     else:
         raise InvalidParameterError(f"{name} ({value!r}) must be a number")
     if amount.is_nan() or amount <= 0:

@@ -362,3 +362,19 @@ def test_the_randomizer_is_chosen_for_the_default_model_dim_of_its_epsilon2(n, e
         assert plan.model_dim == 10
     given = plan_release(n=n, lo=0.0, hi=1.0, epsilon=epsilon, model_dim=7)
     assert given.model_dim == 7 and "n epsilon2^2 / 80" not in given.explanation[-1]
+
+
+@pytest.mark.parametrize("text", ["1_0", "\uff15", "\u0661", "sNaN", "0x1", "1e"])
+def test_an_amount_text_is_a_plain_ascii_decimal(text: str) -> None:
+    """shared.epsilon.exact reads text by the services' one number rule (strict_input), not
+    Decimal's: "1_0" was 10."""
+    with pytest.raises(InvalidParameterError, match="plain decimal"):
+        amounts.exact(text)
+    assert amounts.exact(" 2.50 ") == Decimal("2.50") and amounts.exact("1E-400") > 0
+
+
+@pytest.mark.parametrize("n", [0, -1, 2**53 + 1, 2**63, True, 1.0])
+def test_n_is_an_integer_in_1_to_2_53(n: object) -> None:
+    with pytest.raises(InvalidParameterError, match="n "):
+        plan_release(n=n, lo=0.0, hi=1.0, epsilon=1)  # type: ignore[arg-type]
+    assert plan_release(n=2**53, lo=0.0, hi=1.0, epsilon=1).n == 2**53

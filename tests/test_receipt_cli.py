@@ -159,3 +159,64 @@ def test_cli_a_window_narrows_the_dates_a_pin_states(tmp_path: Path) -> None:
     for extra in ([], ["--no-date-check"], ["--valid-from", "2024-01-01T00:00:00Z"]):
         refused = labeldp(*args, *extra)
         assert refused.returncode == 1 and "outside key" in refused.stderr, refused.stderr
+
+
+# ---- pins and receipt files written adversarially (found by a review of the receipt door) ---
+
+
+def _pin_json(path: Path, key: Ed25519PrivateKey, created: object, retired: object) -> Path:
+    entry = {"public_key": rc.public_b64(key.public_key()), "created": created, "retired": retired}
+    path.write_text(json.dumps({"keys": [entry]}))
+    return path
+
+
+def _receipt_at(key: Ed25519PrivateKey, signed_at: str) -> dict[str, object]:
+    return rc.sign({"receipt_version": 2, "release_id": "rel_" + "ab" * 12, "dataset": "ds",
+                    "epsilon": "1", "signed_at": signed_at}, key)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "retired",
+    ["2025-06-01T02:00:00+02:00", "2025-2-1T00:00:00Z", "2025-06-01", 20250601, ["2025"]],
+)
+def test_a_json_pins_dates_are_read_as_utc_times_or_refused(tmp_path: Path, retired) -> None:
+    """A JSON pin's dates were compared as written: retired "2025-06-01T02:00:00+02:00" (the
+    same instant as 00:00Z) accepted a receipt signed at 01:30Z, an unpadded month a whole year
+    more, and a number crashed the command. They are now normalized as a PEM pin's are, or the
+    pin is refused (exit 2) naming the key."""
+    key = Ed25519PrivateKey.generate()
+    pin = _pin_json(tmp_path / "keys.json", key, "2025-01-01T00:00:00.000000Z", retired)
+    receipt = tmp_path / "receipt.json"
+    receipt.write_text(json.dumps(_receipt_at(key, "2025-06-01T01:30:00.000000Z")))
+    done = labeldp("receipt", "verify", str(receipt), "--public-key", str(pin))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and rc.key_id(key.public_key()) in done.stderr
+    within = tmp_path / "within.json"
+    within.write_text(json.dumps(_receipt_at(key, "2025-01-15T00:00:00.000000Z")))
+    normal = _pin_json(tmp_path / "ok.json", key, "2025-01-01T00:00:00Z", "2025-02-01T00:00:00Z")
+    ok = labeldp("receipt", "verify", str(within), "--public-key", str(normal))
+    late = labeldp("receipt", "verify", str(receipt), "--public-key", str(normal))
+    assert ok.returncode == 0 and late.returncode == 1, ok.stderr + late.stderr
+
+
+def test_a_receipt_file_repeating_a_key_is_refused(tmp_path: Path) -> None:
+    """json.loads keeps the last of repeated keys (the signed value), a reader keeping the first
+    would show forged ones: the command refuses such a file (exit 2) naming the key."""
+    key = Ed25519PrivateKey.generate()
+    pin = _pin_json(tmp_path / "keys.json", key, "2025-01-01T00:00:00.000000Z", None)
+    signed = json.dumps(_receipt_at(key, "2025-03-01T00:00:00.000000Z"))
+    receipt = tmp_path / "receipt.json"
+    receipt.write_text('{"epsilon": "0.001", "dataset": "other", ' + signed[1:])
+    done = labeldp("receipt", "verify", str(receipt), "--public-key", str(pin))
+    assert done.returncode == 2 and "more than once" in done.stderr, done.stdout + done.stderr
+    receipt.write_text(signed)
+    assert labeldp("receipt", "verify", str(receipt), "--public-key", str(pin)).returncode == 0
+
+
+def test_a_pin_stating_one_key_twice_with_other_dates_is_refused(tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    entry = {"public_key": rc.public_b64(key.public_key()), "created": "2025-01-01T00:00:00Z"}
+    pin = tmp_path / "keys.json"
+    pin.write_text(json.dumps({"keys": [entry, {**entry, "retired": "2025-02-01T00:00:00Z"}]}))
+    with pytest.raises(rc.InvalidParameterError, match="stated twice"):
+        rc.load_key_validity(pin)

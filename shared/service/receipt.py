@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from shared import epsilon as amounts
 from shared.errors import IntegrityError, InvalidParameterError
+from shared.service import strict_input
 
 if TYPE_CHECKING:
     from shared.message import MessageHeader
@@ -190,13 +191,41 @@ def load_key_validity(path: str | Path) -> dict[str, tuple[str | None, str | Non
         return _pem_validity(text, path)
     if not text.lstrip().startswith("{"):
         return {}
+    out: dict[str, tuple[str | None, str | None]] = {}
     try:
-        return {
-            key_id(from_b64(item["public_key"])): (item.get("created"), item.get("retired"))
-            for item in json.loads(text)["keys"]
-        }
+        for item in strict_input.loads(text)["keys"]:
+            kid = key_id(from_b64(item["public_key"]))
+            dates = (
+                _json_time(item.get("created"), "created", kid, path),
+                _json_time(item.get("retired"), "retired", kid, path),
+            )
+            _add_validity(out, kid, dates, path)
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidParameterError(f"public key file {path}: {exc}") from None
+    return out
+
+
+def _json_time(value: object, name: str, kid: str, path: str | Path) -> str | None:
+    """A JSON pin's stated time, normalized (:func:`utc_time`) as a PEM pin's is: compared as
+    written, ``2025-06-01T02:00:00+02:00`` or ``2025-2-1T00:00:00Z`` misordered dates."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidParameterError(f"{name} of key {kid} must be a UTC time string")
+    return _utc_time(value, name, kid, path)
+
+
+def _add_validity(
+    out: dict[str, tuple[str | None, str | None]],
+    kid: str,
+    dates: tuple[str | None, str | None],
+    path: str | Path,
+) -> None:
+    """Record a key's dates; the same key stated twice with other dates is refused (which would
+    hold?)."""
+    if out.get(kid, dates) != dates:
+        raise InvalidParameterError(f"public key file {path}: key {kid} is stated twice")
+    out[kid] = dates
 
 
 def pem_with_validity(key: Ed25519PublicKey, created: str | None, retired: str | None) -> str:
@@ -235,7 +264,7 @@ def _pem_validity(text: str, path: str | Path) -> dict[str, tuple[str | None, st
             _utc_time(fields.get(name.lower()), name, kid, path) for name in ("Created", "Retired")
         )
         if created is not None or retired is not None:
-            out[kid] = (created, retired)
+            _add_validity(out, kid, (created, retired), path)
     return out
 
 

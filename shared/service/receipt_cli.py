@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from shared.message import (
     validated,
 )
 from shared.service import receipt as rc
+from shared.service import strict_input
 
 
 def register_commands(commands: Any) -> None:
@@ -105,7 +105,7 @@ def check_model_message(receipt: dict[str, Any], document: dict[str, Any]) -> No
 def _json_document(raw: bytes, *, what: str) -> dict[str, Any]:
     """A JSON message file as one object, read once (``IntegrityError`` naming ``what``)."""
     try:
-        document = json.loads(raw)
+        document = strict_input.loads(raw)
     except ValueError as exc:
         raise IntegrityError(f"the {what} is not JSON: {exc}") from None
     if not isinstance(document, dict):
@@ -154,7 +154,7 @@ def verify_command(args: argparse.Namespace) -> int:
     try:
         keys = rc.load_public_keys(args.public_key)
         validity = _key_validity(args, keys)
-        receipt = json.loads(args.receipt.read_text(encoding="utf-8"))
+        receipt = strict_input.loads(args.receipt.read_text(encoding="utf-8"))  # no repeated key
     except (InvalidParameterError, OSError, ValueError) as exc:
         print(f"labeldp receipt verify: {exc}", file=sys.stderr)
         return 2

@@ -505,6 +505,28 @@ def test_release_and_top_up_amounts_out_of_range_are_422_naming_the_field(prepar
     assert prepared.get("/v1/datasets", headers=OPS).status_code == 200
 
 
+@pytest.mark.parametrize("value", ["1_0", "0_1", "\uff15", "\u0661", " 2\n", "sNaN"])
+def test_an_amount_only_python_reads_is_refused_naming_the_field(prepared, db_path, value):
+    """``Decimal`` reads "1_0" as 10 and full-width or Arabic-Indic digits: a release of
+    epsilon "1_0" spent 10. Amounts follow the services' one number rule (strict_input), as CSV
+    cells do: a 422 naming the field, nothing stored or spent."""
+    before = _state(prepared, db_path)
+    for path, role, payload, field in (
+        ("/v1/datasets", OPS, {"name": "n", "label_min": 0, "label_max": 1, "default_label": 0,
+                               "epsilon_budget": value}, "epsilon_budget"),
+        (RELEASES, ADV, {"epsilon": value}, "epsilon"),
+        ("/v1/datasets/ds/budget", OPS, {"add": value, "reason": "test"}, "add"),
+        ("/v1/datasets/ds/model-releases", ADV,
+         {"estimator": "ols", "privacy": "label", "epsilon": value}, "epsilon"),
+    ):  # fmt: skip
+        answer = prepared.post(path, headers=role, json=payload)
+        assert answer.status_code == 422 and _fields(answer) == [field], (path, answer.text)
+    assert _state(prepared, db_path) == before
+    for plain in ("2", " 2 ", 2, 0.5, "5E-1"):
+        answer = prepared.post(RELEASES, headers=ADV, json={"epsilon": plain, "dry_run": True})
+        assert answer.status_code == 200, (plain, answer.text)
+
+
 def test_a_top_up_past_the_largest_budget_is_refused_naming_add(client, db_path):
     create_dataset(client, name="big", epsilon_budget="1e300")
     answer = client.post("/v1/datasets/big/budget", headers=OPS, json={"add": 1, "reason": "x"})
