@@ -43,6 +43,11 @@ from shared.service import receipt as rc
 log = logging.getLogger("labels_party")
 
 
+class RetiredKeyError(RuntimeError):
+    """The key file holds a key this database retired: it would sign receipts dated after its
+    retirement, which every pin refuses (and ``GET /v1/keys`` would show it current again)."""
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
@@ -120,6 +125,12 @@ class KeyStore:
                 row.key_id: row.retired
                 for row in conn.execute(select(signing_keys.c.key_id, signing_keys.c.retired))
             }
+        if rows.get(kid) is not None:
+            raise RetiredKeyError(
+                f"the signing key {kid} in {self.path} was retired at {rows[kid]}: a retired key "
+                "never signs again (a key file restored from a backup?); `labeldp keys rotate` "
+                "writes a new one"
+            )
         if (
             kid in rows
             and rows[kid] is None
@@ -129,7 +140,7 @@ class KeyStore:
         now = _now()
         with self._db.write() as conn:
             present = conn.execute(
-                select(signing_keys.c.key_id).where(signing_keys.c.key_id == kid)
+                select(signing_keys.c.retired).where(signing_keys.c.key_id == kid)
             ).first()
             if present is None:
                 conn.execute(
@@ -141,10 +152,8 @@ class KeyStore:
                         retired=None,
                     )
                 )
-            else:
-                conn.execute(
-                    update(signing_keys).where(signing_keys.c.key_id == kid).values(retired=None)
-                )
+            elif present.retired is not None:  # retired since the read above
+                raise RetiredKeyError(f"the signing key {kid} was retired at {present.retired}")
             conn.execute(
                 update(signing_keys)
                 .where(signing_keys.c.key_id != kid, signing_keys.c.retired.is_(None))

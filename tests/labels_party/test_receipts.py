@@ -182,6 +182,36 @@ def test_cli_refuses_the_issues_tampered_json_message(client: Any, tmp_path: Pat
     assert "histogram" in said and "default_label" in said, said
 
 
+def test_a_retired_key_restored_into_the_key_file_never_signs_again(
+    make_client: Callable[..., Any], db_path: Path, tmp_path: Path
+) -> None:
+    """Restoring an old key file (a backup) made its retired key current again: ``GET
+    /v1/keys`` showed it current with no retirement, so a pin taken from it trusted the key at
+    any date. The service now refuses to start, or to sign, with a key its database retired."""
+    import shutil
+
+    from labels_party.releasing.receipts import RetiredKeyError
+
+    client = make_client()
+    first = released(client)
+    old_id = client.get(f"/v1/releases/{first['id']}/receipt", headers=PUB).json()["key_id"]
+    key_file = db_path.parent / DEFAULT_KEY_FILE
+    backup = tmp_path / "backup.pem"
+    shutil.copy(key_file, backup)
+    assert labeldp("keys", "rotate", "--db", str(db_path)).returncode == 0
+    shutil.copy(backup, key_file)  # the old (retired) key is back in the file
+    with pytest.raises(RetiredKeyError, match=f"{old_id} .* was retired"):
+        make_client()
+    second = released(client)  # the running service: the release stands, no receipt is signed
+    assert client.get(f"/v1/releases/{second['id']}/receipt", headers=PUB).status_code == 500
+    listed = {k["key_id"]: k for k in client.get("/v1/keys", headers=OPS).json()["keys"]}
+    assert listed[old_id]["status"] == "retired" and listed[old_id]["retired"] is not None
+    assert labeldp("keys", "rotate", "--db", str(db_path)).returncode == 0  # the way out
+    receipt = client.get(f"/v1/releases/{second['id']}/receipt", headers=PUB).json()
+    assert receipt["key_id"] not in (old_id, *[k for k, v in listed.items() if v["retired"]])
+    rc.verify(receipt, keys_of(client))
+
+
 def test_rotation_keeps_old_receipts_verifiable(
     make_client: Callable[..., Any], db_path: Path, tmp_path: Path
 ) -> None:
