@@ -229,3 +229,35 @@ def test_the_papers_classic_calibration_exceeds_the_charge_at_large_epsilon() ->
     assert at_20 == pytest.approx(0.013, abs=5e-4) and at_30 == pytest.approx(0.0915, abs=5e-4)
     # Below eps 2 the calibrated noise is smaller than the classic one (the bound was loose).
     assert eptr_noise_scale(alpha=1.0, epsilon=1.0, delta=0.01) < 0.5 * classic(1.0, 0.01)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="KNOWN PRIVACY GAP: ePTR adds float Gaussian noise (value + s * ndtri(u), u on the "
+    "2^-53 grid), whose set of outputs depends on the estimate (Mironov 2012); an exact "
+    "discrete Gaussian with its delta recalibrated is not built (docs/estimators.md). When it "
+    "is, this test passes and strict xfail fails: remove the mark.",
+)
+def test_eptr_outputs_do_not_tell_neighbouring_estimates_apart() -> None:
+    """The floating-point attack: an output o of the estimate v is tested for being a possible
+    output of the neighbouring estimate v' (some grid uniform reproduces it bit for bit). Under
+    v' every output passes, so (eps, delta)-DP allows the test to fail under v with probability
+    at most delta; with float noise it fails about 80% of the time (found by a privacy review)."""
+    from scipy.special import ndtr, ndtri
+
+    from shared.estimators.eptr import eptr_release
+
+    def possible(o: float, v: float, s: float, width: int = 2000) -> bool:
+        k0 = round(float(ndtr((o - v) / s)) * 2**53)
+        u = np.maximum(np.arange(max(k0 - width, 0), k0 + width) * 2.0**-53, 2.0**-54)
+        return bool(np.any(v + s * ndtri(u) == o))
+
+    rng = np.random.default_rng(1)
+    v, neighbour, trials, told_apart = 0.1234567, 0.6234567, 200, 0
+    for _ in range(trials):
+        out = eptr_release(v, gamma=1e6, alpha=1.0, epsilon=1.0, delta=1e-6, no_reply=0.0,
+                           rng=rng)  # fmt: skip
+        assert out.released
+        told_apart += not possible(float(out.value.reshape(-1)[0]), neighbour, out.noise_scale)
+    assert told_apart / trials <= 0.02  # delta = 1e-6, with room for sampling error
