@@ -31,7 +31,7 @@ from fractions import Fraction
 import numpy as np
 
 from shared.errors import InvalidParameterError
-from shared.service.strict_input import NUMBER_RULE, parse_decimal
+from shared.number_text import NUMBER_RULE, parse_decimal
 
 Amount = Decimal
 AmountLike = Decimal | str | int | float
@@ -55,7 +55,7 @@ def exact(value: AmountLike, *, name: str = "epsilon", allow_inf: bool = False) 
     """``value`` as an exact decimal amount > 0 (or >= 0 with ``name`` ending in ``_spent``).
 
     Decimals and integers are taken as they are; strings are parsed as plain ASCII decimals
-    (``shared.service.strict_input``: ``1_0`` or full-width digits are refused, as everywhere);
+    (``shared.number_text``: ``1_0`` or full-width digits are refused, as everywhere);
     floats at their exact binary value. NaN, a negative or zero amount, and infinity (unless
     ``allow_inf``) are refused with an :class:`InvalidParameterError` naming ``name``.
     """

@@ -1,9 +1,7 @@
 """The input rules both services share: what a number in text is, and no repeated JSON keys.
 
-* A number written as text (a CSV cell, a line of a stream) is a plain ASCII decimal:
-  ``[+-]digits[.digits][e[+-]digits]`` with optional surrounding ASCII spaces. Python's
-  ``float()`` also reads ``1_000`` and full-width or other Unicode digits (``１２``), which a JSON
-  number never is; accepting them in CSV only would make the two formats disagree.
+* A number written as text (a CSV cell, a line of a stream, an amount) is a plain ASCII decimal
+  (:mod:`shared.number_text`, where the rule is defined for the engine too).
 * A JSON object must not repeat a key: ``json.loads`` (and pydantic) keep the last one silently,
   so ``{"value": 1, "value": 2}`` would be read as 2 with no word said. Both services refuse it
   with a 422 naming the place (``labels[3].value``).
@@ -12,30 +10,12 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_NON_FINITE = {"nan", "inf", "infinity"}
-NUMBER_RULE = "must be a plain decimal number (ASCII digits; no '_' separators)"
+from shared.number_text import NUMBER_RULE, parse_decimal, plain_ascii_numbers
+
+__all__ = ["NUMBER_RULE", "parse_decimal", "plain_ascii_numbers"]  # the rule lives in the engine
 DUPLICATE_KEY_MESSAGE = "key given more than once in one JSON object"
-
-
-def parse_decimal(text: str) -> float:
-    """``float(text)`` for a plain ASCII decimal (or nan / inf, for the caller to refuse).
-
-    Raises ValueError for anything else, including what ``float`` alone would accept:
-    ``1_000``, ``１２`` (full-width), Arabic-Indic digits.
-    """
-    stripped = text.strip(" \t")
-    if _DECIMAL.fullmatch(stripped) or stripped.lower().lstrip("+-") in _NON_FINITE:
-        return float(stripped)
-    raise ValueError(NUMBER_RULE)
-
-
-def plain_ascii_numbers(text: str) -> bool:
-    """Cheap pre-check of a block of text: no character ``float`` reads beyond the rule."""
-    return text.isascii() and "_" not in text
 
 
 class DuplicateKeyError(ValueError):

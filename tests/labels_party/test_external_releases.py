@@ -395,3 +395,16 @@ def test_the_published_randomizer_ran_with_the_charged_options(client) -> None:
     true = publish(client, release_id, staged_header(release_id, **request))
     assert true.status_code == 201, true.text
     assert true.json()["params"]["zeta"] == 5.0 and true.json()["params"]["outside"] == "uniform"
+
+
+def test_a_refused_charge_leaves_a_trace_for_the_operator(client) -> None:
+    """As a refused release through /releases does (GET /v1/audit): the request, the status
+    and the error the job was told; nothing spent."""
+    create_dataset(client, "ds")
+    answer = client.post(PATH.format(name="ds"), json=charge_body(new_release_id(), epsilon="20"),
+                         headers=ADV)  # fmt: skip
+    assert answer.status_code == 409
+    (entry,) = client.get("/v1/audit", headers=OPS).json()["entries"]
+    assert entry["dataset"] == "ds" and entry["actor_role"] == "advertiser"
+    assert entry["status"] == 409 and entry["request"]["epsilon"] == "20"
+    assert entry["errors"] == answer.json()["errors"] and spent(client) == 0

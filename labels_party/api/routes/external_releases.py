@@ -13,7 +13,9 @@ from fastapi.concurrency import run_in_threadpool
 from labels_party.api.deps import AdvertiserOn
 from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
+from labels_party.api.routes.audit import release_recorder
 from labels_party.api.routes.releases import release_request
+from labels_party.budget.trails import audited
 from labels_party.releasing import external_releases as ext
 from labels_party.schemas import (
     ExternalReleaseCharge,
@@ -42,10 +44,12 @@ async def charge_external_release(
     The plan is recomputed from the dataset and n and must be the job's; the budget check, the
     release row and its two ledger entries are one transaction. A replay returns 200.
     """
+    request = release_request(body)
     charge = partial(
         ext.charge,
+        call.services.db,
         dataset=call.name,
-        request=release_request(body),
+        request=request,
         n=body.n,
         release_id=body.release_id,
         labels_sha256=body.labels_sha256,
@@ -53,8 +57,11 @@ async def charge_external_release(
         actor_role=call.role,
         actor=call.actor,
     )
-    try:
-        meta, new = await run_in_threadpool(charge, call.services.db)
+    recorder = release_recorder(
+        call.services, role=call.role, actor=call.actor, dataset=call.name, request=request
+    )
+    try:  # a refused charge leaves a trace for the operator, as a refused release does
+        meta, new = await run_in_threadpool(audited, charge, recorder)
     except InvalidParameterError as exc:  # the engine refused a parameter: name the field
         given = body.epsilon_histogram is not None
         raise engine_refusal(exc, histogram_share_given=given) from None
