@@ -28,10 +28,10 @@ from shared.estimators.families import NW_REFERENCE_MAX_ROWS
 from shared.mechanisms import registry
 from shared.mechanisms.histogram import MAX_BINS
 from shared.message import EXAMPLE_ID_MAX_LENGTH, EXAMPLE_ID_PATTERN
+from shared.number_text import exact_decimal
 from shared.plan import AUTO, MAX_EXAMPLES, check_mechanism
 from shared.segments import SEGMENT_COLUMN_PATTERN
 from shared.selection import MAX_MODEL_DIM
-from shared.service import strict_input
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
 # RPWithPrior's zeta relative to the label range (label_max - label_min): far beyond any useful
@@ -48,14 +48,13 @@ def _amount_in_range(value: Decimal) -> Decimal:
 
 def _amount_input(value: Any) -> Any:
     """An amount as sent, as a ``Decimal``: a string must be a plain ASCII decimal
-    (``strict_input``; ``Decimal`` alone also reads ``1_0`` as 10 and full-width or Arabic-Indic
-    digits), a JSON number is its shortest text (``shared.epsilon``). Anything else is left for
-    the strict ``Decimal`` check to refuse (a boolean, an object)."""
+    (``shared.number_text``; ``Decimal`` alone also reads ``1_0`` as 10 and full-width or
+    Arabic-Indic digits), a JSON number is its shortest text (``shared.epsilon``). Anything else
+    is left for the strict ``Decimal`` check to refuse (a boolean, an object)."""
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
-        strict_input.parse_decimal(value)  # ValueError(NUMBER_RULE): a 422 naming the field
-        return Decimal(value.strip(" \t"))
+        return exact_decimal(value)  # ValueError(NUMBER_RULE): a 422 naming the field
     if isinstance(value, int):
         return Decimal(value)
     if isinstance(value, float):

@@ -31,7 +31,7 @@ from fractions import Fraction
 import numpy as np
 
 from shared.errors import InvalidParameterError
-from shared.number_text import NUMBER_RULE, parse_decimal
+from shared.number_text import NUMBER_RULE, exact_decimal
 
 Amount = Decimal
 AmountLike = Decimal | str | int | float
@@ -72,8 +72,7 @@ def exact(value: AmountLike, *, name: str = "epsilon", allow_inf: bool = False) 
         if not text or len(text) > _MAX_TEXT:
             raise InvalidParameterError(f"{name} ({value!r}) must be a decimal number")
         try:
-            parse_decimal(text)  # the services' one rule: no "1_0", no non-ASCII digits
-            amount = Decimal(text)
+            amount = exact_decimal(text)  # the one rule: no "1_0", no non-ASCII digits
         except (ValueError, InvalidOperation):
             raise InvalidParameterError(f"{name} ({value!r}) {NUMBER_RULE}") from None
     else:

@@ -10,10 +10,19 @@ arithmetic (``shared.epsilon``) read numbers by this rule.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NON_FINITE = {"nan", "inf", "infinity"}
 NUMBER_RULE = "must be a plain decimal number (ASCII digits; no '_' separators)"
+
+
+def _plain(text: str) -> str:
+    """``text`` without surrounding ASCII spaces if it follows the rule; ValueError otherwise."""
+    stripped = text.strip(" \t")
+    if _DECIMAL.fullmatch(stripped) or stripped.lower().lstrip("+-") in _NON_FINITE:
+        return stripped
+    raise ValueError(NUMBER_RULE)
 
 
 def parse_decimal(text: str) -> float:
@@ -22,10 +31,13 @@ def parse_decimal(text: str) -> float:
     Raises ValueError for anything else, including what ``float`` alone would accept:
     ``1_000``, ``１２`` (full-width), Arabic-Indic digits.
     """
-    stripped = text.strip(" \t")
-    if _DECIMAL.fullmatch(stripped) or stripped.lower().lstrip("+-") in _NON_FINITE:
-        return float(stripped)
-    raise ValueError(NUMBER_RULE)
+    return float(_plain(text))
+
+
+def exact_decimal(text: str) -> Decimal:
+    """``Decimal(text)`` for a plain ASCII decimal (an amount: no rounding); ValueError for
+    anything else, including what ``Decimal`` alone would accept (``1_0``, ``１``)."""
+    return Decimal(_plain(text))
 
 
 def plain_ascii_numbers(text: str) -> bool:

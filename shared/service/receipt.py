@@ -208,9 +208,7 @@ def load_key_validity(path: str | Path) -> dict[str, tuple[str | None, str | Non
 def _json_time(value: object, name: str, kid: str, path: str | Path) -> str | None:
     """A JSON pin's stated time, normalized (:func:`utc_time`) as a PEM pin's is: compared as
     written, ``2025-06-01T02:00:00+02:00`` or ``2025-2-1T00:00:00Z`` misordered dates."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
+    if value is not None and not isinstance(value, str):
         raise InvalidParameterError(f"{name} of key {kid} must be a UTC time string")
     return _utc_time(value, name, kid, path)
 
