@@ -33,8 +33,9 @@ needs), and the constants handed to it are functions of DP outputs and public va
 (post-processing). By basic composition, valid for adaptively chosen mechanisms (Dwork & Roth
 2014, Theorem 3.16), the release is (epsilon_r_x + epsilon_c0 + epsilon_e, delta)-DP = the
 request's (epsilon, delta), exactly (:class:`BayesConstantsSplit`), for whole examples (hence
-also for labels alone). Noise is drawn on doubles, like ePTR's own: the guarantee is for the
-ideal real-valued mechanisms (Mironov 2012).
+also for labels alone). Every noisy value is drawn exactly (no floating-point sampler whose
+outputs depend on the value, Mironov 2012): the constants' as :mod:`.constants` draws them,
+ePTR's test and Gaussian as :func:`.eptr.eptr_release` does.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ outputs and public values only (post-processing). By basic composition, valid fo
 chosen mechanisms (Dwork & Roth 2014, Theorem 3.16), the release is (sum of the estimates'
 epsilons + epsilon_e, delta)-DP = (epsilon, delta)-DP, the request's charge exactly
 (:class:`ConstantsSplit`). Every step protects a whole example (features and label), as ePTR does.
-Noise is drawn on doubles (inverse-CDF Laplace on a 2^-53 grid), like ePTR's own Gaussian and
-Bernoulli: the guarantee is for the ideal real-valued mechanisms (Mironov 2012).
+Every released noisy value is drawn exactly (:func:`exact_laplace`, discrete Laplace on counts),
+as are ePTR's Bernoulli and Gaussian; only the sparse vector's comparisons use a float Laplace,
+which releases an index of a public grid, never a noisy double (:func:`dp_norm_quantile`).
 """
 
 from __future__ import annotations

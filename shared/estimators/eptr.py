@@ -12,14 +12,17 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from scipy.optimize import minimize_scalar
-from scipy.special import expit, log_expit, log_ndtr, ndtri
+from scipy.special import expit, log_expit, log_ndtr
 
 from shared.errors import InvalidParameterError
 from shared.estimators._checks import epsilon_delta, positive
-from shared.rng import Rng, uniforms
+from shared.mechanisms.discrete_laplace import bernoulli_sigmoid
+from shared.mechanisms.gaussian import gaussian_mechanism
+from shared.rng import Rng, below_sampler
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,9 +72,14 @@ def eptr_threshold(*, epsilon: float, delta: float) -> float:
     return 1.0 + (2.0 / epsilon) * math.log(max(1.0 / delta, 1.0 / epsilon))
 
 
+def _release_log_odds(*, gamma: float, epsilon: float, delta: float) -> float:
+    """epsilon / 2 (gamma - M): the log-odds of Algorithm 2's release test (step 4)."""
+    return 0.5 * epsilon * (gamma - eptr_threshold(epsilon=epsilon, delta=delta))
+
+
 def eptr_release_probability(*, gamma: float, epsilon: float, delta: float) -> float:
     """p(X) = sigmoid(epsilon / 2 (gamma - M)) (Algorithm 2, step 4), computed without overflow."""
-    return float(expit(0.5 * epsilon * (gamma - eptr_threshold(epsilon=epsilon, delta=delta))))
+    return float(expit(_release_log_odds(gamma=gamma, epsilon=epsilon, delta=delta)))
 
 
 # The release test's values of gamma where the whole step's delta is searched (in units of the
@@ -223,9 +231,14 @@ def eptr_release(
     step over every such pair (no composition bound, no eps < 1 condition), and the noise is
     the smallest whose delta is at most the charge. The guarantee rests on ``gamma`` being
     an alpha-SaLBo: the caller's duty (the estimators of this package prove theirs).
-    Floating point: the Bernoulli compares a 2^-53-grid uniform with a double p, and the noise
-    is an inverse-CDF normal on doubles (Mironov 2012): the guarantee is for the ideal
-    real-valued mechanism.
+    Sampling is exact: the test is exactly Bernoulli(sigmoid(z)) for the double z = eps/2
+    (gamma - M) (:func:`shared.mechanisms.discrete_laplace.bernoulli_sigmoid`), and the
+    noise is the exact real estimate + N(0, s^2) rounded to a grid of s alone
+    (:func:`shared.mechanisms.gaussian.gaussian_mechanism`): the released doubles are
+    post-processing of the ideal mechanism, whose set of outputs does not depend on the estimate
+    (the float noise this replaced, ``estimate + s ndtri(u)``, gave neighbouring estimates apart
+    from one output: Mironov 2012). What stays floating point is the estimator's computation of
+    the estimate and gamma themselves, as for any sensitivity analysis run on doubles.
     """
     values = np.asarray(estimate, dtype=np.float64)
     if values.size == 0 or not np.all(np.isfinite(values)):
@@ -248,19 +261,15 @@ def eptr_release(
         raise InvalidParameterError("no_reply must be finite")
 
     threshold = eptr_threshold(epsilon=eps, delta=dlt)
-    probability = eptr_release_probability(gamma=g, epsilon=eps, delta=dlt)
+    log_odds = _release_log_odds(gamma=g, epsilon=eps, delta=dlt)
     scale = eptr_noise_scale(alpha=a, epsilon=eps, delta=dlt)
-    released = bool(uniforms(rng, 1)[0] < probability)
-    if released:
-        # U = 0 (probability 2^-53) would give -inf: nudge it to half the smallest grid value.
-        u = np.maximum(uniforms(rng, values.size), 2.0**-54)
-        value = values + scale * ndtri(u).reshape(values.shape)
-    else:
-        value = fallback
+    below = below_sampler(rng)
+    released = bernoulli_sigmoid(below, Fraction(log_odds))
+    value = gaussian_mechanism(values, scale=scale, rng=below) if released else fallback
     return EPTRRelease(
         value=value,
         released=released,
-        release_probability=probability,
+        release_probability=float(expit(log_odds)),
         noise_scale=scale,
         threshold=threshold,
         gamma=g,

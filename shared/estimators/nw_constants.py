@@ -24,8 +24,9 @@ alpha it computes from them), and the c0 handed to it is a function of the DP es
 public values (post-processing). By basic composition, valid for adaptively chosen mechanisms
 (Dwork & Roth 2014, Theorem 3.16), the release is (epsilon_c0 + epsilon_e, delta)-DP = the
 request's (epsilon, delta), exactly (:class:`NWConstantsSplit`). Every step protects a whole
-example (features and label). Noise is drawn on doubles (inverse-CDF Laplace on a 2^-53 grid),
-like ePTR's own: the guarantee is for the ideal real-valued mechanisms (Mironov 2012).
+example (features and label). Every noisy value is drawn exactly (no floating-point sampler
+whose outputs depend on the value, Mironov 2012), as in :mod:`.constants` and
+:func:`.eptr.eptr_release`.
 """
 
 from __future__ import annotations

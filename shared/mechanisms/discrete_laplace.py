@@ -1,8 +1,9 @@
 """Exact discrete Laplace (two-sided geometric) sampling with integer arithmetic only.
 
 Implements Canonne, Kamath & Steinke, "The Discrete Gaussian for Differential Privacy"
-(NeurIPS 2020), Algorithm 1 (Bernoulli(exp(-gamma)) for rational gamma) and Algorithm 2
-(discrete Laplace with rational scale t/s). Every decision is a comparison of an exactly
+(NeurIPS 2020), Algorithm 1 (Bernoulli(exp(-gamma)) for rational gamma, and from it
+Bernoulli(sigmoid(z)): ePTR's release test) and Algorithm 2 (discrete Laplace with rational
+scale t/s). Every decision is a comparison of an exactly
 uniform integer with a rational threshold, so the sampled distribution is exactly
 P(Z = z) proportional to exp(-|z| s / t): no floating-point rounding can leak anything.
 
@@ -58,6 +59,23 @@ def bernoulli_exp(rng: Rng | Below, gamma: Fraction) -> bool:
     if gamma < 0:
         raise InvalidParameterError(f"gamma ({gamma}) must be >= 0")
     return _bernoulli_exp(below_sampler(rng), gamma.numerator, gamma.denominator)
+
+
+def bernoulli_sigmoid(rng: Rng | Below, z: Fraction) -> bool:
+    """Exactly Bernoulli(1 / (1 + exp(-z))) for rational z, from CKS Algorithm 1.
+
+    For z >= 0, with r = exp(-z): rounds of a fair coin (heads: True) and, on tails, a
+    Bernoulli(r) (True: False), repeated while neither decides; P(True) = (1/2) / (1/2 + r/2)
+    = 1 / (1 + r). For z < 0, 1 - sigmoid(-z).
+    """
+    below = below_sampler(rng)
+    magnitude = abs(z)
+    num, den = magnitude.numerator, magnitude.denominator
+    while True:
+        if below(2) == 0:
+            return z >= 0
+        if _bernoulli_exp(below, num, den):
+            return z < 0
 
 
 def _laplace(below: Below, t: int, s: int) -> int:

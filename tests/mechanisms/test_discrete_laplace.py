@@ -16,6 +16,7 @@ import shared.rng
 from shared.errors import InvalidParameterError
 from shared.mechanisms.discrete_laplace import (
     bernoulli_exp,
+    bernoulli_sigmoid,
     discrete_laplace_noise,
     discrete_laplace_samples,
     sample_discrete_laplace,
@@ -149,3 +150,29 @@ def test_single_draw_and_bad_scales() -> None:
             sample_discrete_laplace(SystemRandom(), bad)
     with pytest.raises(InvalidParameterError, match="gamma"):
         bernoulli_exp(SystemRandom(), Fraction(-1))
+
+
+@pytest.mark.parametrize(
+    "z", [Fraction(0), Fraction(1, 3), Fraction(-2), Fraction(7), Fraction(-9, 4)]
+)
+def test_bernoulli_sigmoid_has_the_logistic_probability(z: Fraction) -> None:
+    below = shared.rng.below_sampler(np.random.default_rng(21))
+    trials = 20_000
+    hits = sum(bernoulli_sigmoid(below, z) for _ in range(trials))
+    p = 1.0 / (1.0 + math.exp(-float(z)))
+    assert stats.binomtest(hits, trials, p).pvalue > 1e-4
+
+
+def test_bernoulli_sigmoid_from_the_csprng_and_at_extreme_log_odds() -> None:
+    p = 1.0 / (1.0 + math.exp(-0.8))
+    assert_fits(
+        lambda: (
+            stats.binomtest(
+                sum(bernoulli_sigmoid(SystemRandom(), Fraction(4, 5)) for _ in range(4000)), 4000, p
+            ).pvalue
+        )
+    )
+    # |z| = 10^300: certain outcomes, decided in a few draws (one failure ends exp(-z)).
+    rng = np.random.default_rng(22)
+    assert all(bernoulli_sigmoid(rng, Fraction(10**300)) for _ in range(200))
+    assert not any(bernoulli_sigmoid(rng, Fraction(-(10**300))) for _ in range(200))

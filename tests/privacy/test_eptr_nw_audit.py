@@ -30,7 +30,9 @@ and 2.85; the chosen constants' release always answers here and its c0 is a coar
 its bound is a sanity check of the composition, not tight). With alpha halved the same seeds
 give 0.77, 0.58, 3.77, 3.87; with alpha a quarter 1.97, 1.69, 6.11, 5.93: the self-test below
 runs "moved eps 4" with a quarter of the proved alpha (a sensitivity bound four times too
-small) and must flag it. About 3 s of CPU per audit (5 to 9 s wall on a loaded machine).
+small) and must flag it. (Measured with the float normal sampler exact sampling replaced: the
+law is the same, the seeded draws are not.) 11 to 17 s wall per audit with the exact Gaussian
+(about 50 us per coordinate).
 
 Flake budget: the probability that any audit here fails although ePTR-NW is as private as
 claimed is at most ``FAMILY_ALPHA`` = 0.001, split evenly over the audits (the seeds are fixed,
