@@ -72,14 +72,17 @@ def eptr_threshold(*, epsilon: float, delta: float) -> float:
     return 1.0 + (2.0 / epsilon) * math.log(max(1.0 / delta, 1.0 / epsilon))
 
 
-def _release_log_odds(*, gamma: float, epsilon: float, delta: float) -> float:
-    """epsilon / 2 (gamma - M): the log-odds of Algorithm 2's release test (step 4)."""
-    return 0.5 * epsilon * (gamma - eptr_threshold(epsilon=epsilon, delta=delta))
+def _release_log_odds(*, gamma: float, epsilon: float, delta: float) -> Fraction:
+    """epsilon / 2 (gamma - M) in exact rationals: the log-odds of Algorithm 2's release test
+    (step 4). Exact, so neighbours' log-odds differ by exactly epsilon / 2 |gamma - gamma'|
+    (doubles added up to 1e-7 relative of it at gamma ~ 1e9) and nothing overflows."""
+    m = eptr_threshold(epsilon=epsilon, delta=delta)
+    return Fraction(epsilon) / 2 * (Fraction(gamma) - Fraction(m))
 
 
 def eptr_release_probability(*, gamma: float, epsilon: float, delta: float) -> float:
     """p(X) = sigmoid(epsilon / 2 (gamma - M)) (Algorithm 2, step 4), computed without overflow."""
-    return float(expit(_release_log_odds(gamma=gamma, epsilon=epsilon, delta=delta)))
+    return float(expit(0.5 * epsilon * (gamma - eptr_threshold(epsilon=epsilon, delta=delta))))
 
 
 # The release test's values of gamma where the whole step's delta is searched (in units of the
@@ -231,8 +234,8 @@ def eptr_release(
     step over every such pair (no composition bound, no eps < 1 condition), and the noise is
     the smallest whose delta is at most the charge. The guarantee rests on ``gamma`` being
     an alpha-SaLBo: the caller's duty (the estimators of this package prove theirs).
-    Sampling is exact: the test is exactly Bernoulli(sigmoid(z)) for the double z = eps/2
-    (gamma - M) (:func:`shared.mechanisms.discrete_laplace.bernoulli_sigmoid`), and the
+    Sampling is exact: the test is exactly Bernoulli(sigmoid(z)) for z = eps/2 (gamma - M) in
+    exact rationals (:func:`shared.mechanisms.discrete_laplace.bernoulli_sigmoid`), and the
     noise is the exact real estimate + N(0, s^2) rounded to a grid of s alone
     (:func:`shared.mechanisms.gaussian.gaussian_mechanism`): the released doubles are
     post-processing of the ideal mechanism, whose set of outputs does not depend on the estimate
@@ -262,14 +265,15 @@ def eptr_release(
 
     threshold = eptr_threshold(epsilon=eps, delta=dlt)
     log_odds = _release_log_odds(gamma=g, epsilon=eps, delta=dlt)
+    probability = eptr_release_probability(gamma=g, epsilon=eps, delta=dlt)
     scale = eptr_noise_scale(alpha=a, epsilon=eps, delta=dlt)
     below = below_sampler(rng)
-    released = bernoulli_sigmoid(below, Fraction(log_odds))
+    released = bernoulli_sigmoid(below, log_odds)
     value = gaussian_mechanism(values, scale=scale, rng=below) if released else fallback
     return EPTRRelease(
         value=value,
         released=released,
-        release_probability=float(expit(log_odds)),
+        release_probability=probability,
         noise_scale=scale,
         threshold=threshold,
         gamma=g,

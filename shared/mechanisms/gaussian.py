@@ -28,8 +28,9 @@ from shared.errors import InvalidParameterError
 from shared.mechanisms.discrete_laplace import bernoulli_exp
 from shared.rng import Below, Rng, below_sampler
 
-# Digits of a u-rand are base 2^32; the output grid is 2^-40 of the noise scale (below the
-# double's own resolution for any output within 2^12 noise scales of zero).
+# Digits of a u-rand are base 2^32; the output grid is 2^-40 of the noise scale: within 2^12
+# noise scales of zero the doubles are finer than the grid (outputs are exact midpoints), beyond
+# that the doubles are the coarser.
 _DIGIT = 2**32
 GRID_BITS = 40
 _HALF = Fraction(1, 2)

@@ -271,3 +271,19 @@ def test_eptr_outputs_do_not_tell_neighbouring_estimates_apart() -> None:
     told_apart = sum(not float_possible(o, neighbour, scale) for o in mine)
     false_alarms = sum(not float_possible(o, neighbour, scale) for o in theirs)
     assert abs(told_apart - false_alarms) <= 0.1 * trials
+
+
+def test_release_test_takes_log_odds_beyond_the_doubles_exactly() -> None:
+    """eps (gamma - M) / 2 above the largest double: the test's log-odds are exact rationals,
+    so it releases (was an OverflowError decided by the private gamma)."""
+    rng = np.random.default_rng(4)
+    for eps, gamma in [(1e10, 1e300), (1e300, 1e10)]:
+        out = eptr_release(
+            np.zeros(2), gamma=gamma, alpha=1.0, epsilon=eps, delta=1e-6, no_reply=9.0, rng=rng
+        )
+        assert out.released and out.release_probability == 1.0
+    # The other side: far below M it answers "no reply" (exp(-eps (M - gamma) / 2) ~ 0).
+    out = eptr_release(
+        np.zeros(2), gamma=0.0, alpha=1.0, epsilon=1e300, delta=1e-300, no_reply=9.0, rng=rng
+    )
+    assert not out.released and np.array_equal(out.value, [9.0, 9.0])
