@@ -189,6 +189,14 @@ def below_sampler(rng: Rng | Below) -> Below:
     )
 
 
+def random_words(rng: Rng, count: int) -> np.ndarray:
+    """``count`` uniform 64-bit words (uint64) for kernels that draw exact integers from them
+    by rejection: ``os.urandom`` bytes in production, the Generator's draws in tests."""
+    if isinstance(rng, SystemRandom):
+        return rng.words(count)
+    return rng.integers(0, 2**64 - 1, size=count, dtype=np.uint64, endpoint=True)
+
+
 def uniforms(rng: Rng, n: int) -> np.ndarray:
     """``n`` uniform doubles in [0, 1) as a contiguous float64 array (for numba kernels)."""
     return np.ascontiguousarray(rng.random(n), dtype=np.float64)

@@ -23,9 +23,9 @@ outputs and public values only (post-processing). By basic composition, valid fo
 chosen mechanisms (Dwork & Roth 2014, Theorem 3.16), the release is (sum of the estimates'
 epsilons + epsilon_e, delta)-DP = (epsilon, delta)-DP, the request's charge exactly
 (:class:`ConstantsSplit`). Every step protects a whole example (features and label), as ePTR does.
-Every released noisy value is drawn exactly (:func:`exact_laplace`, discrete Laplace on counts),
-as are ePTR's Bernoulli and Gaussian; only the sparse vector's comparisons use a float Laplace,
-which releases an index of a public grid, never a noisy double (:func:`dp_norm_quantile`).
+Every noisy value and comparison is drawn exactly: :func:`exact_laplace` (discrete Laplace on
+a grid), the sparse vector's comparisons (:func:`dp_norm_quantile`), ePTR's Bernoulli and
+Gaussian.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from shared.estimators._checks import features, labels_for, positive, row_norms
 from shared.estimators.eptr import eptr_threshold
 from shared.estimators.ols import EPTROLS, eptr_design, eptr_ols
 from shared.mechanisms.discrete_laplace import discrete_laplace_samples
-from shared.rng import Rng, uniforms
+from shared.mechanisms.sparse_vector import first_at_or_below
+from shared.rng import Rng
 
 # The constants of ePTR-OLS the product can choose, in the order it estimates them.
 OLS_CONSTANTS = ("r_x", "c0", "r_theta")
@@ -188,14 +189,6 @@ def split_shares(
 # ---- the DP estimates ----------------------------------------------------------------------
 
 
-def laplace(rng: Rng, scale: float, size: int) -> np.ndarray:
-    """``size`` draws of Laplace(0, scale) by the inverse CDF of 2^-53-grid uniforms (the
-    smallest uniform nudged to half the grid step, so no draw is infinite): for the sparse
-    vector's comparisons only (:func:`dp_norm_quantile`)."""
-    u = np.maximum(uniforms(rng, size), 2.0**-54) - 0.5
-    return -scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
-
-
 # Grid steps per sensitivity of :func:`exact_laplace`: rounding to the grid adds at most one step
 # to the sensitivity (1025 steps instead of 1024: 0.1% more noise).
 LAPLACE_RESOLUTION = 1024
@@ -230,33 +223,19 @@ def target_above(n: int, epsilon: float) -> float:
 
 def dp_norm_quantile(norms: np.ndarray, *, epsilon: float, above: float, rng: Rng) -> float:
     """The first radius r of :data:`NORM_GRID` (ascending) at which the noisy count of norms
-    above r falls to the noisy target ``above``: the sparse vector technique (AboveThreshold,
-    Dwork & Roth 2014, Algorithm 1; Lyu, Su & Li 2017, Algorithm 7 with c = 1), epsilon-DP.
+    above r falls to the noisy target ``above`` (the top of the grid if none): the sparse vector
+    technique with exact noise (``sparse_vector.first_at_or_below``), epsilon-DP.
 
     Privacy (proof): the queries are c_j = #{i : ||x_i|| > r_j}, each of sensitivity 1, and
     MONOTONE: changing one example moves one norm, so every c_j changes by the same sign (+1
-    for the r_j between the old and the new norm if it grew, -1 if it shrank, 0 elsewhere).
-    The output is the first j with c_j - nu_j <= above - rho, rho ~ Lap(2 / epsilon),
-    nu_j ~ Lap(2 / epsilon) independent (the top of the grid if none). Only comparisons are
-    released (an index of the public grid), never a noisy value, so the float sampler's grid
-    (:func:`laplace`) matters only through tail probabilities beyond 37 scales (2^-54 of the
-    uniforms), not as Mironov's attack on released floats; the estimates that release a noisy
-    value use :func:`exact_laplace`. Write P(J = j) as the
-    integral over rho = z of f(z) prod_{i<j} P(nu_i < c_i - above + z) P(nu_j >= c_j - above +
-    z). If the neighbour's counts are c' >= c: each "not yet" factor only grows, and the last
-    one changes by at most e^(epsilon / 2) (a Laplace tail moved by 1), a ratio <= e^(epsilon/2)
-    one way; the other way, substituting z = w - 1 costs e^(epsilon / 2) in f and turns every
-    "not yet" factor of c' into one of c, the last again e^(epsilon / 2): <= e^epsilon. The
-    case c' <= c is symmetric, and "no stop" is the same without the last factor. So every
-    output's probability ratio is <= e^epsilon (monotone queries need no factor 2 on nu:
-    Lyu et al., Theorem 5). Infinite norms (overflowed) count as above every radius.
+    for the r_j between the old and the new norm if it grew, -1 if it shrank, 0 elsewhere),
+    which is what ``first_at_or_below``'s proof needs; only an index of the public grid is
+    released. Infinite norms (overflowed) count as above every radius.
     """
-    eps = check_epsilon(epsilon)
     values = np.sort(np.asarray(norms, dtype=np.float64))
     counts = values.size - np.searchsorted(values, NORM_GRID, side="right")
-    threshold = above - laplace(rng, 2.0 / eps, 1)[0]
-    fired = np.flatnonzero(counts - laplace(rng, 2.0 / eps, NORM_GRID.size) <= threshold)
-    return float(NORM_GRID[fired[0]] if fired.size else NORM_GRID[-1])
+    fired = first_at_or_below(counts, threshold=above, epsilon=epsilon, rng=rng)
+    return float(NORM_GRID[-1] if fired is None else NORM_GRID[fired])
 
 
 def noisy_lambda_min(design: np.ndarray, *, r_x: float, epsilon: float, rng: Rng) -> float:

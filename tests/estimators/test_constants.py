@@ -22,6 +22,7 @@ from shared.estimators import constants as C
 from shared.estimators._checks import project_rows
 from shared.estimators.eptr import eptr_noise_scale, eptr_threshold
 from shared.estimators.ols import eptr_design, eptr_ols
+from tests.mechanisms.test_sparse_vector import svt_distribution as exact_svt
 
 # ---- the budget rule ------------------------------------------------------------------------
 
@@ -94,32 +95,13 @@ def test_the_split_refuses_bad_input_naming_it(kwargs: dict, match: str) -> None
 # ---- r_x: the sparse vector's output distribution, exactly ----------------------------------
 
 
-def _laplace_cdf(x: np.ndarray, scale: float) -> np.ndarray:
-    return np.where(
-        x < 0, 0.5 * np.exp(np.minimum(x, 0) / scale), 1 - 0.5 * np.exp(-np.abs(x) / scale)
-    )
-
-
 def svt_distribution(norms: np.ndarray, *, epsilon: float, above: float) -> np.ndarray:
-    """P(output = NORM_GRID[j]) for every j (the last entry also takes "no stop"), by numerical
-    integration over the threshold noise rho = z of f(z) prod_{i<j} P(not yet) P(stop at j)."""
+    """P(output = NORM_GRID[j]) for every j (the last entry also takes "no stop"): the exact
+    law of ``sparse_vector.first_at_or_below`` on the counts #{norm > r_j}."""
     values = np.sort(norms)
     counts = values.size - np.searchsorted(values, C.NORM_GRID, side="right")
-    b = 2.0 / epsilon
-    z = np.linspace(-40 * b, 40 * b, 40001)
-    weights = np.full(z.size, z[1] - z[0])  # the trapezoid rule's
-    weights[[0, -1]] /= 2
-    probs = np.zeros(C.NORM_GRID.size)
-    for chunk in np.array_split(np.arange(z.size), 8):
-        zc = z[chunk]
-        mass = np.exp(-np.abs(zc) / b) / (2 * b) * weights[chunk]
-        # stop at j iff c_j - nu_j <= above - rho, i.e. nu_j >= c_j - above + rho
-        stop = 1.0 - _laplace_cdf(counts[:, None] - above + zc[None, :], b)
-        log_not_yet = np.cumsum(np.log(np.maximum(1.0 - stop, 1e-300)), axis=0)
-        before = np.vstack([np.zeros((1, zc.size)), log_not_yet[:-1]])
-        probs += (np.exp(before) * stop) @ mass
-        probs[-1] += np.exp(log_not_yet[-1]) @ mass
-    return probs
+    probs = exact_svt(counts, threshold=above, epsilon=epsilon)
+    return np.append(probs[:-2], probs[-2] + probs[-1])
 
 
 # A short public grid (2^(j/8) from 1/32 to 32) keeps the exact distributions cheap; the
@@ -310,7 +292,7 @@ def test_the_test_rarely_answers_no_reply_with_the_chosen_c0() -> None:
     rng = np.random.default_rng(7)
     eps, delta, lam_eps = 0.75, 0.01, 0.15
     true_units = 550.0
-    noisy = true_units + C.laplace(rng, 1 / lam_eps, 200_000)
+    noisy = true_units + rng.laplace(0.0, 1 / lam_eps, 200_000)
     m = eptr_threshold(epsilon=eps, delta=delta)
     g = C.release_margin(eptr_epsilon=eps, lambda_epsilon=lam_eps, no_reply=C.NO_REPLY)
     c0n_units = noisy - 2 * (1 + m + g)  # the closed form (the strong branch)

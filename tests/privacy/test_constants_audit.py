@@ -12,7 +12,7 @@ label), chosen where each estimate moves most:
 - the whole release (all three estimates, then ePTR-OLS) on a small data set, its joint output
   against the request's (epsilon, delta): one example from (0, 0) to (far out, the bound).
 
-Measured lower bounds (the seeds here): r_x 0.31 of 1 and 0.70 of 2 (the sparse vector's
+Measured lower bounds (the seeds here): r_x 0.29 of 1 and 0.79 of 2 (the sparse vector's
 analysis is worst-case over the threshold noise, rarely tight for one change), lambda_min 0.86
 of 1, the mean square 0.88 of 1, the whole release 0.59 of 16 (a sanity check of the
 composition: at n = 16 ePTR mostly answers "no reply").
