@@ -72,12 +72,12 @@ def eptr_threshold(*, epsilon: float, delta: float) -> float:
     return 1.0 + (2.0 / epsilon) * math.log(max(1.0 / delta, 1.0 / epsilon))
 
 
-def _release_log_odds(*, gamma: float, epsilon: float, delta: float) -> Fraction:
-    """epsilon / 2 (gamma - M) in exact rationals: the log-odds of Algorithm 2's release test
-    (step 4). Exact, so neighbours' log-odds differ by exactly epsilon / 2 |gamma - gamma'|
-    (doubles added up to 1e-7 relative of it at gamma ~ 1e9) and nothing overflows."""
-    m = eptr_threshold(epsilon=epsilon, delta=delta)
-    return Fraction(epsilon) / 2 * (Fraction(gamma) - Fraction(m))
+def _release_log_odds(*, gamma: float, epsilon: float, threshold: float) -> Fraction:
+    """epsilon / 2 (gamma - M) in exact rationals (M = ``threshold``): the log-odds of Algorithm
+    2's release test (step 4). Exact, so neighbours' log-odds differ by exactly epsilon / 2
+    |gamma - gamma'| (doubles added up to 1e-7 relative of it at gamma ~ 1e9) and nothing
+    overflows."""
+    return Fraction(epsilon) / 2 * (Fraction(gamma) - Fraction(threshold))
 
 
 def eptr_release_probability(*, gamma: float, epsilon: float, delta: float) -> float:
@@ -264,7 +264,7 @@ def eptr_release(
         raise InvalidParameterError("no_reply must be finite")
 
     threshold = eptr_threshold(epsilon=eps, delta=dlt)
-    log_odds = _release_log_odds(gamma=g, epsilon=eps, delta=dlt)
+    log_odds = _release_log_odds(gamma=g, epsilon=eps, threshold=threshold)
     probability = eptr_release_probability(gamma=g, epsilon=eps, delta=dlt)
     scale = eptr_noise_scale(alpha=a, epsilon=eps, delta=dlt)
     below = below_sampler(rng)

@@ -93,10 +93,9 @@ def _half_normal(below: Below) -> tuple[int, _URand]:
     exp(-k^2 / 2); x uniform, kept with probability exp(-x (2k + x) / 2), Algorithm B run k + 1
     times: the joint density is proportional to exp(-(k + x)^2 / 2).
     """
-    half = Fraction(1, 2)
     while True:
         k = 0
-        while bernoulli_exp(below, half):
+        while bernoulli_exp(below, _HALF):
             k += 1
         if k > 1 and not bernoulli_exp(below, Fraction(k * (k - 1), 2)):
             continue
