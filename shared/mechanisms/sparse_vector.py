@@ -72,7 +72,8 @@ def first_at_or_below(
     rho = discrete_laplace_samples(rng, 1 / half, 1)[0]
     shift = rho - math.floor(threshold)
     num, den = half.numerator, half.denominator
-    if den <= _KERNEL_LIMIT and (int(np.abs(c).max()) + abs(shift) + 1) * num <= _KERNEL_LIMIT:
+    largest = max(abs(int(c.min())), abs(int(c.max())))  # Python integers: no int64 wrap
+    if den <= _KERNEL_LIMIT and (largest + abs(shift) + 1) * num <= _KERNEL_LIMIT:
         return _first_firing(c.astype(np.int64) + shift, num, den, rng)
     below = below_sampler(rng)  # epsilon below ~1e-12: the same draws in Python integers
     for j, count in enumerate(c.tolist()):

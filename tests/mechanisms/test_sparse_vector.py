@@ -160,7 +160,9 @@ def test_dyadic_floor_is_the_largest_short_dyadic_below(value: float) -> None:
 @pytest.mark.parametrize("epsilon", [5e-324, 1e-300, 1e-12, 1e-6, 1e6, 1e300])
 def test_extreme_epsilons_and_counts_answer(epsilon: float) -> None:
     rng = np.random.default_rng(3)
-    for counts in (COUNTS, np.array([2**50, 2**40, 3, 0]), np.array([7])):
+    extremes = np.array([2**63 - 1, 0, -(2**63)], dtype=np.int64)  # |min| wraps in int64
+    big = np.array([2**64 - 1, 5], dtype=np.uint64)
+    for counts in (COUNTS, np.array([2**50, 2**40, 3, 0]), np.array([7]), extremes, big):
         fired = sv.first_at_or_below(counts, threshold=1e15, epsilon=epsilon, rng=rng)
         assert fired is None or 0 <= fired < counts.size
     # a huge epsilon is almost noiseless: the first count at or below the threshold
