@@ -71,6 +71,10 @@ no_docker() {
 }
 
 mkdir -p "$CACHE"
+# One build at a time per cache folder: a second caller (another test worker, another shell)
+# waits for the first instead of racing it on the rootfs, the wheelhouse and the image tags.
+exec 9>"$CACHE/.build.lock"
+flock 9
 
 # pip with the host's configuration, minus its warnings about configured links that do not exist.
 pip_quiet() {
@@ -104,9 +108,10 @@ start_dockerd() {
     else
         log "starting dockerd (log: $logfile)"
         # Published ports default to loopback (--ip) so nothing is ever exposed beyond this host;
-        # all fds are redirected so a caller capturing our output does not wait on the daemon.
+        # all fds are redirected so a caller capturing our output does not wait on the daemon,
+        # and the build lock (fd 9) is closed so the daemon does not hold it after we exit.
         setsid nohup dockerd --data-root /var/lib/docker --ip 127.0.0.1 \
-            </dev/null >"$logfile" 2>&1 &
+            </dev/null >"$logfile" 2>&1 9>&- &
     fi
     local i
     for i in $(seq 1 60); do

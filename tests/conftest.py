@@ -41,6 +41,29 @@ def postgres_url(postgres: Any) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the fuzz tests last: Schemathesis' in-process ASGI client leaves process-wide state
-    behind (later TestClient requests saw their ``Accept`` header merged with ``*/*``)."""
-    items.sort(key=lambda item: "tests/fuzz/" in item.nodeid)
+    """The Docker modules first (the longest work, started at once under ``-n``), the fuzz tests
+    last: Schemathesis' in-process ASGI client leaves process-wide state behind (later
+    TestClient requests saw their ``Accept`` header merged with ``*/*``)."""
+    items.sort(key=lambda item: ("tests/fuzz/" in item.nodeid, _group(item.nodeid) != "docker"))
+
+
+def _group(nodeid: str) -> str:
+    """The unit a worker runs whole: a test module, or every module that drives Docker (one
+    dockerd, the same image tags and wheelhouse: they must not run side by side)."""
+    module = nodeid.split("::", 1)[0]
+    return "docker" if module.startswith("tests/compose/") else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (``tests/run.sh`` runs ``-n`` workers) each worker takes whole
+    :func:`_group` units in collection order, so a module's fixtures (a started service, a
+    Spark cluster, a deployment) are built once, on one worker."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    config.option.loadscopereorder = False  # keep the order above (Docker first, fuzz last)
+    return GroupScheduling(config, log)

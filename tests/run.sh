@@ -31,4 +31,4 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # The 25 slowest tests close the log: where CI time goes (keep CI under 30 minutes).
-.venv/bin/python -m pytest --durations=25 "$@"
+.venv/bin/python -m pytest -n 3 --durations=25 "$@"
