@@ -224,7 +224,9 @@ def test_labels_party_back_during_the_retries_is_used(tmp_path: Path, features_f
         labels_url=labels.url,
         labels_token=tokens["publisher"],
         features_token=tokens["features"],
-        pull_retry=RetryPolicy(attempts=10, base_delay=0.25, factor=1.5, max_delay=2.0),
+        # ~100 s of retries: the restart below (a new process importing numpy, numba and the
+        # services) took more than the ~11 s of 10 attempts on a loaded 2-core CI machine.
+        pull_retry=RetryPolicy(attempts=55, base_delay=0.25, factor=1.5, max_delay=2.0),
     )
     features.headers["Authorization"] = f"Bearer {tokens['features']}"
     try:
@@ -241,7 +243,7 @@ def test_labels_party_back_during_the_retries_is_used(tmp_path: Path, features_f
 
         thread = threading.Thread(target=bring_back)
         thread.start()
-        done = wait_job(features, job["id"], timeout=60)
+        done = wait_job(features, job["id"], timeout=180)
         thread.join()
         assert done["status"] == "succeeded", done["error"]
         assert done["result"]["release"]["body_sha256"] == release.message_sha256
