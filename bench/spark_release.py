@@ -4,22 +4,31 @@ For each n: synthetic universe of n ids, 20% labelled (exponential labels), writ
 by Spark; a real labels-party process; the job end to end (wall time per stage, from
 ``JobResult.timings``); peak RSS of the driver's Python process and of the JVM + Python workers
 (sampled from /proc every 0.2 s); and ``shared.randomizer.execute`` on the same labels in one
-process (n <= 10^7). Usage::
+process (n <= 10^7). ``--repeat R`` runs the job R times on the same inputs and prints the
+median; ``--cli`` times the whole ``labeldp release --engine spark`` command instead, each run in
+a fresh process (Spark's start included). Usage::
 
-    .venv/bin/python bench/spark_release.py --n 1000000 10000000 [--out bench/results/...]
+    .venv/bin/python -m bench.spark_release --n 1000000 10000000 [--repeat 5] [--cli]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from spark_release.job import JobConfig
 
 
 def _rss_kib(pid: int) -> int:
@@ -118,6 +127,25 @@ def kernel_rate(n: int = 2_000_000) -> float:
     return n / (time.perf_counter() - start)
 
 
+def cli_run(config: JobConfig) -> float:
+    """Seconds of ``labeldp release --engine spark`` for ``config``, in a fresh process."""
+    from spark_release.cli import TOKEN_ENV
+
+    command = [
+        sys.executable, "-m", "labeldp", "release", "--engine", "spark",
+        "--dataset", config.dataset, "--labels-url", config.labels_url,
+        "--examples", config.examples, "--labels", config.labels,
+        "--epsilon", str(config.epsilon), "--out", str(config.out),
+    ]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, TOKEN_ENV: config.token}
+    )
+    if done.returncode:
+        raise RuntimeError(f"labeldp release failed ({done.returncode}): {done.stderr[-2000:]}")
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, nargs="+", default=[1_000_000, 10_000_000])
@@ -125,6 +153,15 @@ def main() -> None:
     parser.add_argument(
         "--arrow-batch", type=int, nargs="+", default=None,
         help="rows per Arrow batch to compare side by side (default: the job's own setting)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--repeat", type=int, default=1,
+        help="runs of the job per n and batch on the same inputs (each spends epsilon 1 of 10)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cli", action="store_true",
+        help="run each job as `labeldp release --engine spark` in a fresh process (its own JVM, "
+        "the command's default settings) and time the whole command",
     )  # fmt: skip
     args = parser.parse_args()
 
@@ -156,17 +193,25 @@ def main() -> None:
                 examples, labels = make_inputs(spark, n, root / name)
                 generate = time.perf_counter() - t0
                 print(f"n={n:.0e}: generate {generate:.1f}s", flush=True)
-                for run_number, batch in enumerate(batches):
+                jobs: list[float] = []
+                runs = [batch for batch in batches for _ in range(args.repeat)]
+                for run_number, batch in enumerate(runs):
                     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch))
                     config = JobConfig(
                         dataset=name, labels_url=service.url, token=tokens["advertiser"],
                         examples=str(examples), labels=str(labels), epsilon=Decimal("1"),
                         out=root / f"{name}-message-{run_number}",
                     )  # fmt: skip
+                    if args.cli:
+                        total = cli_run(config)
+                        jobs.append(total)
+                        print(f"  labeldp release --engine spark: {total:.1f}s", flush=True)
+                        continue
                     with MemorySampler() as memory:
                         start = time.perf_counter()
                         result = run(config, spark=spark)
                         total = time.perf_counter() - start
+                    jobs.append(total)
                     stages = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
                     rate = n / result.timings["noise_randomize_write"] / cores
                     line = (
@@ -180,6 +225,9 @@ def main() -> None:
                         ratio = total / single
                         line += f"; single-process {single:.2f}s (Spark / single {ratio:.1f}x)"
                     print(line, flush=True)
+                if len(jobs) > 1:
+                    print(f"  job over {len(jobs)} runs: median {statistics.median(jobs):.1f}s, "
+                          f"min {min(jobs):.1f}s, max {max(jobs):.1f}s", flush=True)  # fmt: skip
         finally:
             service.stop()
     spark.stop()

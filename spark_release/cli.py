@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 from shared.plan import AUTO, mechanisms
 from shared.service.cli_args import from_args
+from spark_release import DRIVER_MEMORY
 
 TOKEN_ENV = "LABELDP_ADVERTISER_TOKEN"
 
@@ -24,6 +26,13 @@ def _amount(text: str) -> Decimal:
     if not value.is_finite() or value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
     return value
+
+
+def _memory(text: str) -> str:
+    """A JVM memory size as Spark reads it (``2g``, ``512m``, ``4096``: MiB without a unit)."""
+    if not re.fullmatch(r"[0-9]+(b|kb?|mb?|gb?|tb?|pb?)?", text.lower()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size such as 2g or 512m")
+    return text
 
 
 def _params(text: str) -> dict[str, Any]:
@@ -58,6 +67,10 @@ def register_commands(commands: Any) -> None:
     )
     parser.add_argument("--out", type=Path, required=True, help="where the message is published")
     parser.add_argument("--master", default="local[*]")
+    parser.add_argument(
+        "--driver-memory", type=_memory, default=DRIVER_MEMORY,
+        help="the driver JVM's heap (default %(default)s; in local mode every task runs in it)",
+    )  # fmt: skip
     parser.add_argument(
         "--resume",
         action="store_true",

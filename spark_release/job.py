@@ -88,6 +88,7 @@ from shared.randomizer import (
 )
 from shared.rng import Rng, SystemRandom
 from shared.service.client import LabelsPartyClient, ServiceError, _segment
+from spark_release import DRIVER_MEMORY
 
 CHARGE = "charge.json"  # in staging: the charge the labels party recorded (or may have)
 PUBLICATION = "publication.json"  # in staging beside the message: what --resume replays
@@ -118,6 +119,7 @@ class JobConfig:
     epsilon_histogram: Decimal | None = None
     params: dict[str, Any] = field(default_factory=dict)  # bins, model_dim, mechanism options
     master: str = "local[*]"
+    driver_memory: str = DRIVER_MEMORY
     resume: bool = False
     id_column: str = "example_id"
     value_column: str = "value"
@@ -680,7 +682,9 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
             return resume(config, client)
         if config.resume:
             raise SparkJobError(f"--resume: nothing staged at {config.staging}")
-        session = spark or spark_session(config.master)
+        session = spark or spark_session(
+            config.master, {"spark.driver.memory": config.driver_memory}
+        )
         default = float(info["default_label"])
         universe, labelled = load_inputs(session, config)
         n = universe.count()  # the files' row counts: no scan of the ids
