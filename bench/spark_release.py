@@ -167,10 +167,11 @@ def main() -> None:
 
     from demo.services import new_tokens, start_labels_party
     from shared.service.client import LabelsPartyClient
+    from spark_release import DRIVER_MEMORY
     from spark_release.job import ARROW_BATCH_ROWS, JobConfig, run, spark_session
 
     spark = spark_session(
-        args.master, {"spark.driver.memory": "2g", "spark.ui.showConsoleProgress": "false"}
+        args.master, {"spark.driver.memory": DRIVER_MEMORY, "spark.ui.showConsoleProgress": "false"}
     )
     batches = args.arrow_batch or [ARROW_BATCH_ROWS]
     spark.sparkContext.setLogLevel("ERROR")

@@ -37,6 +37,7 @@ def session(extra: dict[str, str], log_dir: Path) -> Any:
     """A fresh session with the job's settings, ``extra`` and an uncompressed event log."""
     from pyspark.sql import SparkSession
 
+    from spark_release import DRIVER_MEMORY
     from spark_release.job import spark_session
 
     # The builder's options are class-level and outlive a stopped session: clear them, or a
@@ -44,7 +45,7 @@ def session(extra: dict[str, str], log_dir: Path) -> Any:
     SparkSession.builder._options.clear()
     log_dir.mkdir(parents=True, exist_ok=True)
     conf = {
-        "spark.driver.memory": "2g",
+        "spark.driver.memory": DRIVER_MEMORY,
         "spark.ui.showConsoleProgress": "false",
         "spark.eventLog.enabled": "true",
         "spark.eventLog.dir": str(log_dir),
