@@ -249,11 +249,17 @@ def _hashed(directory: Path, *, n: int) -> tuple[str, str]:
 # (measured side by side in bench/results/spark_release.md); a batch of 2^17 rows is ~3 MiB.
 ARROW_BATCH_ROWS = 131_072
 
+# The driver JVM's collector (in local mode the executors' too): a release is a batch job that
+# wants throughput, not short pauses. Parallel GC ran the first job of a fresh JVM (the command's
+# case) in 0.91x G1's time, four pairs at 3 x 10^7 ids (bench/results/spark_release.md).
+DRIVER_JAVA_OPTIONS = "-XX:+UseParallelGC"
+
 
 def spark_session(master: str, conf: dict[str, str] | None = None) -> Any:
     """A SparkSession for the job (Arrow on, large Arrow batches, no speculative duplicate
-    tasks, the joining pass's plan below); ``conf`` adds or overrides settings (the benchmark
-    sets the driver's memory)."""
+    tasks, the joining pass's plan below, :data:`DRIVER_JAVA_OPTIONS`); ``conf`` adds or
+    overrides settings (the benchmark sets the driver's memory). JVM settings apply only when
+    this starts the JVM, not to a session already running in the process."""
     from pyspark.sql import SparkSession
 
     python_workers()
@@ -263,6 +269,7 @@ def spark_session(master: str, conf: dict[str, str] | None = None) -> Any:
         "spark.speculation": "false",
         "spark.sql.ansi.enabled": "true",  # integer sums fail loudly, never wrap
         "spark.ui.enabled": "false",
+        "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
         # The joining pass (:func:`joined_sorted`): aggregate the sorted rows as they stream
         # (one sort, no hash map of 10^8 ids spilling), and cache the joined frame uncompressed
         # (it lives for one release, on local disk): 0.73x the pass's wall time side by side at

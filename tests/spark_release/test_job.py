@@ -354,6 +354,16 @@ def test_bad_input_is_refused_before_anything_is_spent(
     assert [e["kind"] for e in labels_party.ledger(name)] == ["dataset"]
 
 
+def test_the_sessions_jvm_collects_with_parallel_gc(spark: Any) -> None:
+    """spark_session starts its JVM with DRIVER_JAVA_OPTIONS: the collector is Parallel GC."""
+    assert spark_job.DRIVER_JAVA_OPTIONS == "-XX:+UseParallelGC"
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")  # Spark's first
+    assert options.split()[-1] == spark_job.DRIVER_JAVA_OPTIONS
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    names = {bean.getName() for bean in beans}
+    assert names == {"PS Scavenge", "PS MarkSweep"}, names  # G1 would be "G1 Young Generation"
+
+
 def test_sorted_partitions_follow_the_data_not_a_fixed_200() -> None:
     """About ROWS_PER_PARTITION rows each, one per core at least, a multiple of the cores."""
     per = spark_job.ROWS_PER_PARTITION
