@@ -88,7 +88,7 @@ from shared.randomizer import (
 )
 from shared.rng import Rng, SystemRandom
 from shared.service.client import LabelsPartyClient, ServiceError, _segment
-from spark_release import DRIVER_MEMORY
+from spark_release import DRIVER_JAVA_OPTIONS, DRIVER_MEMORY
 
 CHARGE = "charge.json"  # in staging: the charge the labels party recorded (or may have)
 PUBLICATION = "publication.json"  # in staging beside the message: what --resume replays
@@ -248,11 +248,6 @@ def _hashed(directory: Path, *, n: int) -> tuple[str, str]:
 # a fixed Python + numba call overhead, so larger batches raise the randomizing stage's rate
 # (measured side by side in bench/results/spark_release.md); a batch of 2^17 rows is ~3 MiB.
 ARROW_BATCH_ROWS = 131_072
-
-# The driver JVM's collector (in local mode the executors' too): a release is a batch job that
-# wants throughput, not short pauses. Parallel GC ran the first job of a fresh JVM (the command's
-# case) in 0.91x G1's time, four pairs at 3 x 10^7 ids (bench/results/spark_release.md).
-DRIVER_JAVA_OPTIONS = "-XX:+UseParallelGC"
 
 
 def spark_session(master: str, conf: dict[str, str] | None = None) -> Any:

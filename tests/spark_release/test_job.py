@@ -23,6 +23,7 @@ from features_party.parquet_message import read_parquet_message
 from shared.domain import LabelDomain
 from shared.mechanisms.rr_on_bins import RROnBins
 from shared.randomizer import LabelCounts, choose_randomizer, measure, noisy_prior_from_counts
+from spark_release import DRIVER_JAVA_OPTIONS
 from spark_release import job as spark_job
 from spark_release.job import JobConfig, SimulatedCrash, SparkJobError, run
 from tests.spark_release.conftest import LabelsParty, write_inputs
@@ -356,9 +357,9 @@ def test_bad_input_is_refused_before_anything_is_spent(
 
 def test_the_sessions_jvm_collects_with_parallel_gc(spark: Any) -> None:
     """spark_session starts its JVM with DRIVER_JAVA_OPTIONS: the collector is Parallel GC."""
-    assert spark_job.DRIVER_JAVA_OPTIONS == "-XX:+UseParallelGC"
+    assert DRIVER_JAVA_OPTIONS == "-XX:+UseParallelGC"
     options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")  # Spark's first
-    assert options.split()[-1] == spark_job.DRIVER_JAVA_OPTIONS
+    assert options.split()[-1] == DRIVER_JAVA_OPTIONS
     beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     names = {bean.getName() for bean in beans}
     assert names == {"PS Scavenge", "PS MarkSweep"}, names  # G1 would be "G1 Young Generation"
