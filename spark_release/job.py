@@ -12,10 +12,10 @@ Huang Alg. 4 through ``shared.randomizer``) where the advertiser's conversions l
    the inputs' faults (null or malformed ids, duplicate ids in either input, labelled ids
    outside the universe: each distinct id checked once) and its row count; eight integers reach
    the driver, which refuses a faulty input. Only then, the ids being valid, ONE Python pass
-   over the labels input's value column refuses null or non-finite labels and computes
-   ``shared.randomizer.LabelCounts`` (k integer histogram counts and the DP mean's integer level
-   sum; the ids without a label add the default label's counts): k + 3 integers per partition
-   reach the driver, never a label. Every refusal comes BEFORE anything is randomized or spent.
+   over the checked frame's label column (not the input again, which may have changed since)
+   refuses null or non-finite labels and computes ``shared.randomizer.LabelCounts`` (k integer
+   histogram counts and the DP mean's integer level sum): k + 3 integers per partition reach
+   the driver, never a label. Every refusal comes BEFORE anything is randomized or spent.
 4. Charge: ``POST /v1/datasets/{name}/external-releases`` with the plan, n and a release id
    the job chose, BEFORE any noise is drawn (the labels party recomputes the plan, checks the
    budget and records the release as ``charged`` with its two ledger entries in one
@@ -27,15 +27,16 @@ Huang Alg. 4 through ``shared.randomizer``) where the advertiser's conversions l
    non-deterministic iterator UDF: the label column in Arrow batches through numba, the ids stay
    in the JVM) and the OS CSPRNG inside each executor; write the result EXACTLY ONCE to
    ``<out>.staging/body`` (Parquet: ``example_id``, ``noisy_label``). Spark re-runs a task that
-   fails; only the attempt that commits its files is kept, and the files are never recomputed:
-   every later step reads them back. A seeded mode (``seed``; per-partition, per-attempt seeds)
-   exists for tests only.
+   fails; only the attempt that commits its files is kept (anything else left in ``body`` is
+   deleted), and the files are never recomputed: every later step reads them back. A seeded
+   mode (``seed``; per-partition, per-attempt seeds) exists for tests only.
 7. Hash the written body in the documented order (``shared.message.body_sha256`` over the rows
    sorted by example id, as the service's message), write ``header.json`` (the same header
    schema as the HTTP message) and ``publication.json`` into staging.
 8. Publish: ``POST .../external-releases/{id}/publication`` (the header must be what the charged
-   plan produces, the universe the dataset's), then commit: rename ``<out>.staging`` to ``<out>``
-   (0755).
+   plan produces, the universe the dataset's), then commit: rename ``<out>.staging`` to ``<out>``,
+   delete the job's own records (``charge.json``, ``publication.json``), open it (0755): the
+   message is ``header.json`` and ``body`` alone.
 
 So no noisy output exists anywhere, staging included, before a ledger entry paid for it. A job
 that fails after the charge marks the release ``failed`` (``.../failure``: the charge stays)
@@ -76,7 +77,7 @@ from shared.message import (
     json_safe,
     new_release_id,
 )
-from shared.parquet_message import BODY, HEADER, hash_body_and_universe
+from shared.parquet_message import BODY, HEADER, body_files, hash_body_and_universe
 from shared.plan import AUTO, ReleasePlan, ReleaseRequest
 from shared.randomizer import (
     LabelCounts,
@@ -265,6 +266,10 @@ def spark_session(master: str, conf: dict[str, str] | None = None) -> Any:
         "spark.sql.ansi.enabled": "true",  # integer sums fail loudly, never wrap
         "spark.ui.enabled": "false",
         "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
+        # Task output is moved into the body only when the whole write commits (Hadoop's v1
+        # committer, Spark's default, pinned against a cluster's v2): a failed attempt's files
+        # never land beside the committed ones.
+        "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "1",
         # The joining pass (:func:`joined_sorted`): aggregate the sorted rows as they stream
         # (one sort, no hash map of 10^8 ids spilling), and cache the joined frame uncompressed
         # (it lives for one release, on local disk): 0.73x the pass's wall time side by side at
@@ -361,10 +366,15 @@ def joined_sorted(universe: Any, labelled: Any, *, default_label: float, n: int)
         .repartitionByRange(sorted_partitions(n, parallelism), "example_id")
         .sortWithinPartitions("example_id")
     )
+    in_labels = F.sum("l")
     per_id = ranged.groupBy("example_id").agg(  # range partitioning already clusters: no shuffle
-        F.coalesce(F.first("value", ignorenulls=True), F.lit(float(default_label))).alias("label"),
+        # The default for an id without a label; a labelled id's null value stays null (refused
+        # by :func:`label_counts`, which reads this column).
+        F.when(in_labels == 0, F.lit(float(default_label)))
+        .otherwise(F.first("value", ignorenulls=True))
+        .alias("label"),
         F.sum("e").cast("int").alias("in_examples"),
-        F.sum("l").cast("int").alias("in_labels"),
+        in_labels.cast("int").alias("in_labels"),
     )
     return per_id.sortWithinPartitions("example_id")
 
@@ -441,16 +451,16 @@ def frame_faults(frame: Any) -> tuple[InputFaults, int]:
     return InputFaults(**{name: int(row[name] or 0) for name in names}), int(row["rows"])
 
 
-def label_counts(
-    labelled: Any, plan: ReleasePlan, *, default_label: float, value_column: str = "value"
-) -> LabelCounts:
-    """``LabelCounts`` of the release's n labels, computed from the labels input alone: one
-    Python pass over its value column (each partition's ``LabelCounts.of``, the same function as
-    the service; k + 2 integers per partition reach the driver), plus the default label's counts
-    times the ids without a label. Exact ONLY for a valid input (every labelled id once in the
-    universe, every id of the universe once): the caller checks :func:`frame_faults` first.
-    All three statistics are sums over the labels, so the order does not matter. Refuses null or
-    non-finite values (:class:`SparkJobError`, counted in the same pass)."""
+def label_counts(frame: Any, plan: ReleasePlan, *, value_column: str = "value") -> LabelCounts:
+    """``LabelCounts`` of the release's n labels, computed from the checked, persisted joined
+    frame (:func:`joined_sorted`, after :func:`frame_faults`): one Python pass over its ``label``
+    column (each id's label, or the default), each partition's ``LabelCounts.of`` (the same
+    function as the service; k + 2 integers per partition reach the driver). Reading the frame,
+    not the labels input again, makes the counts those of the very rows that were checked and
+    are randomized: an input that changes between two reads (a table, a file rewritten in place)
+    cannot put an id into the histogram twice. Exact ONLY for a valid frame (every id once): the
+    caller checks :func:`frame_faults` first. Refuses null (a labelled id without a value) or
+    non-finite labels (:class:`SparkJobError`, counted in the same pass)."""
     import pyarrow as pa
 
     domain = LabelDomain(lo=plan.lo, hi=plan.hi)
@@ -475,7 +485,7 @@ def label_counts(
 
     schema = "cells array<bigint>, level_sum bigint, n bigint, bad bigint"
     total, bad = LabelCounts.of(plan, np.empty(0)), 0
-    for row in labelled.select("value").mapInArrow(per_partition, schema).collect():
+    for row in frame.select("label").mapInArrow(per_partition, schema).collect():
         bad += int(row["bad"])
         total = total + LabelCounts(
             cells=np.asarray(row["cells"], dtype=np.int64),
@@ -484,15 +494,9 @@ def label_counts(
         )
     if bad:
         raise SparkJobError(f"labels: {bad} null or non-finite {value_column}(s)")
-    missing = plan.n - total.n  # ids of the universe without a label: the default label each
-    if missing < 0:
-        raise SparkJobError("labels: more labelled ids than the universe holds")
-    one = LabelCounts.of(plan, domain.clip(np.full(1, float(default_label))))
-    return total + LabelCounts(
-        cells=one.cells * missing,
-        level_sum=None if one.level_sum is None else one.level_sum * missing,
-        n=missing,
-    )
+    if total.n != plan.n:
+        raise SparkJobError("the joined frame disagrees with the plan's n")
+    return total
 
 
 def randomize_partitions(
@@ -622,7 +626,9 @@ def _publish_and_commit(
         raise SparkJobError("the labels party recorded another header than the staged one")
     if config.crash_at == "after_publish":
         raise SimulatedCrash("after_publish")
-    os.replace(config.staging, config.out)  # the commit: the message appears at --out
+    os.replace(config.staging, config.out)  # the commit: the message appears at --out (0700)
+    for side in (CHARGE, PUBLICATION):  # the job's own records, not the message: the charge
+        (config.out / side).unlink(missing_ok=True)  # names the labels input's raw sha256
     config.out.chmod(0o755)  # paid for and recorded: the (DP) message may now be read
     return dict(release)
 
@@ -707,10 +713,8 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
             faults.check(config.id_column)  # nothing drawn or spent yet
             if rows != plan.n:
                 raise RuntimeError("the joined frame disagrees with the universe's count")
-            # Only now (a valid input) are the counts of the labels input the release's.
-            counts = label_counts(
-                labelled, plan, default_label=default, value_column=config.value_column
-            )
+            # Only now (a valid input) are the frame's counts the release's.
+            counts = label_counts(frame, plan, value_column=config.value_column)
             lap("join_sort_count")
             release_id = new_release_id()
             _charge(config, client, charge_body(config, plan, release_id=release_id))
@@ -748,6 +752,7 @@ def _draw(
         )
         # The ONE action that randomizes; everything after reads the written files.
         body.write.parquet(str(config.staging / BODY))
+        keep_only_the_body(config.staging / BODY)
     except Exception as exc:
         _give_up(config, client, release_id, failure_reason(exc, "while drawing the noise"))
         raise
@@ -784,6 +789,22 @@ def _stage_message(
     if config.crash_at == "before_publish":
         raise SimulatedCrash("before_publish")
     return publication, header
+
+
+def keep_only_the_body(directory: Path) -> None:
+    """Delete whatever a write left in the body directory beside its part files and their
+    markers (``_SUCCESS``, Hadoop's ``.crc`` checksums): a retried or stray task's leftover
+    (``_temporary``) may hold a second randomization of some labels, and only the part files are
+    hashed and paid for. Staging is private (0700) until the commit, so nothing else was read."""
+    kept = {path.name for path in body_files(directory)} | {"_SUCCESS"}
+    kept |= {f".{name}.crc" for name in kept}
+    for path in directory.iterdir():
+        if path.name in kept:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def discard(config: JobConfig) -> None:

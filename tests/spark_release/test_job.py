@@ -78,6 +78,9 @@ def test_release_end_to_end_spends_once_and_publishes_a_verified_message(
     examples, labels = write_inputs(tmp_path / "in", ids, labelled)
     result = run(_config(labels_party, tmp_path, name, examples, labels), spark=spark)
     assert result.out.is_dir() and not (tmp_path / "message.staging").exists()
+    # The message and nothing else: the job's charge.json names the labels input's raw sha256.
+    assert sorted(p.name for p in result.out.iterdir()) == ["body", "header.json"]
+    assert result.out.stat().st_mode & 0o777 == 0o755
     with labels_party.client("publisher") as client:
         header, got_ids, noisy = read_parquet_message(result.out, labels_party=client)
     assert got_ids == sorted(ids) and header.n == 4000 and noisy.size == 4000
@@ -126,7 +129,7 @@ def test_same_noisy_prior_gives_the_same_plan_and_parameters_as_the_service_path
     frame = spark_job.joined_sorted(universe, labels, default_label=0.0, n=len(ids))
     faults, rows = spark_job.frame_faults(frame)
     assert faults == spark_job.InputFaults() and rows == len(ids)
-    counts = spark_job.label_counts(labels, plan, default_label=0.0)
+    counts = spark_job.label_counts(frame, plan)
     exact = LabelCounts.of(plan, _labels_in_order(ids, labelled))  # the service's counts
     assert counts.cells.tolist() == exact.cells.tolist() and counts.n == exact.n == len(ids)
     assert counts.level_sum == exact.level_sum
@@ -363,6 +366,53 @@ def test_the_sessions_jvm_collects_with_parallel_gc(spark: Any) -> None:
     beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     names = {bean.getName() for bean in beans}
     assert names == {"PS Scavenge", "PS MarkSweep"}, names  # G1 would be "G1 Young Generation"
+
+
+def test_the_counts_are_the_checked_frames_not_a_second_read_of_the_labels(
+    spark: Any, tmp_path: Path
+) -> None:
+    """label_counts reads the persisted, checked frame: the labels input rewritten after the
+    check (one id 200 times at the top of the range) changes no count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark import StorageLevel
+
+    ids, labelled = _data(600, seed=4)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    config = JobConfig(
+        dataset="x", labels_url="", token="", examples="", labels="",
+        epsilon=Decimal("1"), out=Path("/nonexistent"),
+    )  # fmt: skip
+    plan = spark_job.make_plan(config, {"label_min": 0.0, "label_max": 100.0}, n=len(ids))
+    read = spark.read.parquet
+    frame = spark_job.joined_sorted(
+        read(str(examples)), read(str(labels)), default_label=0.0, n=len(ids)
+    ).persist(StorageLevel.DISK_ONLY)
+    try:
+        faults, rows = spark_job.frame_faults(frame)
+        assert faults == spark_job.InputFaults() and rows == len(ids)
+        first = next(iter(labelled))
+        pq.write_table(pa.table({"example_id": [first] * 200, "value": [100.0] * 200}), labels)
+        counts = spark_job.label_counts(frame, plan)
+    finally:
+        frame.unpersist()
+    exact = LabelCounts.of(plan, _labels_in_order(ids, labelled))
+    assert counts.cells.tolist() == exact.cells.tolist() and counts.n == len(ids)
+    assert counts.level_sum == exact.level_sum
+
+
+def test_keep_only_the_body_deletes_what_a_write_left_beside_its_part_files(
+    tmp_path: Path,
+) -> None:
+    body = tmp_path / "body"
+    (body / "_temporary" / "0").mkdir(parents=True)
+    (body / "_temporary" / "0" / "part-00000-x.parquet").write_bytes(b"another draw")
+    parts = ["part-00000-a.snappy.parquet", "part-00001-a.snappy.parquet"]
+    kept = [*parts, "_SUCCESS", "._SUCCESS.crc", *(f".{p}.crc" for p in parts)]
+    for name in [*kept, "stray.parquet", "part-00002-a.json"]:
+        (body / name).write_bytes(b"x")
+    spark_job.keep_only_the_body(body)
+    assert sorted(p.name for p in body.iterdir()) == sorted(kept)
 
 
 def test_sorted_partitions_follow_the_data_not_a_fixed_200() -> None:
