@@ -79,6 +79,8 @@ def adaptive_bins(n: int, epsilon1: float, *, max_bins: int = MAX_ADAPTIVE_BINS)
     if math.isinf(eps1):
         return max_bins
     target = max(int(n) * eps1 / 4.0, 1.0)
+    if math.isinf(target):  # n epsilon1 beyond the floats (epsilon1 ~1e300): the cap, as its limit
+        return max_bins
     return int(min(max_bins, max(MIN_ADAPTIVE_BINS, 2 ** round(math.log2(target)))))
 
 

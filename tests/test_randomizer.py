@@ -457,6 +457,23 @@ def test_whether_a_release_is_refused_never_depends_on_the_labels() -> None:
     assert len(outcomes["zeros"]) == 1
 
 
+def test_any_exception_of_the_noisy_priors_build_falls_back_to_the_public_randomizer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not only the refusals known today: an unforeseen exception that a noisy prior triggers
+    in the build (here an IndexError) must not escape, uncharged, as a function of the labels."""
+    plan_ = plan.plan_release(n=1000, lo=0.0, hi=1.0, epsilon="1", mechanism="auto")
+    measured = randomizer.measure(plan_, np.linspace(0.0, 1.0, 1000), np.random.default_rng(0))
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise IndexError("a bug the noisy prior reaches")
+
+    monkeypatch.setattr(randomizer, "_build_for", broken)
+    name, chosen = randomizer.choose_randomizer(plan_, measured)
+    public_name, public = randomizer.public_randomizer(plan_)
+    assert name == public_name and chosen.public_params() == public.public_params()
+
+
 def test_the_public_randomizer_reads_the_plan_alone_and_is_cheap_for_auto() -> None:
     """``public_randomizer``: the plan's family with default parameters on the uniform prior
     (auto: the first realisable family, not the whole selection, which cost 24 ms on every

@@ -200,6 +200,17 @@ def test_adaptive_bins_table(n: int, epsilon1: float, expected: int) -> None:
     assert selection.adaptive_bins(n, epsilon1) == expected
 
 
+def test_adaptive_bins_and_the_plan_take_amounts_beyond_the_floats() -> None:
+    """n epsilon1 / 4 overflowing to inf (epsilon1 1e300, n 10^10) is the cap, its limit, not
+    an OverflowError (a server error for a public request)."""
+    from shared.plan import plan_release
+
+    assert selection.adaptive_bins(10**10, 1e300) == selection.MAX_ADAPTIVE_BINS
+    assert selection.adaptive_bins(10**10, 1e300, max_bins=90) == 90
+    huge = plan_release(n=10**10, lo=0.0, hi=1.0, epsilon="2e300", epsilon1="1e300")
+    assert huge.bins == selection.MAX_ADAPTIVE_BINS
+
+
 def test_adaptive_bins_respects_the_cap_and_refuses_bad_input() -> None:
     assert selection.adaptive_bins(10**6, 1.0, max_bins=8) == 8
     for bad in ({"n": 0}, {"n": 2.5}, {"epsilon1": 0.0}, {"epsilon1": math.nan}):
