@@ -451,17 +451,21 @@ def frame_faults(frame: Any) -> tuple[InputFaults, int]:
     return InputFaults(**{name: int(row[name] or 0) for name in names}), int(row["rows"])
 
 
-def label_counts(frame: Any, plan: ReleasePlan, *, value_column: str = "value") -> LabelCounts:
+def label_counts(
+    frame: Any, plan: ReleasePlan, *, default_label: float, value_column: str = "value"
+) -> LabelCounts:
     """``LabelCounts`` of the release's n labels, computed from the checked, persisted joined
-    frame (:func:`joined_sorted`, after :func:`frame_faults`): one Python pass over its ``label``
-    column (each id's label, or the default), each partition's ``LabelCounts.of`` (the same
-    function as the service; k + 2 integers per partition reach the driver). Reading the frame,
-    not the labels input again, makes the counts those of the very rows that were checked and
-    are randomized: an input that changes between two reads (a table, a file rewritten in place)
-    cannot put an id into the histogram twice. Exact ONLY for a valid frame (every id once): the
-    caller checks :func:`frame_faults` first. Refuses null (a labelled id without a value) or
-    non-finite labels (:class:`SparkJobError`, counted in the same pass)."""
+    frame (:func:`joined_sorted`, after :func:`frame_faults`): one Python pass over the ``label``
+    of its labelled ids (each partition's ``LabelCounts.of``, the same function as the service;
+    k + 2 integers per partition reach the driver), plus the default label's counts times the
+    ids without a label. Reading the frame, not the labels input again, makes the counts those
+    of the very rows that were checked and are randomized: an input that changes between two
+    reads (a table, a file rewritten in place) cannot put an id into the histogram twice. Exact
+    ONLY for a valid frame (every id once, labelled at most once): the caller checks
+    :func:`frame_faults` first. Refuses null (a labelled id without a value) or non-finite
+    labels (:class:`SparkJobError`, counted in the same pass)."""
     import pyarrow as pa
+    from pyspark.sql import functions as F
 
     domain = LabelDomain(lo=plan.lo, hi=plan.hi)
 
@@ -485,7 +489,8 @@ def label_counts(frame: Any, plan: ReleasePlan, *, value_column: str = "value") 
 
     schema = "cells array<bigint>, level_sum bigint, n bigint, bad bigint"
     total, bad = LabelCounts.of(plan, np.empty(0)), 0
-    for row in frame.select("label").mapInArrow(per_partition, schema).collect():
+    labelled = frame.where(F.col("in_labels") > 0).select("label")
+    for row in labelled.mapInArrow(per_partition, schema).collect():
         bad += int(row["bad"])
         total = total + LabelCounts(
             cells=np.asarray(row["cells"], dtype=np.int64),
@@ -494,9 +499,15 @@ def label_counts(frame: Any, plan: ReleasePlan, *, value_column: str = "value") 
         )
     if bad:
         raise SparkJobError(f"labels: {bad} null or non-finite {value_column}(s)")
-    if total.n != plan.n:
-        raise SparkJobError("the joined frame disagrees with the plan's n")
-    return total
+    missing = plan.n - total.n  # ids of the universe without a label: the default label each
+    if missing < 0:
+        raise SparkJobError("the joined frame has more labelled ids than the plan's n")
+    one = LabelCounts.of(plan, domain.clip(np.full(1, float(default_label))))
+    return total + LabelCounts(
+        cells=one.cells * missing,
+        level_sum=None if one.level_sum is None else one.level_sum * missing,
+        n=missing,
+    )
 
 
 def randomize_partitions(
@@ -714,7 +725,9 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
             if rows != plan.n:
                 raise RuntimeError("the joined frame disagrees with the universe's count")
             # Only now (a valid input) are the frame's counts the release's.
-            counts = label_counts(frame, plan, value_column=config.value_column)
+            counts = label_counts(
+                frame, plan, default_label=default, value_column=config.value_column
+            )
             lap("join_sort_count")
             release_id = new_release_id()
             _charge(config, client, charge_body(config, plan, release_id=release_id))

@@ -129,7 +129,7 @@ def test_same_noisy_prior_gives_the_same_plan_and_parameters_as_the_service_path
     frame = spark_job.joined_sorted(universe, labels, default_label=0.0, n=len(ids))
     faults, rows = spark_job.frame_faults(frame)
     assert faults == spark_job.InputFaults() and rows == len(ids)
-    counts = spark_job.label_counts(frame, plan)
+    counts = spark_job.label_counts(frame, plan, default_label=0.0)
     exact = LabelCounts.of(plan, _labels_in_order(ids, labelled))  # the service's counts
     assert counts.cells.tolist() == exact.cells.tolist() and counts.n == exact.n == len(ids)
     assert counts.level_sum == exact.level_sum
@@ -393,7 +393,7 @@ def test_the_counts_are_the_checked_frames_not_a_second_read_of_the_labels(
         assert faults == spark_job.InputFaults() and rows == len(ids)
         first = next(iter(labelled))
         pq.write_table(pa.table({"example_id": [first] * 200, "value": [100.0] * 200}), labels)
-        counts = spark_job.label_counts(frame, plan)
+        counts = spark_job.label_counts(frame, plan, default_label=0.0)
     finally:
         frame.unpersist()
     exact = LabelCounts.of(plan, _labels_in_order(ids, labelled))
