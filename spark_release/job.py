@@ -617,13 +617,33 @@ def _give_up(config: JobConfig, client: LabelsPartyClient, release_id: str, why:
     discard(config)
 
 
+# Attempts at the publication when the labels party answers 409 (its state changed during the
+# check: a replay racing, examples registered meanwhile): the publication is idempotent, and
+# giving up would mark a paid release failed and delete its message.
+PUBLICATION_ATTEMPTS = 3
+
+
+def _publish(config: JobConfig, client: LabelsPartyClient, release_id: str,
+             body: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """The publication, tried again on a 409 (:data:`PUBLICATION_ATTEMPTS` in all)."""
+    import time
+
+    for attempt in range(1, PUBLICATION_ATTEMPTS + 1):
+        try:
+            path = _path(config, release_id, "publication")
+            return dict(client.request("POST", path, idempotent=True, json_body=body).json())
+        except ServiceError as exc:
+            if exc.status != 409 or attempt == PUBLICATION_ATTEMPTS:
+                raise
+            time.sleep(0.2 * attempt)
+    raise AssertionError("unreachable")
+
+
 def _publish_and_commit(
     config: JobConfig, client: LabelsPartyClient, release_id: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     try:
-        release = client.request(
-            "POST", _path(config, release_id, "publication"), idempotent=True, json_body=body
-        ).json()
+        release = _publish(config, client, release_id, body)
     except ServiceError as exc:
         if exc.status is not None and 400 <= exc.status < 500:
             _give_up(config, client, release_id, f"publication refused: {exc.detail}")

@@ -102,6 +102,33 @@ def test_release_end_to_end_spends_once_and_publishes_a_verified_message(
     assert response.status_code == 404 and "outside" in response.json()["detail"]
 
 
+def test_a_publication_answered_409_is_tried_again_not_given_up(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 409 at the publication (the labels party's state changed during its check) is tried
+    again: giving up would mark a paid release failed and delete its message."""
+    from shared.service.client import ServiceError
+
+    name = next(_names)
+    labels_party.create_dataset(name)
+    ids, labelled = _data(500, seed=6)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    real = spark_job.LabelsPartyClient.request
+    refused: list[str] = []
+
+    def once_409(self: Any, method: str, path: str, **kwargs: Any) -> Any:
+        if path.endswith("/publication") and not refused:
+            refused.append(path)
+            raise ServiceError(status=409, method=method, url=path, detail="changed; retry")
+        return real(self, method, path, **kwargs)
+
+    monkeypatch.setattr(spark_job.LabelsPartyClient, "request", once_409)
+    result = run(_config(labels_party, tmp_path, name, examples, labels), spark=spark)
+    assert refused and result.release["state"] == "released" and result.out.is_dir()
+    kinds = [e["kind"] for e in labels_party.ledger(name) if e["kind"] != "dataset"]
+    assert kinds == ["histogram", "randomizer", "publication"]
+
+
 @pytest.mark.parametrize("mechanism", ["auto", "rr_on_bins", "rpwithprior"])
 def test_same_noisy_prior_gives_the_same_plan_and_parameters_as_the_service_path(
     spark: Any, mechanism: str
