@@ -54,6 +54,8 @@ def _amount_input(value: Any) -> Any:
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
+        if len(value.strip()) > amounts.MAX_TEXT:  # a number, not a document
+            raise ValueError(f"must be at most {amounts.MAX_TEXT} characters")
         return exact_decimal(value)  # ValueError(NUMBER_RULE): a 422 naming the field
     if isinstance(value, int):
         return Decimal(value)

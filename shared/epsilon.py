@@ -47,8 +47,12 @@ _EXACT = Context(
 _EXACT.traps[Subnormal] = False
 ZERO = Decimal(0)
 INFINITY = Decimal("Infinity")
-# Text longer than this is refused before it is parsed (an amount is a number, not a document).
-_MAX_TEXT = 1200
+# Text longer than this is refused before it is parsed (an amount is a number, not a document):
+# here and in every service's amount fields. Such an amount in [MIN_AMOUNT, MAX_AMOUNT] has its
+# digits between 10^300 and 10^-1600, and so has a sum of them: ~1,900 digits, which
+# :func:`stored` reads back (up to _MAX_STORED_TEXT) instead of taking it for NaN.
+MAX_TEXT = 1200
+_MAX_STORED_TEXT = 8000
 
 
 def exact(value: AmountLike, *, name: str = "epsilon", allow_inf: bool = False) -> Decimal:
@@ -69,7 +73,7 @@ def exact(value: AmountLike, *, name: str = "epsilon", allow_inf: bool = False) 
         amount = Decimal(float(value))
     elif isinstance(value, str):
         text = value.strip()
-        if not text or len(text) > _MAX_TEXT:
+        if not text or len(text) > MAX_TEXT:
             raise InvalidParameterError(f"{name} ({value!r}) must be a decimal number")
         try:
             amount = exact_decimal(text)  # the one rule: no "1_0", no non-ASCII digits
@@ -129,7 +133,7 @@ def stored(text: str | None, legacy: float | None) -> Decimal:
     :func:`budget_as_read` / :func:`spent_as_read` to place)."""
     try:
         if text is not None:
-            return Decimal(text.strip()) if len(text) <= _MAX_TEXT else Decimal("NaN")
+            return Decimal(text.strip()) if len(text) <= _MAX_STORED_TEXT else Decimal("NaN")
         return ZERO if legacy is None else Decimal(float(legacy))
     except (ArithmeticError, ValueError, TypeError):
         return Decimal("NaN")

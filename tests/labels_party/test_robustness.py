@@ -527,6 +527,40 @@ def test_an_amount_only_python_reads_is_refused_naming_the_field(prepared, db_pa
         assert answer.status_code == 200, (plain, answer.text)
 
 
+@pytest.mark.parametrize("digits", [1_300, 20_001])
+def test_an_amount_of_more_than_1200_characters_is_a_422_and_spends_nothing(
+    prepared, db_path, digits
+):
+    """A 1,303-character epsilon (12.33...) was accepted, stored as text that reads back as NaN:
+    the dataset showed spent 1E+300 and refused every later release, a top-up could not repair
+    it; 20,001 digits answered 500. Now a 422 naming the field, nothing stored or spent."""
+    value = "1." + "3" * digits
+    before = _state(prepared, db_path)
+    for path, role, payload, field in (
+        ("/v1/datasets", OPS, {"name": "n", "label_min": 0, "label_max": 1, "default_label": 0,
+                               "epsilon_budget": value}, "epsilon_budget"),
+        (RELEASES, ADV, {"epsilon": value}, "epsilon"),
+        ("/v1/datasets/ds/budget", OPS, {"add": value, "reason": "test"}, "add"),
+        ("/v1/datasets/ds/model-releases", ADV,
+         {"estimator": "ols", "privacy": "label", "epsilon": value}, "epsilon"),
+    ):  # fmt: skip
+        answer = prepared.post(path, headers=role, json=payload)
+        assert answer.status_code == 422 and _fields(answer) == [field], (path, answer.text[:300])
+    assert _state(prepared, db_path) == before
+
+
+def test_a_stored_amount_of_any_sum_of_accepted_amounts_reads_back_exactly() -> None:
+    """The longest sum of accepted amounts (1,200 characters at 10^-400, plus 10^300) is read
+    back as itself, not as NaN (which the service takes for a spent budget)."""
+    from decimal import Decimal
+
+    from shared import epsilon as amounts
+
+    tiny = Decimal("1." + "7" * 1190 + "e-400")
+    total = amounts.add(Decimal("1e300"), tiny)
+    assert amounts.stored(amounts.text(total), None) == total
+
+
 def test_a_top_up_past_the_largest_budget_is_refused_naming_add(client, db_path):
     create_dataset(client, name="big", epsilon_budget="1e300")
     answer = client.post("/v1/datasets/big/budget", headers=OPS, json={"add": 1, "reason": "x"})
