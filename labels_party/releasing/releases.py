@@ -52,7 +52,7 @@ from shared.message import (
     new_release_id,
 )
 from shared.plan import ReleasePlan, ReleaseRequest
-from shared.randomizer import Release, execute
+from shared.randomizer import Release, execute, public_randomizer
 from shared.rng import Rng, SystemRandom
 from shared.segments import (
     SegmentedPlan,
@@ -71,8 +71,16 @@ _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def plan_for(row: ds.DatasetRow, request: ReleaseRequest, *, n: int) -> ReleasePlan:
-    """The plan of ``request`` on dataset ``row`` with ``n`` registered examples (public)."""
-    return request.plan(n=n, lo=row.label_min, hi=row.label_max)
+    """The plan of ``request`` on dataset ``row`` with ``n`` registered examples (public),
+    refused (``InvalidParameterError``: a 422 naming the field) if no randomizer can run it:
+    ``shared.randomizer.public_randomizer``'s refusal reads the plan alone, so it comes here,
+    before a preview says the release fits, a label is read or an external release is charged
+    (the unbiased family at epsilon2 1e-6, RPWithPrior on bounds whose cells the floats
+    cannot tell apart: both charged and then never runnable before)."""
+    plan = request.plan(n=n, lo=row.label_min, hi=row.label_max)
+    if math.isfinite(plan.randomizer_float):  # not a non-private plan (no randomizer)
+        public_randomizer(plan)
+    return plan
 
 
 def segmented_plan_for(

@@ -561,6 +561,37 @@ def test_a_stored_amount_of_any_sum_of_accepted_amounts_reads_back_exactly() -> 
     assert amounts.stored(amounts.text(total), None) == total
 
 
+def test_a_plan_no_randomizer_can_run_is_refused_before_the_preview_release_or_charge(
+    prepared, db_path
+):
+    """The unbiased family at epsilon2 1e-6 (below its 1e-4): the preview said it fits, the
+    release read the labels and drew the epsilon1 noise before refusing, and an external
+    release was CHARGED though no job could ever build its randomizer. The refusal reads the
+    plan alone (``public_randomizer``), so it now comes first: a 422 naming epsilon on all three,
+    nothing spent."""
+    from decimal import Decimal
+
+    from shared.message import json_safe, new_release_id
+    from shared.plan import ReleaseRequest
+
+    before = _state(prepared, db_path)
+    request = {"epsilon": "0.00001", "mechanism": "unbiased"}
+    plan = ReleaseRequest(epsilon=Decimal("0.00001"), mechanism="unbiased").plan(
+        n=30, lo=0.0, hi=100.0
+    )
+    external = {**request, "release_id": new_release_id(), "n": 30,
+                "plan": json_safe(plan.public())}  # fmt: skip
+    for path, body in (
+        (RELEASES, {**request, "dry_run": True}),
+        (RELEASES, request),
+        ("/v1/datasets/ds/external-releases", external),
+    ):
+        answer = prepared.post(path, headers=ADV, json=body)
+        assert answer.status_code == 422 and _fields(answer) == ["epsilon"], (path, answer.text)
+        assert "too small for the unbiased randomizer" in answer.json()["detail"]
+    assert _state(prepared, db_path) == before
+
+
 def test_a_top_up_past_the_largest_budget_is_refused_naming_add(client, db_path):
     create_dataset(client, name="big", epsilon_budget="1e300")
     answer = client.post("/v1/datasets/big/budget", headers=OPS, json={"add": 1, "reason": "x"})
