@@ -68,6 +68,7 @@ from shared.model_message import (
     model_body_sha256,
 )
 from shared.rng import Rng, SystemRandom
+from shared.service import strict_input
 
 RngFactory = Callable[[], Rng]
 COLUMN_PATTERN = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
@@ -120,19 +121,18 @@ def _number(cell: Any, *, text: bool) -> float | None:
     if isinstance(cell, bool):
         return None
     if isinstance(cell, int | float):
-        value = float(cell)
-    elif isinstance(cell, str) and text:
         try:
-            value = float(cell.strip())
+            value = float(cell)
+        except OverflowError:  # a JSON integer of 400 digits
+            return None
+    elif isinstance(cell, str) and text:
+        try:  # the services' one number rule: no "1_000", no full-width digits
+            value = strict_input.parse_decimal(cell.strip())
         except ValueError:
             return None
     else:
         return None
     return value if math.isfinite(value) else None
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 # One row as read: where it is (for errors), its id, its cells by column, its field count.
@@ -158,7 +158,11 @@ def _csv_rows(text: str) -> tuple[list[str], list[_Row]]:
 def _json_rows(text: str) -> tuple[list[str], list[_Row]]:
     """The columns and rows of a JSON body (``{"rows": [{"example_id", col: number}]}``)."""
     try:
-        document = json.loads(text, parse_constant=_reject_constant)
+        document = strict_input.loads(text)  # a repeated key is refused, not read as the last
+    except strict_input.DuplicateKeyError as exc:
+        raise _bad("invalid JSON", [(exc.field, strict_input.DUPLICATE_KEY_MESSAGE)]) from None
+    except RecursionError:
+        raise _bad("invalid JSON", [("body", "nested too deeply")]) from None
     except ValueError as exc:
         raise _bad("invalid JSON", [("body", str(exc)[:200])]) from None
     items = document.get("rows") if isinstance(document, dict) else None
