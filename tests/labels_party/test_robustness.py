@@ -505,20 +505,25 @@ def test_release_and_top_up_amounts_out_of_range_are_422_naming_the_field(prepar
     assert prepared.get("/v1/datasets", headers=OPS).status_code == 200
 
 
-@pytest.mark.parametrize("value", ["1_0", "0_1", "\uff15", "\u0661", " 2\n", "sNaN"])
-def test_an_amount_only_python_reads_is_refused_naming_the_field(prepared, db_path, value):
-    """``Decimal`` reads "1_0" as 10 and full-width or Arabic-Indic digits: a release of
-    epsilon "1_0" spent 10. Amounts follow the services' one number rule (strict_input), as CSV
-    cells do: a 422 naming the field, nothing stored or spent."""
-    before = _state(prepared, db_path)
-    for path, role, payload, field in (
+def _amount_doors(value: object) -> list[tuple[str, dict, dict, str]]:
+    """Every request that takes an amount: (path, role, body with ``value``, its field)."""
+    return [
         ("/v1/datasets", OPS, {"name": "n", "label_min": 0, "label_max": 1, "default_label": 0,
                                "epsilon_budget": value}, "epsilon_budget"),
         (RELEASES, ADV, {"epsilon": value}, "epsilon"),
         ("/v1/datasets/ds/budget", OPS, {"add": value, "reason": "test"}, "add"),
         ("/v1/datasets/ds/model-releases", ADV,
          {"estimator": "ols", "privacy": "label", "epsilon": value}, "epsilon"),
-    ):  # fmt: skip
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["1_0", "0_1", "\uff15", "\u0661", " 2\n", "sNaN"])
+def test_an_amount_only_python_reads_is_refused_naming_the_field(prepared, db_path, value):
+    """``Decimal`` reads "1_0" as 10 and full-width or Arabic-Indic digits: a release of
+    epsilon "1_0" spent 10. Amounts follow the services' one number rule (strict_input), as CSV
+    cells do: a 422 naming the field, nothing stored or spent."""
+    before = _state(prepared, db_path)
+    for path, role, payload, field in _amount_doors(value):
         answer = prepared.post(path, headers=role, json=payload)
         assert answer.status_code == 422 and _fields(answer) == [field], (path, answer.text)
     assert _state(prepared, db_path) == before
@@ -536,14 +541,7 @@ def test_an_amount_of_more_than_1200_characters_is_a_422_and_spends_nothing(
     it; 20,001 digits answered 500. Now a 422 naming the field, nothing stored or spent."""
     value = "1." + "3" * digits
     before = _state(prepared, db_path)
-    for path, role, payload, field in (
-        ("/v1/datasets", OPS, {"name": "n", "label_min": 0, "label_max": 1, "default_label": 0,
-                               "epsilon_budget": value}, "epsilon_budget"),
-        (RELEASES, ADV, {"epsilon": value}, "epsilon"),
-        ("/v1/datasets/ds/budget", OPS, {"add": value, "reason": "test"}, "add"),
-        ("/v1/datasets/ds/model-releases", ADV,
-         {"estimator": "ols", "privacy": "label", "epsilon": value}, "epsilon"),
-    ):  # fmt: skip
+    for path, role, payload, field in _amount_doors(value):
         answer = prepared.post(path, headers=role, json=payload)
         assert answer.status_code == 422 and _fields(answer) == [field], (path, answer.text[:300])
     assert _state(prepared, db_path) == before
