@@ -352,10 +352,7 @@ def describe(
     if randomizer is not None:
         chosen = {
             "params": randomizer.public_params(),
-            "expected_label_mse": float(randomizer.expected_squared_error(measured.prior)),
-            "recommended_transform": recommended_transform(
-                randomizer, measured.prior, n=plan.n, model_dim=plan.model_dim
-            ),
+            **_prior_summaries(plan, measured.prior, randomizer),
             "model_dim": plan.model_dim,
         }
     return Release(
@@ -366,6 +363,26 @@ def describe(
         label_mean=measured.label_mean,
         **chosen,
     )
+
+
+def _prior_summaries(plan: ReleasePlan, prior: Prior, randomizer: LabelMechanism) -> dict[str, Any]:
+    """The randomizer's expected label MSE and recommended transform under the noisy prior, or
+    {} (``Release``'s public defaults: NaN and "raw") if computing them raises.
+
+    They are computed after the noise is drawn and, in the service, before anything is charged
+    (as :func:`choose_randomizer`'s build is): an exception here that the noisy prior triggers
+    would be an uncharged, repeatable signal about the labels, so none may escape. Either result
+    is post-processing of the epsilon1 output; which one the message carries too.
+    """
+    try:
+        return {
+            "expected_label_mse": float(randomizer.expected_squared_error(prior)),
+            "recommended_transform": recommended_transform(
+                randomizer, prior, n=plan.n, model_dim=plan.model_dim
+            ),
+        }
+    except Exception:  # noqa: BLE001 - see above: no label-dependent exception may escape
+        return {}
 
 
 def label_randomizer(

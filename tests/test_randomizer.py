@@ -474,6 +474,33 @@ def test_any_exception_of_the_noisy_priors_build_falls_back_to_the_public_random
     assert name == public_name and chosen.public_params() == public.public_params()
 
 
+@pytest.mark.parametrize("broken_name", ["recommended_transform", "expected_squared_error"])
+def test_an_exception_of_the_releases_summaries_leaves_their_public_defaults(
+    monkeypatch: pytest.MonkeyPatch, broken_name: str
+) -> None:
+    """The expected label MSE and the recommended transform are computed under the noisy prior
+    after the noise is drawn and before the service charges: an exception there (here a
+    ZeroDivisionError) must not escape either; the release carries NaN and "raw" instead
+    (``Release``'s defaults), the randomized labels and parameters unchanged."""
+    plan_ = plan.plan_release(n=1000, lo=0.0, hi=1.0, epsilon="1", mechanism="rr_on_bins")
+    labels = np.linspace(0.0, 1.0, 1000)
+    sound = randomizer.execute(plan_, labels, np.random.default_rng(3))
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise ZeroDivisionError("a bug the noisy prior reaches")
+
+    if broken_name == "recommended_transform":
+        monkeypatch.setattr(randomizer, "recommended_transform", broken)
+    else:
+        mechanism_type = type(randomizer.choose_randomizer(plan_, randomizer.measure(
+            plan_, labels, np.random.default_rng(3)))[1])  # fmt: skip
+        monkeypatch.setattr(mechanism_type, "expected_squared_error", broken)
+    release = randomizer.execute(plan_, labels, np.random.default_rng(3))
+    assert math.isnan(release.expected_label_mse) and release.recommended_transform == "raw"
+    assert release.mechanism == sound.mechanism and release.params == sound.params
+    np.testing.assert_array_equal(release.noisy_labels, sound.noisy_labels)
+
+
 def test_the_public_randomizer_reads_the_plan_alone_and_is_cheap_for_auto() -> None:
     """``public_randomizer``: the plan's family with default parameters on the uniform prior
     (auto: the first realisable family, not the whole selection, which cost 24 ms on every
