@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, required=True, help="checkout to compare with")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per process")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10**5, 10**6])
+    parser.add_argument("--mechanisms", nargs="+", default=["rpwithprior", "rr_on_bins", "auto"])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     baseline = args.baseline.resolve()
@@ -72,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         "| n labels | mechanism | this tree (median) | baseline (median) | ratio |",
         "|---|---|---|---|---|",
     ]
-    for n in (10**5, 10**6):
-        for mechanism in ("rpwithprior", "rr_on_bins", "auto"):
+    for n in args.sizes:
+        for mechanism in args.mechanisms:
             ours, theirs = [], []
             for round_ in range(args.rounds):
                 order = [(HERE, ours), (baseline, theirs)]

@@ -17,6 +17,8 @@ Only three lines of this module touch raw labels: the histogram, the mean and th
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -274,16 +276,31 @@ def public_randomizer(plan: ReleasePlan) -> tuple[str, LabelMechanism]:
     0.2-0.6 ms for RPWithPrior and RR-on-Bins), or for ``auto`` the first family in registration
     order that is realisable (not the whole selection: 24 ms on every release for a stand-in
     that almost never runs). Refused (InvalidParameterError) only for public reasons: no family
-    the plan allows can be realised at this epsilon2."""
-    edges = bin_edges(lo=plan.lo, hi=plan.hi, bins=plan.bins)
-    prior = Prior(edges=edges, probs=np.full(plan.bins, 1.0 / plan.bins))
-    eps = plan.randomizer_float
-    if plan.mechanism != AUTO:
-        family = registry.get(plan.mechanism)
-        return family.name, family.build(
-            prior, epsilon=eps, **check_options(plan.mechanism, plan.options)
-        )
-    return next(_auto_defaults(prior, epsilon=eps, options=check_options(AUTO, plan.options)))
+    the plan allows can be realised at this epsilon2. Kept per public input (the unbiased LP
+    costs 30-40 ms, and a service release asks twice: ``plan_for``'s up-front refusal, then
+    :func:`choose_randomizer`); a refusal is not kept, so it is raised as often as asked.
+    """
+    inputs = [plan.lo, plan.hi, plan.bins, plan.randomizer_float, plan.mechanism]
+    try:  # JSON tells -0.0 from 0.0 and round-trips every float exactly
+        key = json.dumps([*inputs, dict(plan.options)], sort_keys=True)
+    except (TypeError, ValueError):  # an option JSON cannot key: built afresh
+        return _uniform_prior_randomizer(*inputs, dict(plan.options))
+    return _kept_public_randomizer(key)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_public_randomizer(key: str) -> tuple[str, LabelMechanism]:
+    return _uniform_prior_randomizer(*json.loads(key))
+
+
+def _uniform_prior_randomizer(
+    lo: float, hi: float, bins: int, eps: float, mechanism: str, options: dict[str, Any]
+) -> tuple[str, LabelMechanism]:
+    prior = Prior(edges=bin_edges(lo=lo, hi=hi, bins=bins), probs=np.full(bins, 1.0 / bins))
+    if mechanism != AUTO:
+        family = registry.get(mechanism)
+        return family.name, family.build(prior, epsilon=eps, **check_options(mechanism, options))
+    return next(_auto_defaults(prior, epsilon=eps, options=check_options(AUTO, options)))
 
 
 def choose_randomizer(plan: ReleasePlan, measured: NoisyPrior) -> tuple[str, LabelMechanism]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import replace
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -472,6 +474,35 @@ def test_any_exception_of_the_noisy_priors_build_falls_back_to_the_public_random
     name, chosen = randomizer.choose_randomizer(plan_, measured)
     public_name, public = randomizer.public_randomizer(plan_)
     assert name == public_name and chosen.public_params() == public.public_params()
+
+
+def test_the_public_randomizer_is_built_once_per_public_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A service release asks for the stand-in twice (``plan_for``'s refusal, then
+    ``choose_randomizer``): the unbiased LP (30-40 ms) is built once per public input, -0.0
+    and 0.0 are different inputs, and an option JSON cannot key is built afresh, the same."""
+    built: list[tuple[object, ...]] = []
+    original = randomizer._uniform_prior_randomizer
+
+    def counted(*args: Any) -> tuple[str, Any]:
+        built.append(args[:5])
+        return original(*args)
+
+    monkeypatch.setattr(randomizer, "_uniform_prior_randomizer", counted)
+    randomizer._kept_public_randomizer.cache_clear()
+    unbiased = plan.plan_release(n=800, lo=0.0, hi=1.0, epsilon="2", mechanism="unbiased")
+    first = randomizer.public_randomizer(unbiased)
+    measured = randomizer.measure(unbiased, np.linspace(0, 1, 800), np.random.default_rng(1))
+    randomizer.choose_randomizer(unbiased, measured)
+    assert randomizer.public_randomizer(unbiased) is first and len(built) == 1
+    negative_zero = plan.plan_release(n=800, lo=-0.0, hi=1.0, epsilon="2", mechanism="unbiased")
+    randomizer.public_randomizer(negative_zero)
+    assert len(built) == 2 and math.copysign(1.0, built[1][0]) == -1.0  # type: ignore[arg-type]
+    odd = replace(unbiased, options={"unused": object()})
+    with pytest.raises(InvalidParameterError, match="unused"):
+        randomizer.public_randomizer(odd)  # not keyed: built afresh, refused by name
+    assert len(built) == 3
 
 
 @pytest.mark.parametrize("broken_name", ["recommended_transform", "expected_squared_error"])
