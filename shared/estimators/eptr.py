@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -32,7 +33,9 @@ class EPTRRelease:
     Only ``value`` (and ``released``, which ``value`` reveals anyway when ``no_reply`` is a
     fixed point) is the (epsilon, delta)-DP output. ``release_probability`` and ``gamma`` are
     functions of the private data: show them to the data's owner only, never publish them.
-    ``threshold`` (M) and ``noise_scale`` are public.
+    ``threshold`` (M) and ``noise_scale`` are public; where alpha times the unit noise scale
+    is beyond the doubles (no finite noise covers alpha), ``noise_scale`` is the largest double
+    and the output is the "no reply".
     """
 
     value: np.ndarray
@@ -207,6 +210,15 @@ def eptr_noise_scale(*, alpha: float, epsilon: float, delta: float) -> float:
     return a * _unit_noise_scale(eps, dlt)
 
 
+def _is_inf(value: object) -> bool:
+    """+inf as a number (an alpha that overflowed), bools refused elsewhere."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float | np.integer | np.floating)
+        and float(value) == math.inf
+    )
+
+
 def eptr_release(
     estimate: np.ndarray | float,
     *,
@@ -232,7 +244,10 @@ def eptr_release(
     gamma = 0 on both the release probability is at most sigmoid(-eps M / 2) <= exp(-eps/2)
     min(delta, eps) <= delta. :func:`eptr_step_delta` computes the exact delta of the whole
     step over every such pair (no composition bound, no eps < 1 condition), and the noise is
-    the smallest whose delta is at most the charge. The guarantee rests on ``gamma`` being
+    the smallest whose delta is at most the charge. An alpha so large that no finite noise
+    covers it (alpha times the unit scale beyond the doubles, or alpha itself +inf) gives the
+    "no reply" without a test: a function of alpha alone (public, or of the product's DP-chosen
+    constants), so post-processing. The guarantee rests on ``gamma`` being
     an alpha-SaLBo: the caller's duty (the estimators of this package prove theirs).
     Sampling is exact: the test is exactly Bernoulli(sigmoid(z)) for z = eps/2 (gamma - M) in
     exact rationals (:func:`shared.mechanisms.discrete_laplace.bernoulli_sigmoid`), and the
@@ -251,7 +266,7 @@ def eptr_release(
     g = float(gamma)
     if not (math.isfinite(g) and g >= 0.0):
         raise InvalidParameterError(f"gamma ({gamma!r}) must be finite and >= 0 (a SaLBo)")
-    a = positive(alpha, name="alpha")
+    a = math.inf if _is_inf(alpha) else positive(alpha, name="alpha")
     eps, dlt = epsilon_delta(epsilon, delta)
     fallback = np.asarray(no_reply, dtype=np.float64)
     try:
@@ -264,9 +279,18 @@ def eptr_release(
         raise InvalidParameterError("no_reply must be finite")
 
     threshold = eptr_threshold(epsilon=eps, delta=dlt)
+    scale = a * _unit_noise_scale(eps, dlt)
+    if not math.isfinite(scale):
+        # No finite noise covers this alpha: the data-independent "no reply", always. alpha is
+        # public or a function of the product's DP-chosen constants, so this branch is
+        # post-processing; raising here instead was an uncharged, repeatable signal about the
+        # labels that chose them (an r_x or c0 given at an extreme).
+        return EPTRRelease(
+            value=fallback, released=False, release_probability=0.0,
+            noise_scale=sys.float_info.max, threshold=threshold, gamma=g,
+        )  # fmt: skip
     log_odds = _release_log_odds(gamma=g, epsilon=eps, threshold=threshold)
     probability = eptr_release_probability(gamma=g, epsilon=eps, delta=dlt)
-    scale = eptr_noise_scale(alpha=a, epsilon=eps, delta=dlt)
     below = below_sampler(rng)
     released = bernoulli_sigmoid(below, log_odds)
     value = gaussian_mechanism(values, scale=scale, rng=below) if released else fallback

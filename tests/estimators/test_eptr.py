@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -58,6 +59,20 @@ def test_no_reply_path_returns_the_fixed_message() -> None:
     assert np.array_equal(out.value, [9.0, -9.0])
     assert out.release_probability < 1e-6
     assert out.noise_scale == eptr_noise_scale(alpha=1.0, epsilon=1.0, delta=1e-6)
+
+
+@pytest.mark.parametrize(("alpha", "epsilon"), [(math.inf, 1.0), (1e306, 0.01), (1e308, 1.0)])
+def test_an_alpha_no_finite_noise_covers_gives_the_no_reply(alpha: float, epsilon: float) -> None:
+    """alpha +inf, or alpha times the unit noise scale beyond the doubles (alpha may be a
+    function of DP-chosen constants: raising there was a label-dependent refusal): the "no
+    reply", whatever gamma, with the largest double as the (public) noise scale."""
+    for gamma in (0.0, 1e12):
+        out = eptr_release(
+            np.array([1.0, 2.0]), gamma=gamma, alpha=alpha, epsilon=epsilon, delta=1e-6,
+            no_reply=np.array([9.0, -9.0]), rng=np.random.default_rng(1),
+        )  # fmt: skip
+        assert not out.released and np.array_equal(out.value, [9.0, -9.0])
+        assert out.noise_scale == sys.float_info.max and out.release_probability == 0.0
 
 
 def test_release_path_adds_gaussian_noise_of_the_stated_scale() -> None:
@@ -122,6 +137,9 @@ def test_release_probability_at_gamma_zero_is_below_delta(eps: float, delta: flo
         ("gamma", {"gamma": -1.0}),
         ("gamma", {"gamma": math.inf}),
         ("alpha", {"alpha": 0.0}),
+        ("alpha", {"alpha": math.nan}),
+        ("alpha", {"alpha": -math.inf}),
+        ("alpha", {"alpha": True}),
         ("epsilon", {"epsilon": 0.0}),
         ("epsilon", {"epsilon": math.inf}),
         ("delta", {"delta": 0.0}),

@@ -564,3 +564,47 @@ def test_the_smallest_model_amounts_release_or_refuse_by_name(client: Any, body:
     if answer.status_code == 201:
         message = verify_model(answer.json()["message"])
         assert message.header.estimator == body["estimator"]
+
+
+@pytest.mark.parametrize(
+    ("case", "labels_a", "labels_b"),
+    [
+        ("bayes_r_x", [float(i % 2) for i in range(100)], [0.0] * 100),
+        ("ols_c0", [0.0, 0.0], [1e15, 1e15]),
+    ],
+)
+def test_an_alpha_no_finite_noise_covers_is_a_charged_no_reply_whatever_the_labels(
+    client: Any, case: str, labels_a: list[float], labels_b: list[float]
+) -> None:
+    """Found by an audit: where the product chooses a constant from the labels (Bayes' c0 from a
+    noisy smallest class count, OLS's r_theta from a noisy mean square) and the request gives
+    another at an extreme (r_x 1e153, c0 1e-293), ePTR's alpha overflowed for some labels and
+    not others: a 422 that spent nothing, repeatable, so a test of the labels for free. Now
+    such an alpha is the charged "no reply", and the outcome is the same for both label sets."""
+    n = len(labels_a)
+    x = np.random.default_rng(0).normal(size=(n, 2 if case == "bayes_r_x" else 1))
+    columns = ("x1", "x2") if case == "bayes_r_x" else ("x1",)
+    if case == "bayes_r_x":
+        bounds = {"label_min": 0.0, "label_max": 1.0}
+        body = {"estimator": "bayes", "epsilon": "10", "params": {"n_classes": 2, "r_x": 1e153}}
+    else:
+        bounds = {"label_min": -1e15, "label_max": 1e15}
+        body = {
+            "estimator": "ols", "epsilon": "1000",
+            "params": {"intercept": False, "r_x": 1.0, "c0": 1e-293},
+        }  # fmt: skip
+    outcomes = []
+    for name, labels in (("a", labels_a), ("b", labels_b)):
+        ids = [f"ex-{i:03d}" for i in range(n)]
+        create_dataset(client, name, epsilon_budget="5000", delta_budget="0.001", **bounds)
+        register(client, name, ids)
+        assert put_labels(client, name, list(zip(ids, labels, strict=True))).status_code == 200
+        assert upload(client, name, _csv(ids, x, columns), "text/csv").status_code == 201
+        answer = model_release(client, name, privacy="eptr", delta="0.00001", **body)
+        assert answer.status_code == 201, answer.text
+        view = client.get(f"/v1/datasets/{name}", headers=ADV).json()
+        assert Decimal(view["epsilon_spent"]) == Decimal(body["epsilon"])  # type: ignore[arg-type]
+        outcomes.append(answer.json()["released"])
+    if case == "ols_c0":  # alpha beyond every finite noise for both label sets
+        assert outcomes == [False, False]
+    assert verify(client).ok
