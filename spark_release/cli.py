@@ -74,7 +74,8 @@ def register_commands(commands: Any) -> None:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="after a crash: publish a staged message, or mark an unstaged release failed",
+        help="after a crash: publish a staged message, mark an unstaged release failed, or "
+        "finish an interrupted commit (open --out)",
     )
     parser.set_defaults(func=release_command)
 

@@ -43,7 +43,9 @@ that fails after the charge marks the release ``failed`` (``.../failure``: the c
 and deletes its staging directory. After a crash, ``--resume`` publishes and commits a fully
 staged message (replaying the publication, which the labels party answers without recording it
 twice) without randomizing again; a crash before the message was staged cannot be resumed (the
-noise may have been drawn): ``--resume`` marks that release failed and removes its staging.
+noise may have been drawn): ``--resume`` marks that release failed and removes its staging. A
+crash during the commit (after the rename) leaves ``<out>`` private: ``--resume`` checks the
+release is published with that header and finishes the commit.
 Privacy: as the service's release (``shared.randomizer``): the epsilon1 noise is drawn once from
 exact sums; the randomizer is applied once per published label.
 """
@@ -94,7 +96,7 @@ from spark_release import DRIVER_JAVA_OPTIONS, DRIVER_MEMORY
 CHARGE = "charge.json"  # in staging: the charge the labels party recorded (or may have)
 PUBLICATION = "publication.json"  # in staging beside the message: what --resume replays
 # Test hooks (never set in production): stop the job at a step, as a crash would.
-CRASH_POINTS = ("after_charge", "before_publish", "after_publish")
+CRASH_POINTS = ("after_charge", "before_publish", "after_publish", "after_rename")
 
 
 class SparkJobError(LabelDPError):
@@ -658,10 +660,60 @@ def _publish_and_commit(
     if config.crash_at == "after_publish":
         raise SimulatedCrash("after_publish")
     os.replace(config.staging, config.out)  # the commit: the message appears at --out (0700)
-    for side in (CHARGE, PUBLICATION):  # the job's own records, not the message: the charge
-        (config.out / side).unlink(missing_ok=True)  # names the labels input's raw sha256
-    config.out.chmod(0o755)  # paid for and recorded: the (DP) message may now be read
+    if config.crash_at == "after_rename":
+        raise SimulatedCrash("after_rename")
+    _open(config.out)
     return dict(release)
+
+
+def _open(out: Path) -> None:
+    """The commit's last step, after the rename: delete the job's own records (not the message:
+    the charge names the labels input's raw sha256), then open the (DP, paid for, recorded)
+    message to readers (0755). Idempotent: ``--resume`` repeats it after a crash."""
+    for side in (CHARGE, PUBLICATION):
+        (out / side).unlink(missing_ok=True)
+    out.chmod(0o755)
+
+
+def resume_open(config: JobConfig, client: LabelsPartyClient) -> JobResult:
+    """After a crash between the commit's rename and its end: ``--out`` holds a message that is
+    still private (0700). The rename follows the publication, so the labels party has recorded
+    it: the job checks that (the release ``released`` with this very header) and that the body
+    matches the header, then finishes the commit (:func:`_open`)."""
+    out = config.out
+    try:
+        header = MessageHeader.model_validate_json((out / HEADER).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SparkJobError(f"--out {out}: not a message this job staged ({exc})") from None
+    if _hashed(out / BODY, n=header.n)[0] != header.body_sha256:
+        raise SparkJobError(f"{out}/{BODY} does not match its header's body_sha256")
+    try:
+        release = dict(
+            client.request("GET", f"/v1/releases/{header.release_id}", idempotent=True).json()
+        )
+    except ServiceError as exc:
+        raise SparkJobError(f"release {header.release_id}: {exc}") from None
+    header_sha = hashlib.sha256((out / HEADER).read_bytes()).hexdigest()
+    recorded = (release.get("dataset"), release.get("state"), release.get("binary_sha256"))
+    if recorded != (config.dataset, "released", header_sha):
+        raise SparkJobError(
+            f"release {header.release_id} is not recorded as published with {out}'s header: "
+            "--out is left as it is"
+        )
+    _open(out)
+    return JobResult(release=release, out=out, header=header)
+
+
+def _committing(config: JobConfig) -> bool:
+    """Whether ``--out`` is a commit a crash interrupted: staging gone, ``--out`` still private
+    (0700, as staging is) and holding a header."""
+    out = config.out
+    return (
+        not config.staging.exists()
+        and out.is_dir()
+        and out.stat().st_mode & 0o777 == 0o700
+        and (out / HEADER).is_file()
+    )
 
 
 def resume(config: JobConfig, client: LabelsPartyClient) -> JobResult:
@@ -708,9 +760,14 @@ def run(config: JobConfig, *, spark: Any = None) -> JobResult:
 
     if config.crash_at is not None and config.crash_at not in CRASH_POINTS:
         raise SparkJobError(f"crash_at must be one of {', '.join(CRASH_POINTS)}")
-    if config.out.exists():
-        raise SparkJobError(f"--out {config.out} exists already: a message is never overwritten")
+    if config.out.exists() and not (config.resume and _committing(config)):
+        raise SparkJobError(
+            f"--out {config.out} exists already: a message is never overwritten"
+            + (" (--resume finishes a commit a crash interrupted)" if _committing(config) else "")
+        )
     with LabelsPartyClient(config.labels_url, token=config.token) as client:
+        if config.out.exists():
+            return resume_open(config, client)
         info = _dataset_info(client, config.dataset)
         if config.staging.exists():
             if not config.resume:

@@ -8,6 +8,7 @@ import hmac
 import itertools
 import json
 import math
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -304,6 +305,50 @@ def test_a_crash_after_the_message_was_staged_is_published_by_resume_without_ran
     assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
     kinds = [e["kind"] for e in labels_party.ledger(name) if e["kind"] != "dataset"]
     assert kinds == ["histogram", "randomizer", "publication"]
+    _verify_ledger(labels_party)
+
+
+def test_a_crash_during_the_commit_is_finished_by_resume(
+    spark: Any, labels_party: LabelsParty, tmp_path: Path
+) -> None:
+    """A crash after the commit's rename left --out private (0700) with the job's own records
+    (charge.json names the labels input's raw sha256): a plain rerun refuses to overwrite it and
+    names --resume; --resume checks the release is published with that header and opens it,
+    without charging, randomizing or publishing again. An --out the job did not commit is left
+    as it is."""
+    name = next(_names)
+    labels_party.create_dataset(name)
+    ids, labelled = _data(2000, seed=12)
+    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
+    config = _config(labels_party, tmp_path, name, examples, labels, crash_at="after_rename")
+    with pytest.raises(SimulatedCrash):
+        run(config, spark=spark)
+    assert not config.staging.exists()
+    assert oct(config.out.stat().st_mode & 0o777) == "0o700"
+    assert (config.out / "charge.json").is_file()
+    header = (config.out / "header.json").read_bytes()
+    with pytest.raises(SparkJobError, match="--resume finishes a commit"):
+        run(_config(labels_party, tmp_path, name, examples, labels))
+    result = run(_config(labels_party, tmp_path, name, examples, labels, resume=True))
+    assert (result.out / "header.json").read_bytes() == header
+    assert result.release["state"] == "released"
+    assert oct(result.out.stat().st_mode & 0o777) == "0o755"
+    assert sorted(p.name for p in result.out.iterdir()) == ["body", "header.json"]
+    read_parquet_message(result.out)
+    assert Decimal(labels_party.dataset(name)["epsilon_spent"]) == Decimal("1")
+    kinds = [e["kind"] for e in labels_party.ledger(name) if e["kind"] != "dataset"]
+    assert kinds == ["histogram", "randomizer", "publication"]
+    # Not a commit this job made: a private --out whose header names no published release.
+    forged = tmp_path / "forged"
+    shutil.copytree(result.out, forged)
+    release_id = json.loads(header)["release_id"]
+    unknown = "rel_" + ("0" if release_id[4] != "0" else "1") + release_id[5:]
+    (forged / "header.json").write_bytes(header.replace(release_id.encode(), unknown.encode()))
+    forged.chmod(0o700)
+    other = _config(labels_party, tmp_path, name, examples, labels, resume=True, out=forged)
+    with pytest.raises(SparkJobError, match=unknown):
+        run(other)
+    assert oct(forged.stat().st_mode & 0o777) == "0o700"
     _verify_ledger(labels_party)
 
 
