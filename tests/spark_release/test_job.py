@@ -220,19 +220,30 @@ def test_a_failed_task_is_retried_and_the_published_body_is_one_randomization(
     assert np.any(bodies[0] != bodies[1])
 
 
+def _crashed(
+    spark: Any, party: LabelsParty, tmp: Path, *, seed: int, crash_at: str
+) -> tuple[str, JobConfig, Path, Path]:
+    """A new dataset's release of 2,000 ids (labels drawn from ``seed``: the same labels charged
+    to two datasets would fail verify) stopped at ``crash_at``: (dataset, config, inputs)."""
+    name = next(_names)
+    party.create_dataset(name)
+    ids, labelled = _data(2000, seed=seed)
+    examples, labels = write_inputs(tmp / "in", ids, labelled)
+    config = _config(party, tmp, name, examples, labels, crash_at=crash_at)
+    with pytest.raises(SimulatedCrash):
+        run(config, spark=spark)
+    return name, config, examples, labels
+
+
 def test_no_noise_is_drawn_before_the_charge_and_a_crash_after_it_is_marked_failed(
     spark: Any, labels_party: LabelsParty, tmp_path: Path
 ) -> None:
     """Issue 24, item 2: the charge comes first; a crash right after it leaves the charge and
     an owner-only staging directory with no noisy output; --resume cannot know whether noise
     was drawn, so it marks the release failed (the charge stays) and removes the staging."""
-    name = next(_names)
-    labels_party.create_dataset(name)
-    ids, labelled = _data(2000, seed=5)
-    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
-    config = _config(labels_party, tmp_path, name, examples, labels, crash_at="after_charge")
-    with pytest.raises(SimulatedCrash):
-        run(config, spark=spark)
+    name, config, examples, labels = _crashed(
+        spark, labels_party, tmp_path, seed=5, crash_at="after_charge"
+    )
     assert not config.out.exists()
     assert sorted(p.name for p in config.staging.iterdir()) == ["charge.json"]  # no noise yet
     assert oct(config.staging.stat().st_mode & 0o777) == "0o700"
@@ -285,14 +296,10 @@ def test_a_job_failing_after_the_charge_marks_it_failed_and_leaves_no_output(
 def test_a_crash_after_the_message_was_staged_is_published_by_resume_without_randomizing(
     spark: Any, labels_party: LabelsParty, tmp_path: Path, crash_at: str
 ) -> None:
-    name = next(_names)
-    labels_party.create_dataset(name)
-    # Other labels per case: the same labels charged to two datasets would fail verify.
-    ids, labelled = _data(2000, seed=6 if crash_at == "before_publish" else 9)
-    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
-    config = _config(labels_party, tmp_path, name, examples, labels, crash_at=crash_at)
-    with pytest.raises(SimulatedCrash):
-        run(config, spark=spark)
+    seed = 6 if crash_at == "before_publish" else 9
+    name, config, examples, labels = _crashed(
+        spark, labels_party, tmp_path, seed=seed, crash_at=crash_at
+    )
     assert not config.out.exists()
     assert oct(config.staging.stat().st_mode & 0o777) == "0o700"
     staged_header = (config.staging / "header.json").read_bytes()
@@ -316,13 +323,9 @@ def test_a_crash_during_the_commit_is_finished_by_resume(
     names --resume; --resume checks the release is published with that header and opens it,
     without charging, randomizing or publishing again. An --out the job did not commit is left
     as it is."""
-    name = next(_names)
-    labels_party.create_dataset(name)
-    ids, labelled = _data(2000, seed=12)
-    examples, labels = write_inputs(tmp_path / "in", ids, labelled)
-    config = _config(labels_party, tmp_path, name, examples, labels, crash_at="after_rename")
-    with pytest.raises(SimulatedCrash):
-        run(config, spark=spark)
+    name, config, examples, labels = _crashed(
+        spark, labels_party, tmp_path, seed=12, crash_at="after_rename"
+    )
     assert not config.staging.exists()
     assert oct(config.out.stat().st_mode & 0o777) == "0o700"
     assert (config.out / "charge.json").is_file()
