@@ -256,6 +256,10 @@ def charge(
             return _view(existing, dataset=row.name), False
         _refuse_changed_universe(conn, current, universe)
         store_and_spend(conn, current, record_, charges, plan, time=created)
+        # Spent, so frozen, as the service's release freezes in its spend's transaction: no
+        # example or label may change between a charge and its publication (an example
+        # registered meanwhile made the publication impossible and the charge a loss).
+        conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
     return _view(record_, dataset=row.name), True
 
 
@@ -363,7 +367,9 @@ def fail(
     actor_role: str,
     actor: str | None = None,
 ) -> dict[str, Any]:
-    """Mark a charged external release failed (its charge stays); idempotent."""
+    """Mark a charged external release failed (its charge stays); idempotent. The one write an
+    archived dataset still takes: it closes the books on a charge made before the archive (a
+    job that failed after it), adding a ledger entry and no data or spend."""
     with db.write() as conn:
         row = ds.load(conn, dataset, for_update=True)
         rel = _charged(conn, row, release_id)
