@@ -28,6 +28,8 @@
 #   LABELDP_SPARK           1: build the Spark image as with --spark
 #   LABELDP_SPARK_IMAGE     tag of the Spark image (default labeldp-spark:bookworm)
 #   LABELDP_COMPOSE_CACHE   cache folder (default <repo>/.compose-cache, git-ignored)
+#   LABELDP_DOCKERD_PIDFILE where to write the pid of a dockerd this script starts (unset: not
+#                           written); the tests' session fixture stops the daemon it names
 #   LABELDP_DEBIAN_MIRROR   Debian mirror for debootstrap (default: the host's apt source)
 #   PYTHON                  host Python used to run pip (default python3)
 set -euo pipefail
@@ -112,6 +114,9 @@ start_dockerd() {
         # and the build lock (fd 9) is closed so the daemon does not hold it after we exit.
         setsid nohup dockerd --data-root /var/lib/docker --ip 127.0.0.1 \
             </dev/null >"$logfile" 2>&1 9>&- &
+        if [ -n "${LABELDP_DOCKERD_PIDFILE:-}" ]; then
+            echo "$!" >"$LABELDP_DOCKERD_PIDFILE"
+        fi
     fi
     local i
     for i in $(seq 1 60); do

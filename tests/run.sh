@@ -2,7 +2,8 @@
 # The project's one test command (README "Run the tests"; .ci/run calls exactly this).
 # Installs what the tests run for real (Debian's PostgreSQL, Chromium + chromedriver, Java 17
 # for Spark) when missing, creates .venv, installs the package with its extras, then lints and
-# tests. Docker for the compose test is set up by services/build_base_image.sh, from the test.
+# tests. Docker for the compose test is set up by services/build_base_image.sh, from the test;
+# a dockerd it starts is stopped when the session ends (tests/compose/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
