@@ -654,8 +654,7 @@ def _publish_and_commit(
                 "marked failed (its charge stays)"
             ) from None
         raise SparkJobError(f"the publication failed ({exc}): run again with --resume") from None
-    header_sha = hashlib.sha256((config.staging / HEADER).read_bytes()).hexdigest()
-    if release.get("binary_sha256") != header_sha:
+    if release.get("binary_sha256") != _header_sha256(config.staging):
         raise SparkJobError("the labels party recorded another header than the staged one")
     if config.crash_at == "after_publish":
         raise SimulatedCrash("after_publish")
@@ -664,6 +663,22 @@ def _publish_and_commit(
         raise SimulatedCrash("after_rename")
     _open(config.out)
     return dict(release)
+
+
+def _header_sha256(directory: Path) -> str:
+    """The sha256 of ``directory``'s header.json as it is on disk (what the ledger records)."""
+    return hashlib.sha256((directory / HEADER).read_bytes()).hexdigest()
+
+
+def _staged_header(directory: Path) -> MessageHeader:
+    """``directory``'s header, checked against its body (``body_sha256`` over the part files)."""
+    try:
+        header = MessageHeader.model_validate_json((directory / HEADER).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SparkJobError(f"{directory}: not a message this job staged ({exc})") from None
+    if _hashed(directory / BODY, n=header.n)[0] != header.body_sha256:
+        raise SparkJobError(f"{directory}/{BODY} does not match its header's body_sha256")
+    return header
 
 
 def _open(out: Path) -> None:
@@ -681,21 +696,15 @@ def resume_open(config: JobConfig, client: LabelsPartyClient) -> JobResult:
     it: the job checks that (the release ``released`` with this very header) and that the body
     matches the header, then finishes the commit (:func:`_open`)."""
     out = config.out
-    try:
-        header = MessageHeader.model_validate_json((out / HEADER).read_bytes())
-    except (OSError, ValueError) as exc:
-        raise SparkJobError(f"--out {out}: not a message this job staged ({exc})") from None
-    if _hashed(out / BODY, n=header.n)[0] != header.body_sha256:
-        raise SparkJobError(f"{out}/{BODY} does not match its header's body_sha256")
+    header = _staged_header(out)
     try:
         release = dict(
             client.request("GET", f"/v1/releases/{header.release_id}", idempotent=True).json()
         )
     except ServiceError as exc:
         raise SparkJobError(f"release {header.release_id}: {exc}") from None
-    header_sha = hashlib.sha256((out / HEADER).read_bytes()).hexdigest()
     recorded = (release.get("dataset"), release.get("state"), release.get("binary_sha256"))
-    if recorded != (config.dataset, "released", header_sha):
+    if recorded != (config.dataset, "released", _header_sha256(out)):
         raise SparkJobError(
             f"release {header.release_id} is not recorded as published with {out}'s header: "
             "--out is left as it is"
@@ -735,9 +744,7 @@ def resume(config: JobConfig, client: LabelsPartyClient) -> JobResult:
                if release_id else "nothing was charged; ")
             + "run the release again"
         )  # fmt: skip
-    header = MessageHeader.model_validate_json((staging / HEADER).read_bytes())
-    if _hashed(staging / BODY, n=header.n)[0] != header.body_sha256:
-        raise SparkJobError(f"{staging}/{BODY} does not match its header's body_sha256")
+    header = _staged_header(staging)
     body = json.loads((staging / PUBLICATION).read_text())
     if body["header"] != json.loads(header.model_dump_json()):
         raise SparkJobError(f"{staging}: publication.json and header.json disagree")
