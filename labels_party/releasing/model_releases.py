@@ -57,6 +57,7 @@ from labels_party.db.models import datasets, entries, model_releases, public_fea
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
+from shared.estimators import eptr
 from shared.estimators import registry as estimators
 from shared.estimators.registry import Design, DesignError, FitArgs, Fitted
 from shared.message import check_example_id
@@ -405,6 +406,33 @@ def request_split(request: ModelRequest) -> Any:
         raise _bad(str(exc), [(exc.field, str(exc))]) from None
 
 
+def refuse_uncovered_alpha(
+    request: ModelRequest, design: Design, split: Any, *, lo: float, hi: float
+) -> None:
+    """A request that gives every constant ePTR depends on (no ``split``) fixes its alpha, a
+    public number (``EstimatorFamily.public_alpha``). Where no finite noise covers it
+    (``eptr.eptr_covers``) the release could only be the "no reply", charged: refuse it
+    first, a 422 naming the parameters, before any label is read. (Where the product chooses
+    a constant, alpha is a function of DP outputs and such a release is the charged "no
+    reply": refusing it would say something about the labels.)"""
+    family = estimators.get(request.estimator)
+    if split is not None or family.public_alpha is None or request.delta is None:
+        return
+    alpha = family.public_alpha(request.privacy, request.params, design, lo, hi)
+    if alpha is None:
+        return
+    epsilon = amounts.float_at_most(request.epsilon)
+    delta = amounts.float_at_most(request.delta)
+    if not eptr.eptr_covers(alpha=alpha, epsilon=epsilon, delta=delta):
+        message = (
+            f"these constants give ePTR an alpha ({alpha!r}) that no finite noise covers at "
+            f"epsilon {amounts.text(request.epsilon)}: the release could only answer 'no "
+            "reply' (bring r_x, r_theta, r_f or the bandwidth's 1/sigma^d down, c0 up, or omit "
+            "them for the product to choose)"
+        )
+        raise _bad(message, [("params", message)])
+
+
 def fit(
     request: ModelRequest,
     design: Design,
@@ -464,6 +492,7 @@ class ModelReleaseService:
             matrix = np.frombuffer(features.matrix, dtype="<f8").reshape(n, len(columns))
             design = public_design(request, matrix, columns)
         split = request_split(request)
+        refuse_uncovered_alpha(request, design, split, lo=row.label_min, hi=row.label_max)
         budget = accountant.budget_of(row)
         delta = request.delta or amounts.ZERO
         constants = {} if split is None else {"constants": _split_preview(split)}
@@ -517,6 +546,7 @@ class ModelReleaseService:
             matrix = np.frombuffer(features.matrix, dtype="<f8").reshape(len(ids), len(columns))
             design = public_design(request, matrix, columns)
             split = request_split(request)
+            refuse_uncovered_alpha(request, design, split, lo=row.label_min, hi=row.label_max)
             labels = _labels(conn, row, ids)
         with self._slots:
             fitted = fit(

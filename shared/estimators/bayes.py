@@ -40,7 +40,6 @@ ePTR's test and Gaussian as :func:`.eptr.eptr_release` does.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -133,6 +132,14 @@ def _check_c0(c0: float, *, k: int, given: object) -> None:
         raise InvalidParameterError(f"c0 ({given!r}) must be < 1 / n_classes ({1.0 / k:.4g})")
 
 
+def bayes_alpha(*, r_x: float, c0: float, n: int) -> float:
+    """ePTR-Bayes' alpha = (2 / n) sqrt(2 r_x^2 / c0^2 + 2) (Theorem 3.1), +inf where it is
+    beyond the doubles (never an exception: :func:`.eptr.eptr_release` answers "no reply")."""
+    with np.errstate(over="ignore"):
+        ratio = np.float64(r_x) / np.float64(c0)
+        return float(2.0 / n * np.sqrt(2.0 * ratio * ratio + 2.0))
+
+
 def eptr_bayes(
     X: np.ndarray,
     y: np.ndarray,
@@ -165,7 +172,7 @@ def eptr_bayes(
 
     counts, priors, means = bayes_statistics(project_rows(x, rx), labels, k)
     gamma = bayes_gamma(counts, n=n, c0=c)
-    alpha = 2.0 / n * math.sqrt(2.0 * rx**2 / c**2 + 2.0)
+    alpha = bayes_alpha(r_x=rx, c0=c, n=n)
     no_reply = np.concatenate([np.full(k, 1.0 / k), np.zeros(k * p)])
     out = eptr_release(
         np.concatenate([priors, means.ravel()]),

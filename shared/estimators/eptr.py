@@ -219,6 +219,19 @@ def _is_inf(value: object) -> bool:
     )
 
 
+def eptr_covers(*, alpha: float, epsilon: float, delta: float) -> bool:
+    """Whether :func:`eptr_release` at ``alpha`` can release at all: alpha a positive double
+    whose noise scale (alpha times the unit scale at (epsilon, delta)) is a double too. Where
+    it is not, the release is the "no reply" whatever the data (alpha +inf or the scale beyond
+    the doubles) or refused (alpha 0: no noise certifies nothing)."""
+    if _is_inf(alpha) or isinstance(alpha, bool):
+        return False
+    if not (isinstance(alpha, int | float | np.integer | np.floating) and float(alpha) > 0.0):
+        return False
+    eps, dlt = epsilon_delta(epsilon, delta)
+    return math.isfinite(float(alpha) * _unit_noise_scale(eps, dlt))
+
+
 def eptr_release(
     estimate: np.ndarray | float,
     *,

@@ -97,6 +97,18 @@ def _ols_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
     )  # fmt: skip
 
 
+def _ols_alpha(
+    privacy: str, params: Mapping[str, Any], design: Design, lo: float, hi: float
+) -> float | None:
+    """ePTR-OLS's alpha when the request gives r_x, r_theta and c0 (``ols.ols_alpha``)."""
+    if privacy != "eptr" or any(name not in params for name in constants.OLS_CONSTANTS):
+        return None
+    return ols.ols_alpha(
+        r_x=float(params["r_x"]), r_theta=float(params["r_theta"]), c0=float(params["c0"]),
+        n=design.x.shape[0],
+    )  # fmt: skip
+
+
 def _omitted_split(
     rule: Callable[..., constants.ConstantsSplit],
     names: tuple[str, ...],
@@ -185,11 +197,11 @@ def _nw_eptr_public_checks(params: Mapping[str, Any], dim: int) -> None:
         raise DesignError("params.r_f", f"r_f ({r_f!r}) must be finite with 2 r_f finite")
 
 
-def _nw_label_interval(params: Mapping[str, Any], args: FitArgs) -> dict[str, float]:
+def _nw_label_interval(params: Mapping[str, Any], lo: float, hi: float) -> dict[str, float]:
     """The public label interval ePTR-NW clips to, as ``kernel.eptr_nw``'s keywords.
 
-    Without ``r_f``: the dataset's public bounds [label_min, label_max] (``args.lo``,
-    ``args.hi``), so alpha = (hi - lo) K_max sqrt(min(m, 2 G)) / (c0 n) (Algorithm 5 with the
+    Without ``r_f``: the dataset's public bounds [label_min, label_max] (``lo``,
+    ``hi``), so alpha = (hi - lo) K_max sqrt(min(m, 2 G)) / (c0 n) (Algorithm 5 with the
     span of (19) tightened, ``kernel.eptr_nw``). With ``r_f`` (the paper's Pi_{R_f}, as the
     API always documented it): [-r_f, r_f], alpha with span 2 r_f, exactly as before. Either
     interval is fixed before any label is read (the request and the dataset's operator-set
@@ -200,7 +212,7 @@ def _nw_label_interval(params: Mapping[str, Any], args: FitArgs) -> dict[str, fl
     r_f = params.get("r_f")
     if r_f is not None:
         return {"r_f": float(r_f)}
-    return {"lo": float(args.lo), "hi": float(args.hi)}
+    return {"lo": float(lo), "hi": float(hi)}
 
 
 def _nw_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
@@ -223,7 +235,7 @@ def _nw_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
         given = {name: p[name] for name in nw_constants.NW_CONSTANTS if name in p}
         chosen = nw_constants.eptr_nw_chosen(
             design.x, labels, design.queries, split=args.split, rng=args.rng, given=given,
-            **_nw_label_interval(p, args),
+            **_nw_label_interval(p, args.lo, args.hi),
         )  # fmt: skip
         return Fitted(
             body={**body, "values": chosen.fit.values.tolist()}, released=chosen.fit.released,
@@ -231,11 +243,28 @@ def _nw_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
         )  # fmt: skip
     k = kernel.eptr_nw(
         design.x, labels, design.queries, epsilon=args.epsilon, delta=args.delta,
-        bandwidth=p["bandwidth"], c0=p["c0"], rng=args.rng, **_nw_label_interval(p, args),
+        bandwidth=p["bandwidth"], c0=p["c0"], rng=args.rng,
+        **_nw_label_interval(p, args.lo, args.hi),
     )  # fmt: skip
     return Fitted(
         body={**body, "values": k.values.tolist()}, released=k.released, noise="gaussian",
         noise_scale=k.noise_scale,
+    )  # fmt: skip
+
+
+def _nw_alpha(
+    privacy: str, params: Mapping[str, Any], design: Design, lo: float, hi: float
+) -> float | None:
+    """ePTR-NW's alpha when the request gives the bandwidth and c0 (``kernel.eptr_nw_alpha``,
+    one c0 for every query: no noise factors)."""
+    if privacy != "eptr" or "bandwidth" not in params or "c0" not in params:
+        return None
+    assert design.queries is not None
+    low, high = kernel.label_interval(**_nw_label_interval(params, lo, hi))
+    c = kernel.nw_thresholds(params["c0"], design.queries.shape[0])
+    return kernel.eptr_nw_alpha(
+        design.queries, n=design.x.shape[0], bandwidth=float(params["bandwidth"]), c0=c,
+        low=low, high=high, tau=np.ones_like(c),
     )  # fmt: skip
 
 
@@ -412,7 +441,7 @@ def _nw_fit_product(
     )
     k = kernel.eptr_nw(
         design.x, labels, queries, epsilon=eps, delta=dlt, bandwidth=bandwidth, c0=c0,
-        rng=args.rng, noise_power=NW_NOISE_POWER, **_nw_label_interval(p, args),
+        rng=args.rng, noise_power=NW_NOISE_POWER, **_nw_label_interval(p, args.lo, args.hi),
     )  # fmt: skip
     chosen = (*split.by_rule, *split.chosen)
     params: dict[str, Any] = {
@@ -540,6 +569,15 @@ def _bayes_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
     )  # fmt: skip
 
 
+def _bayes_alpha(
+    privacy: str, params: Mapping[str, Any], design: Design, lo: float, hi: float
+) -> float | None:
+    """ePTR-Bayes' alpha when the request gives r_x and c0 (``bayes.bayes_alpha``)."""
+    if privacy != "eptr" or any(name not in params for name in bayes.BAYES_CONSTANTS):
+        return None
+    return bayes.bayes_alpha(r_x=float(params["r_x"]), c0=float(params["c0"]), n=design.x.shape[0])
+
+
 def _bayes_split(
     privacy: str, params: Mapping[str, Any], epsilon: Decimal, delta: Decimal | None
 ) -> constants.ConstantsSplit | None:
@@ -569,6 +607,7 @@ BUILTIN: tuple[EstimatorFamily, ...] = (
         optional=("intercept",),
         chosen={"eptr": constants.OLS_CONSTANTS},
         split=_ols_split,
+        public_alpha=_ols_alpha,
         design=_ols_design,
         fit=_ols_fit,
         check_body=_ols_body,
@@ -587,6 +626,7 @@ BUILTIN: tuple[EstimatorFamily, ...] = (
         # bandwidth, c0 omitted: chosen by the product (``nw_constants``, ``_nw_split``)
         chosen={"eptr": ("r_f", *nw_constants.NW_CONSTANTS)},
         split=_nw_split,
+        public_alpha=_nw_alpha,
         design=_nw_design,
         fit=_nw_fit,
         check_body=_nw_body,
@@ -599,6 +639,7 @@ BUILTIN: tuple[EstimatorFamily, ...] = (
         # r_x, c0 omitted: chosen by the product (``bayes.eptr_bayes_chosen``, ``_bayes_split``)
         chosen={"eptr": bayes.BAYES_CONSTANTS},
         split=_bayes_split,
+        public_alpha=_bayes_alpha,
         design=_bayes_design,
         fit=_bayes_fit,
         check_body=_bayes_body,

@@ -257,7 +257,7 @@ def eptr_nw(
     sigma = positive(bandwidth, name="bandwidth")
     c = nw_thresholds(c0, points.shape[0])
     tau = nw_noise_factors(c, power=noise_power)
-    low, high = _label_interval(r_f=r_f, lo=lo, hi=hi)
+    low, high = label_interval(r_f=r_f, lo=lo, hi=hi)
     n, dim = x.shape
     k_max = kernel_bound(dim, sigma)
     # The weighted mean in units of the kernel's peak and of the interval's magnitude, so no
@@ -273,14 +273,7 @@ def eptr_nw(
         mean = np.where(weight > 0.0, span * (sums / safe), 0.5 * (low + high))
     estimate = np.clip(mean, low, high)
     gamma = float(nw_gammas(degree, n=n, c0=c, k_max=k_max).min())
-    c_min = float(c.min())
-    weights = (c_min / (c * tau)) ** 2
-    uniform = bool(np.all(weights == 1.0))  # one c0: the unweighted bound, as before
-    overlap = min(
-        float(weights.sum()),
-        2.0 * query_overlap(points, bandwidth=sigma, weights=None if uniform else weights),
-    )
-    alpha = nw_alpha(span=high - low, k_max=k_max, c0=c_min, n=n, overlap=overlap)
+    alpha = eptr_nw_alpha(points, n=n, bandwidth=sigma, c0=c, low=low, high=high, tau=tau)
     out = eptr_release(
         estimate / tau, gamma=gamma, alpha=alpha, epsilon=eps, delta=dlt,
         no_reply=0.5 * (low + high) if no_reply is None else no_reply, rng=rng,
@@ -291,8 +284,32 @@ def eptr_nw(
     )
 
 
-def _label_interval(
-    *, r_f: float | None, lo: float | None, hi: float | None
+def eptr_nw_alpha(
+    points: np.ndarray,
+    *,
+    n: int,
+    bandwidth: float,
+    c0: np.ndarray,
+    low: float,
+    high: float,
+    tau: np.ndarray,
+) -> float:
+    """:func:`eptr_nw`'s alpha at the public query ``points``: (high - low) K_max sqrt(min(sum_q
+    w_q, 2 G_w)) / (c_min n) with w_q = (c_min / (c_q tau_q))^2 (its docstring proves it). A
+    function of public values only (the request, the dataset's bounds, n)."""
+    k_max = kernel_bound(points.shape[1], bandwidth)
+    c_min = float(c0.min())
+    weights = (c_min / (c0 * tau)) ** 2
+    uniform = bool(np.all(weights == 1.0))  # one c0: the unweighted bound, as before
+    overlap = min(
+        float(weights.sum()),
+        2.0 * query_overlap(points, bandwidth=bandwidth, weights=None if uniform else weights),
+    )
+    return nw_alpha(span=high - low, k_max=k_max, c0=c_min, n=n, overlap=overlap)
+
+
+def label_interval(
+    *, r_f: float | None = None, lo: float | None = None, hi: float | None = None
 ) -> tuple[float, float]:
     """The public label interval: [lo, hi] when both are given, else [-r_f, r_f]."""
     if lo is not None or hi is not None:

@@ -58,7 +58,8 @@ def ols_gamma(x: np.ndarray, *, r_x: float, c0: float) -> float:
     """
     n = x.shape[0]
     smallest = float(np.linalg.eigvalsh(x.T @ x)[0])
-    return max(smallest - c0 * n - 2.0 * r_x**2, 0.0) / (2.0 * r_x**2)
+    spread = 2.0 * r_x * r_x  # a product, not **: +inf (gamma 0) where r_x^2 overflows
+    return max(smallest - c0 * n - spread, 0.0) / spread
 
 
 def _unrepresentable(xp: np.ndarray, *, c0_n: float) -> np.ndarray:
@@ -72,6 +73,13 @@ def _unrepresentable(xp: np.ndarray, *, c0_n: float) -> np.ndarray:
     raise InvalidParameterError("the least-squares estimate overflows a double")
 
 
+def ols_alpha(*, r_x: float, r_theta: float, c0: float, n: int) -> float:
+    """ePTR-OLS's alpha = 4 r_x^2 r_theta / (c0 n) (16), +inf where it is beyond the doubles
+    (never an exception: :func:`.eptr.eptr_release` answers "no reply" there)."""
+    with np.errstate(over="ignore"):
+        return float(np.float64(4.0) * r_x * r_x * r_theta / (np.float64(c0) * n))
+
+
 def eptr_design(x: np.ndarray, r_x: float, *, intercept: bool = False) -> np.ndarray:
     """The rows Algorithm 4 fits on: each projected onto the ball of radius ``r_x``, or, with an
     ``intercept``, the features onto the ball of radius sqrt(r_x^2 - 1) and a column of ones
@@ -82,7 +90,8 @@ def eptr_design(x: np.ndarray, r_x: float, *, intercept: bool = False) -> np.nda
         raise InvalidParameterError(
             f"r_x ({r_x!r}) must be > 1 with an intercept (its column has norm 1)"
         )
-    shrunk = project_rows(x, math.sqrt(r_x * r_x - 1.0))
+    # sqrt(r_x^2 - 1) without squaring r_x (inf, and a NaN projection, above ~1.3e154)
+    shrunk = project_rows(x, math.sqrt(r_x - 1.0) * math.sqrt(r_x + 1.0))
     return np.column_stack([shrunk, np.ones(x.shape[0])])
 
 
@@ -143,7 +152,7 @@ def eptr_ols(
         theta = _unrepresentable(xp, c0_n=c * n)
     theta = project_vector(theta, rt)
     gamma = ols_gamma(xp, r_x=rx, c0=c)
-    alpha = 4.0 * rx**2 * rt / (c * n)
+    alpha = ols_alpha(r_x=rx, r_theta=rt, c0=c, n=n)
     out = eptr_release(
         theta, gamma=gamma, alpha=alpha, epsilon=eps, delta=dlt, no_reply=no_reply, rng=rng
     )

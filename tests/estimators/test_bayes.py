@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from shared.errors import InvalidParameterError
 from shared.estimators._checks import project_rows
-from shared.estimators.bayes import bayes_gamma, bayes_statistics, eptr_bayes, revise_priors
+from shared.estimators.bayes import (
+    bayes_alpha,
+    bayes_gamma,
+    bayes_statistics,
+    eptr_bayes,
+    revise_priors,
+)
 
 
 def _data(n: int, priors: tuple[float, ...], rng: np.random.Generator, gap: float = 3.0):
@@ -94,3 +100,17 @@ Y = np.array([0, 1] * 5)
 def test_bad_input(field: str, y: np.ndarray, kwargs: dict) -> None:
     with pytest.raises(InvalidParameterError, match=field):
         eptr_bayes(X, y, rng=np.random.default_rng(0), **(GOOD | kwargs))
+
+
+def test_bayes_alpha_is_the_closed_form_and_inf_beyond_the_doubles() -> None:
+    """alpha = (2 / n) sqrt(2 r_x^2 / c0^2 + 2); +inf where it overflows, never an exception
+    (c0^2 underflowing to 0 raised ZeroDivisionError: a 500 for a given c0 of 1e-320)."""
+    assert bayes_alpha(r_x=3.0, c0=0.1, n=50) == pytest.approx(2 / 50 * math.sqrt(2 * 900 + 2))
+    assert bayes_alpha(r_x=1e200, c0=0.1, n=50) == math.inf
+    assert bayes_alpha(r_x=1.0, c0=1e-320, n=50) == math.inf
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(60, 2))
+    classes = np.arange(60) % 2
+    out = eptr_bayes(x, classes, n_classes=2, epsilon=1.0, delta=1e-6, r_x=1.0, c0=1e-320, rng=rng)
+    assert out.alpha == math.inf and not out.released
+    assert np.allclose(out.priors, 0.5) and np.all(out.means == 0.0)

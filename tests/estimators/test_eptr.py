@@ -15,6 +15,7 @@ from scipy.stats import binomtest, chisquare, norm
 from shared.errors import InvalidParameterError
 from shared.estimators.eptr import (
     _hockey_stick,
+    eptr_covers,
     eptr_noise_scale,
     eptr_release,
     eptr_release_probability,
@@ -73,6 +74,38 @@ def test_an_alpha_no_finite_noise_covers_gives_the_no_reply(alpha: float, epsilo
         )  # fmt: skip
         assert not out.released and np.array_equal(out.value, [9.0, -9.0])
         assert out.noise_scale == sys.float_info.max and out.release_probability == 0.0
+
+
+@pytest.mark.parametrize(
+    ("alpha", "epsilon", "covered"),
+    [
+        (1.0, 1.0, True),
+        (1e300, 1.0, True),
+        (5e-324, 1.0, True),
+        (math.inf, 1.0, False),
+        (1e306, 0.01, False),
+        (1e308, 1.0, False),
+        (0.0, 1.0, False),
+        (-1.0, 1.0, False),
+        (math.nan, 1.0, False),
+        (True, 1.0, False),
+    ],
+)
+def test_eptr_covers_says_whether_a_release_can_reply(
+    alpha: float, epsilon: float, covered: bool
+) -> None:
+    """eptr_covers is True exactly where eptr_release can release (a finite noise scale for a
+    positive alpha): elsewhere its output is the "no reply" whatever gamma, or a refusal."""
+    assert eptr_covers(alpha=alpha, epsilon=epsilon, delta=1e-6) is covered
+    if covered:
+        scale = eptr_noise_scale(alpha=alpha, epsilon=epsilon, delta=1e-6)
+        assert math.isfinite(scale) and scale > 0.0
+    elif isinstance(alpha, float) and alpha > 0.0:
+        out = eptr_release(
+            np.array([1.0]), gamma=1e12, alpha=alpha, epsilon=epsilon, delta=1e-6,
+            no_reply=np.array([9.0]), rng=np.random.default_rng(1),
+        )  # fmt: skip
+        assert not out.released and out.release_probability == 0.0
 
 
 def test_release_path_adds_gaussian_noise_of_the_stated_scale() -> None:

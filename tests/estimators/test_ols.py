@@ -17,7 +17,15 @@ from shared.estimators import registry
 from shared.estimators._checks import project_rows, project_vector
 from shared.estimators._linear import LABEL_LEVELS, QuantisedMap, label_levels
 from shared.estimators.eptr import eptr_noise_scale
-from shared.estimators.ols import eptr_ols, label_dp_ols, ols_gamma, ols_map, ols_no_reply
+from shared.estimators.ols import (
+    eptr_design,
+    eptr_ols,
+    label_dp_ols,
+    ols_alpha,
+    ols_gamma,
+    ols_map,
+    ols_no_reply,
+)
 from shared.estimators.registry import FitArgs
 from tests.estimators.conftest import designs
 
@@ -125,6 +133,25 @@ def test_eptr_ols_gamma_alpha_and_both_paths() -> None:
         no_reply=np.array([7.0, 7.0, 7.0]),
     )  # fmt: skip
     assert small.gamma == 0.0 and not small.released and np.all(small.coef == 7.0)
+
+
+def test_ols_alpha_is_the_closed_form_and_inf_beyond_the_doubles() -> None:
+    """alpha = 4 r_x^2 r_theta / (c0 n) (16); +inf where it overflows, never an exception
+    (r_x^2 in Python floats raised OverflowError from r_x ~1.3e154: a 500 for a given r_x)."""
+    assert ols_alpha(r_x=4.0, r_theta=0.5, c0=0.25, n=100) == pytest.approx(4 * 16 * 0.5 / 25)
+    assert ols_alpha(r_x=1e200, r_theta=1.0, c0=0.1, n=10) == math.inf
+    assert ols_alpha(r_x=1.0, r_theta=1.0, c0=5e-324, n=10) == math.inf
+    x = np.random.default_rng(3).normal(size=(40, 2))
+    y = np.ones(40)
+    out = eptr_ols(
+        x, y, epsilon=1.0, delta=1e-6, r_x=1e200, r_theta=1.0, c0=0.1, intercept=True,
+        rng=np.random.default_rng(0), no_reply=np.array([0.0, 0.0, 7.0]),
+    )  # fmt: skip
+    assert out.alpha == math.inf and not out.released and np.array_equal(out.coef, [0, 0, 7])
+    # The intercept's design at such an r_x: the features unprojected, no NaN.
+    design = eptr_design(x, 1e200, intercept=True)
+    assert np.array_equal(design[:, :2], x) and np.all(design[:, 2] == 1.0)
+    assert ols_gamma(design, r_x=1e200, c0=0.1) == 0.0
 
 
 def test_eptr_ols_does_not_refuse_a_singular_private_design() -> None:

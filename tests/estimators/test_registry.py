@@ -26,6 +26,53 @@ with warnings.catch_warnings():
 TOY = "toy_mean"
 
 
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("ols", {"intercept": True, "r_x": 3.0, "r_theta": 2.0, "c0": 0.2}),
+        ("ols", {"intercept": False, "r_x": 1.5, "r_theta": 0.5, "c0": 0.05}),
+        ("nw", {"bandwidth": 0.7, "c0": 0.1, "queries": [[0.0, 0.0], [0.5, -0.5], [3.0, 1.0]]}),
+        ("nw", {"bandwidth": 0.3, "c0": 0.02, "r_f": 4.0, "queries": [[0.1, 0.2]]}),
+        ("bayes", {"n_classes": 3, "r_x": 2.5, "c0": 0.1}),
+    ],
+)
+def test_a_familys_public_alpha_is_the_alpha_its_fit_runs_at(
+    name: str, params: dict[str, Any]
+) -> None:
+    """``EstimatorFamily.public_alpha`` (the service's refusal before any label is read) is the
+    alpha the estimator itself computes when every constant is given: one formula, two uses."""
+    from shared.estimators import bayes, kernel, ols
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(400, 2))
+    labels = np.clip(rng.normal(size=400), -1.0, 2.0)
+    family = registry.get(name)
+    design = family.design("eptr", params, x, ["x1", "x2"])
+    alpha = family.public_alpha("eptr", params, design, -1.0, 2.0)  # type: ignore[misc]
+    common: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-5, "rng": rng}
+    if name == "ols":
+        features = design.x[:, :-1] if design.intercept else design.x
+        out: Any = ols.eptr_ols(
+            features, labels, r_x=params["r_x"], r_theta=params["r_theta"], c0=params["c0"],
+            intercept=design.intercept, **common,
+        )  # fmt: skip
+    elif name == "nw":
+        interval = {"r_f": params["r_f"]} if "r_f" in params else {"lo": -1.0, "hi": 2.0}
+        out = kernel.eptr_nw(
+            x, labels, design.queries, bandwidth=params["bandwidth"], c0=params["c0"],
+            **interval, **common,
+        )  # fmt: skip
+    else:
+        classes = np.clip(np.rint(labels), 0, 2).astype(np.int64)
+        out = bayes.eptr_bayes(
+            x, classes, n_classes=3, r_x=params["r_x"], c0=params["c0"], **common
+        )
+    assert alpha == out.alpha
+    # A constant the product would choose: alpha is not public, no pre-check.
+    fewer = {key: value for key, value in params.items() if key != "c0"}
+    assert family.public_alpha("eptr", fewer, design, -1.0, 2.0) is None  # type: ignore[misc]
+
+
 def test_the_product_registers_ols_nw_and_bayes_with_their_privacy_kinds() -> None:
     assert registry.names()[:3] == ("ols", "nw", "bayes")
     assert set(registry.get("ols").privacies) == {"label", "eptr"}

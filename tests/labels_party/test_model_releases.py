@@ -608,3 +608,60 @@ def test_an_alpha_no_finite_noise_covers_is_a_charged_no_reply_whatever_the_labe
     if case == "ols_c0":  # alpha beyond every finite noise for both label sets
         assert outcomes == [False, False]
     assert verify(client).ok
+
+
+@pytest.mark.parametrize(
+    ("estimator", "params"),
+    [
+        ("ols", {"intercept": False, "r_x": 1e200, "r_theta": 1.0, "c0": 0.1}),
+        ("ols", {"intercept": True, "r_x": 1.7e308, "r_theta": 1.0, "c0": 0.1}),
+        ("ols", {"intercept": False, "r_x": 1.0, "r_theta": 1.0, "c0": 1e-320}),
+        ("ols", {"intercept": False, "r_x": 1e-300, "r_theta": 1e-300, "c0": 0.4}),
+        ("bayes", {"n_classes": 2, "r_x": 1e200, "c0": 0.1}),
+        ("bayes", {"n_classes": 2, "r_x": 1.0, "c0": 1e-320}),
+        ("nw", {"bandwidth": 1.0, "c0": 1e-320, "queries": [[0.0, 0.0]]}),
+    ],
+)
+def test_given_constants_no_noise_covers_are_refused_before_anything_is_read(
+    client: Any, estimator: str, params: dict[str, Any]
+) -> None:
+    """Every constant given fixes ePTR's alpha (public): where no finite noise covers it (or it
+    underflows to 0) the release could only be a charged "no reply". It is a 422 naming the
+    parameters, in the dry run too, and nothing is spent. Before, some of these were 500s (r_x^2
+    overflowing in Python floats, c0^2 underflowing to 0) and the others a charged no reply."""
+    setup_dataset(client, delta_budget="0.5")
+    for dry_run in (True, False):
+        answer = model_release(
+            client, estimator=estimator, privacy="eptr", epsilon="1", delta="0.00001",
+            params=params, dry_run=dry_run,
+        )  # fmt: skip
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["errors"][0]["field"] == "params"
+        assert "no finite noise covers" in answer.json()["detail"]
+    view = client.get("/v1/datasets/ds", headers=ADV).json()
+    assert Decimal(view["epsilon_spent"]) == 0 and view["state"] == "open"
+
+
+@pytest.mark.parametrize(
+    ("estimator", "params"),
+    [
+        ("ols", {"intercept": True, "r_x": 1e200, "c0": 0.1}),
+        ("ols", {"intercept": True, "r_x": 1e200, "r_theta": 1.0}),
+        ("ols", {"intercept": False, "c0": 1e-320}),
+        ("bayes", {"n_classes": 2, "r_x": 1e200}),
+        ("bayes", {"n_classes": 2, "c0": 1e-320}),
+    ],
+)
+def test_an_extreme_given_constant_beside_chosen_ones_is_never_a_500(
+    client: Any, estimator: str, params: dict[str, Any]
+) -> None:
+    """With some constants chosen by the product alpha is not public: the release is charged
+    (its "no reply" where no noise covers alpha) or refused for a reason the request alone
+    decides; never a 500 (an intercept's design at r_x 1e200 was NaN rows, then a 500)."""
+    setup_dataset(client, delta_budget="0.5")
+    answer = model_release(
+        client, estimator=estimator, privacy="eptr", epsilon="1", delta="0.00001", params=params
+    )
+    assert answer.status_code in (201, 422), answer.text
+    spent = Decimal(client.get("/v1/datasets/ds", headers=ADV).json()["epsilon_spent"])
+    assert spent == (1 if answer.status_code == 201 else 0)
