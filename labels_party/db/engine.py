@@ -187,9 +187,19 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        """A read-only snapshot transaction."""
-        with self.engine.connect() as conn, conn.begin():
-            yield conn
+        """A read-only snapshot transaction: every statement sees the same committed state.
+
+        SQLite's deferred BEGIN reads one snapshot (WAL). PostgreSQL's default, READ COMMITTED,
+        takes a new snapshot per statement, so a write committed between two reads showed half
+        of it (found by an audit: ``ledger verify`` reporting a ledger total that disagreed with
+        ``epsilon_spent`` during traffic; a release's snapshot finding entries that disagreed
+        with ``n_examples``, a 500); REPEATABLE READ keeps the first statement's snapshot for
+        the whole transaction, and a read-only one never fails to serialize."""
+        with self.engine.connect() as conn:
+            if not self.is_sqlite:
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
