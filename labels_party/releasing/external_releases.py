@@ -78,8 +78,10 @@ def _refuse(field: str, message: str) -> BadInputError:
 
 
 def parse_header(raw: dict[str, Any]) -> MessageHeader:
+    """The header as the wire format has it, strictly: JSON types only (a boolean or a string
+    where a number belongs, a number as ``created``, were coerced, stored and signed)."""
     try:
-        return MessageHeader.model_validate(raw)
+        return MessageHeader.model_validate_json(json.dumps(raw), strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = "header." + ".".join(str(part) for part in first["loc"])
@@ -135,8 +137,8 @@ def _check_params(header: MessageHeader, plan: ReleasePlan) -> None:
     """
     ran_at = header.params.get("epsilon")
     if isinstance(ran_at, bool) or not isinstance(ran_at, int | float):
-        ran_at = None
-    if ran_at is None or float(ran_at) != plan.randomizer_float:
+        ran_at = None  # (an int is compared exactly: a 400-digit one overflowed float())
+    if ran_at is None or ran_at != plan.randomizer_float:
         raise _refuse(
             "header.params.epsilon", f"must be {plan.randomizer_float!r} (the plan's epsilon2)"
         )
@@ -144,9 +146,13 @@ def _check_params(header: MessageHeader, plan: ReleasePlan) -> None:
         if value is not None and key in header.params and header.params[key] != value:
             raise _refuse(f"header.params.{key}", f"must be {value!r} (the charged option)")
     try:
-        registry.get(header.mechanism).from_params(dict(header.params))
-    except (InvalidParameterError, KeyError, TypeError, ValueError) as exc:
+        rebuilt = registry.get(header.mechanism).from_params(dict(header.params))
+    except (InvalidParameterError, KeyError, TypeError, ValueError, OverflowError) as exc:
         raise _refuse("header.params", str(exc)[:200]) from None
+    if json_safe(rebuilt.public_params()) != header.params:
+        # What the features party will read is exactly the randomizer's own description (a
+        # string where numbers belong was parsed leniently by the rebuild, then stored as sent).
+        raise _refuse("header.params", "must be the randomizer's own parameters, as it states them")
 
 
 CHARGED, RELEASED, FAILED = "charged", "released", "failed"

@@ -155,9 +155,20 @@ def _nw_design(
     privacy: str, params: Mapping[str, Any], features: np.ndarray, columns: list[str]
 ) -> Design:
     p = features.shape[1]
-    queries = np.asarray(params["queries"], dtype=np.float64)
+    try:
+        queries = np.asarray(params["queries"], dtype=np.float64)
+    except ValueError:  # ragged: points of different lengths
+        queries = np.empty(0)
     if queries.ndim != 2 or queries.shape[1] != p:
         raise DesignError("params.queries", f"must be a list of points with {p} values ({columns})")
+    sigma = params.get("bandwidth")
+    if sigma is not None and not (0.0 < float(sigma) * float(sigma) < math.inf):
+        # The kernel divides by sigma^2: it must be a positive double (1.5e-154 .. 1.3e154).
+        raise DesignError(
+            "params.bandwidth",
+            f"bandwidth ({sigma!r}) must lie in [1.5e-154, 1.3e154] (the kernel divides by "
+            "sigma^2)",
+        )
     if privacy == "label":
         try:
             kernel.nw_map(features, queries, bandwidth=params["bandwidth"], name="params.queries")

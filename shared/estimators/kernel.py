@@ -326,11 +326,13 @@ def label_interval(
 def nw_map(
     X: np.ndarray, queries: np.ndarray, *, bandwidth: float, name: str = "queries"
 ) -> np.ndarray:
-    """The public map W[q, i] = K(x_q, x_i) / d(x_q); refuses queries with zero degree."""
+    """The public map W[q, i] = K(x_q, x_i) / d(x_q); refuses queries with zero degree. The
+    kernel's peak K_max cancels in the ratio, so it is computed in units of it (K_max itself
+    overflows a double for a small bandwidth in many dimensions: sigma 0.01, d 200)."""
     x = features(X)
     points = queries_for(queries, x.shape[1], name=name)
     sigma = positive(bandwidth, name="bandwidth")
-    k = gaussian_kernel(points, x, bandwidth=sigma)
+    k = gaussian_kernel(points, x, bandwidth=sigma, unit=True)
     degree = k.sum(axis=1)
     empty = np.flatnonzero(~(degree > 0.0))
     if empty.size:

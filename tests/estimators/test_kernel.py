@@ -341,3 +341,20 @@ def test_eptr_nw_is_never_refused_by_the_labels() -> None:
         )  # fmt: skip
         assert np.all(np.isfinite(out.values))
         assert math.isfinite(out.alpha)
+
+
+def test_the_label_dp_map_needs_no_kernel_peak() -> None:
+    """W = K / d(x_q): K_max cancels, so nw_map computes in its units. Found by a fuzzer: K_max
+    itself (sigma^-d) overflowed a double for a small bandwidth in many dimensions (sigma 0.05,
+    d 300: a 500 for a label-DP NW release). W is the normalised exponential either way."""
+    from shared.estimators.kernel import nw_map
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(scale=0.01, size=(50, 300))
+    queries = x[:3] + 1e-4
+    weights = nw_map(x, queries, bandwidth=0.05)
+    sq = ((queries[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
+    shape = np.exp(-sq / (2 * 0.05**2))
+    assert np.allclose(weights, shape / shape.sum(axis=1, keepdims=True), rtol=1e-12)
+    small = nw_map(x[:, :2], queries[:, :2], bandwidth=0.5)
+    assert np.allclose(small.sum(axis=1), 1.0)

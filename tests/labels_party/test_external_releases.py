@@ -253,6 +253,44 @@ def test_a_publication_whose_randomizer_ran_at_another_epsilon_is_refused(client
     assert publish(client, release_id, header).status_code == 201
 
 
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("label_mean",), True, "header.label_mean"),
+        (("label_mean",), "1_0", "header.label_mean"),
+        (("created",), -1, "header.created"),
+        (("histogram", "probs"), ["0.5"], "header.histogram.probs"),
+        (("params", "epsilon"), 10**400, "header.params.epsilon"),
+        (("params", "output_values"), "\uff11", "header.params"),
+        (("params", "output_values"), [True], "header.params"),
+        (("params", "thresholds"), [10**400], "header.params"),
+    ],
+)
+def test_a_publication_header_is_read_as_the_wire_format_has_it(client, path, value, field):
+    """Found by a fuzzer: the header was validated leniently (true and "1_0" as numbers, a
+    number as `created`, a string as the output values), then stored as sent and signed into
+    the receipt; a 400-digit integer was a 500. Now JSON types only, and the randomizer's
+    parameters must be its own statement of them: a 422 naming the field, nothing recorded."""
+    create_dataset(client, "ds")
+    release_id = new_release_id()
+    assert client.post(PATH.format(name="ds"), json=charge_body(release_id), headers=ADV)
+    header = staged_header(release_id)
+    bad = json.loads(json.dumps(header))
+    target = bad
+    for key in path[:-1]:
+        target = target[key]
+    if path == ("histogram", "probs"):
+        value = [str(p) for p in header["histogram"]["probs"]]
+    if path[-1] in ("output_values", "thresholds") and path[-1] not in header["params"]:
+        pytest.skip(f"the staged randomizer ({header['mechanism']}) has no {path[-1]}")
+    target[path[-1]] = value
+    refused = publish(client, release_id, bad)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"][0]["field"].startswith(field), refused.json()
+    assert kinds(client) == ["dataset", "histogram", "randomizer"]
+    assert publish(client, release_id, header).status_code == 201
+
+
 def test_the_labels_input_digest_is_kept_keyed_never_as_sent(client, db_path) -> None:
     """The job's sha256 of its labels files is what a ledger reader (an operator, the export)
     could test guessed labels against; the ledger and the release views keep only its HMAC

@@ -163,6 +163,17 @@ def test_the_preview_of_a_release_without_r_f_spends_nothing(client: Any) -> Non
         # c0 omitted: an epsilon too small to split is refused naming it.
         ({"epsilon": "1e-320", "params": {"bandwidth": BANDWIDTH, "queries": GRID}}, "epsilon"),
         ({"params": {"bandwidth": BANDWIDTH, "c0": C0}}, "params.queries"),
+        # Found by a fuzzer (500s before): ragged query points; a bandwidth whose square is no
+        # double, under either privacy; label-DP NW whose K_max overflows (it cancels in W).
+        ({"params": {"bandwidth": BANDWIDTH, "c0": C0, "queries": [[0.0, 0.0], [1.0]]}},
+         "params.queries"),
+        ({"privacy": "label", "epsilon": "1", "delta": None,
+          "params": {"bandwidth": 0.5, "queries": [[0.0, 0.0], []]}}, "params.queries"),
+        ({"privacy": "label", "epsilon": "1", "delta": None,
+          "params": {"bandwidth": 1e308, "queries": GRID}}, "params.bandwidth"),
+        ({"privacy": "label", "epsilon": "1", "delta": None,
+          "params": {"bandwidth": 1e-300, "queries": GRID}}, "params.bandwidth"),
+        ({"params": {"bandwidth": 5e-324, "queries": GRID, "c0": C0}}, "params.bandwidth"),
     ],
 )  # fmt: skip
 def test_bad_nw_parameters_name_the_field_and_spend_nothing(
