@@ -175,7 +175,10 @@ def predict_matrix(message: ModelMessage, x: np.ndarray) -> np.ndarray:
 def _cell(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the doubles (a 400-digit JSON number)
+        return None
     return number if math.isfinite(number) else None
 
 

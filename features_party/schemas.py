@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from shared.message import EXAMPLE_ID_MAX_LENGTH, EXAMPLE_ID_PATTERN
+from shared.message import EXAMPLE_ID_MAX_LENGTH, EXAMPLE_ID_PATTERN, ExampleId
 from shared.model_message import MODEL_RELEASE_ID_PATTERN
 from shared.service.client import FeatureUploadResult
 
@@ -163,7 +163,7 @@ class ModelList(BaseModel):
 
 
 class PredictRow(_Strict):
-    example_id: str | None = None
+    example_id: ExampleId | None = None
     features: dict[str, CellIn]
 
 
@@ -171,7 +171,7 @@ class PredictIn(_Strict):
     """Either feature rows (not stored) or example ids of stored feature rows."""
 
     rows: list[PredictRow] | None = Field(default=None, max_length=MAX_PREDICT_ROWS)
-    example_ids: list[str] | None = Field(default=None, max_length=MAX_PREDICT_ROWS)
+    example_ids: list[ExampleId] | None = Field(default=None, max_length=MAX_PREDICT_ROWS)
 
     @model_validator(mode="after")
     def _one_of(self) -> PredictIn:

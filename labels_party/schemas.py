@@ -27,7 +27,7 @@ from shared.errors import InvalidParameterError
 from shared.estimators.families import NW_REFERENCE_MAX_ROWS
 from shared.mechanisms import registry
 from shared.mechanisms.histogram import MAX_BINS
-from shared.message import EXAMPLE_ID_MAX_LENGTH, EXAMPLE_ID_PATTERN
+from shared.message import ExampleId
 from shared.number_text import exact_decimal
 from shared.plan import AUTO, MAX_EXAMPLES, check_mechanism
 from shared.segments import SEGMENT_COLUMN_PATTERN
@@ -66,9 +66,6 @@ def _amount_input(value: Any) -> Any:
 
 # An epsilon, delta or budget: an exact decimal within shared.epsilon's documented range.
 _Amount = Annotated[Decimal, BeforeValidator(_amount_input), AfterValidator(_amount_in_range)]
-ExampleId = Annotated[
-    str, Field(pattern=EXAMPLE_ID_PATTERN, min_length=1, max_length=EXAMPLE_ID_MAX_LENGTH)
-]
 
 
 class DatasetCreate(BaseModel):

@@ -22,7 +22,7 @@ import secrets
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -53,6 +53,10 @@ _BODY_DOMAIN = b"labeldp-body-v1\n"
 
 EXAMPLE_ID_MAX_LENGTH = 128
 EXAMPLE_ID_PATTERN = rf"^[A-Za-z0-9_.:\-]{{1,{EXAMPLE_ID_MAX_LENGTH}}}$"  # with fullmatch only
+# An example id as a request field (pydantic): the same rule, a 422 naming the field.
+ExampleId = Annotated[
+    str, Field(pattern=EXAMPLE_ID_PATTERN, min_length=1, max_length=EXAMPLE_ID_MAX_LENGTH)
+]
 _EXAMPLE_ID_RE = re.compile(EXAMPLE_ID_PATTERN)
 
 # "none" (an un-randomized benchmark message) or a registered mechanism

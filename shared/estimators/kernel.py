@@ -402,10 +402,16 @@ def interpolate(
     distance, index = cKDTree(q).query(target, k=k)
     distance = distance.reshape(target.shape[0], k)
     index = index.reshape(target.shape[0], k)
+    # A distance beyond the doubles (a point at 1e308) finds no neighbour (index m): NaN there,
+    # which the caller refuses as a prediction that is not a number.
+    lost = np.any(index >= q.shape[0], axis=1)
+    index = np.where(index >= q.shape[0], 0, index)
     exact = distance[:, 0] == 0.0
-    weight = 1.0 / np.maximum(distance**2, 1e-300)
-    out = np.sum(weight * released[index], axis=1) / np.sum(weight, axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):  # far points: weights 0, then NaN
+        weight = 1.0 / np.maximum(distance**2, 1e-300)
+        out = np.sum(weight * released[index], axis=1) / np.sum(weight, axis=1)
     out[exact] = released[index[exact, 0]]
+    out[lost] = np.nan
     return out
 
 

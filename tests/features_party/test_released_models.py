@@ -185,6 +185,7 @@ def test_predict_by_stored_example_ids(features: Any, ols_release: dict[str, Any
         ({"x1": "1", "x2": 2.0}, "rows[0].features.x1"),
         ({"x1": True, "x2": 2.0}, "rows[0].features.x1"),
         ({"x1": None, "x2": 2.0}, "rows[0].features.x1"),
+        ({"x1": 10**400, "x2": 2.0}, "rows[0].features.x1"),  # a 500 before (a fuzzer)
     ],
 )
 def test_bad_rows_name_the_field(
@@ -376,3 +377,20 @@ def test_a_model_pulled_before_the_key_was_pinned_gets_its_receipt_checked_and_k
     assert pinned.post(predict, json=rows).status_code == 200
     with pinned.app.state.sessions() as session:
         assert session.get(ReleasedModelMessage, release["id"]).receipt is not None
+
+
+def test_predict_refuses_a_malformed_id_and_a_point_beyond_the_doubles(
+    features: Any, nw_release: dict[str, Any]
+) -> None:
+    """Found by a fuzzer (500s before): a lone surrogate among the example ids (the database
+    driver could not encode it) is a 422 naming it; an NW point at 1e308, whose distances to
+    the grid overflow (no neighbour found: an IndexError), is a prediction that is no number."""
+    model = _released(features, nw_release).json()
+    path = f"/v1/models/{model['id']}/predict"
+    body = b'{"example_ids": ["ex-0000", "\\ud800"]}'  # JSON's escape of a lone surrogate
+    answer = features.post(path, content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == "example_ids[1]"
+    far = features.post(path, json={"rows": [{"features": {"x1": 1e308, "x2": 0.0}}]})
+    assert far.status_code == 422, far.text
+    assert far.json()["errors"][0]["field"] == "rows[0].features"
