@@ -303,7 +303,8 @@ def release_mean_share(
     share = default_mean_share(epsilon1 + epsilon2)
     if share == 0.0 or math.isinf(epsilon1):
         return share
-    if not anchor_can_use(lo=lo, hi=hi, epsilon=share * epsilon1, n=max(int(n), 1)):
+    part = share * epsilon1  # 0.0 where it underflows: no mean can be bought with it
+    if not (part > 0.0 and anchor_can_use(lo=lo, hi=hi, epsilon=part, n=max(int(n), 1))):
         return 0.0
     return share
 
@@ -519,6 +520,11 @@ def plan_release(
     hist_amount, mean_amount = split_prior_amounts(first, share)
     hist_float = amounts.float_at_most(hist_amount)
     mean_float = None if mean_amount is None else amounts.float_at_most(mean_amount)
+    if not (hist_float > 0.0 and (mean_float is None or mean_float > 0.0)):
+        raise InvalidParameterError(
+            f"epsilon1 ({amounts.text(first)}) is too small to split between the histogram and "
+            "the DP label mean: each part must be at least the smallest positive float"
+        )
     if mean_amount is not None and not first.is_infinite():
         lines.append(
             f"{share:.0%} of epsilon1 buys the DP label mean the features party anchors on"

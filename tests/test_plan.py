@@ -378,3 +378,16 @@ def test_n_is_an_integer_in_1_to_2_53(n: object) -> None:
     with pytest.raises(InvalidParameterError, match="n "):
         plan_release(n=n, lo=0.0, hi=1.0, epsilon=1)  # type: ignore[arg-type]
     assert plan_release(n=2**53, lo=0.0, hi=1.0, epsilon=1).n == 2**53
+
+
+@pytest.mark.parametrize("mechanism", ["auto", "rr_on_bins", "unbiased", "rpwithprior"])
+def test_an_epsilon1_too_small_for_a_mean_leaves_the_histogram_all_of_it(mechanism: str) -> None:
+    """Found by a fuzzer: an epsilon_histogram of 5e-324 made the default mean share underflow
+    to 0 and the engine refuse "epsilon (0.0)", naming epsilon for a request whose bad field
+    (if any) was epsilon_histogram; RPWithPrior (no mean) took it. The mean costs what it can
+    buy: none of an epsilon1 whose share is no double, and the histogram keeps all of it."""
+    assert release_mean_share(5e-324, 1.0, n=50, lo=0.0, hi=100.0) == 0.0
+    plan = plan_release(
+        n=50, lo=0.0, hi=100.0, epsilon=Decimal(1), epsilon1=Decimal("5e-324"), mechanism=mechanism
+    )
+    assert plan.label_mean_epsilon is None and plan.histogram_epsilon == Decimal("5e-324")
