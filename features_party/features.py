@@ -279,7 +279,7 @@ def infer_kinds(batch: RawBatch, *, categorical: Iterable[str] = ()) -> dict[str
             # A numeric column with nan / inf / 1e309 cells, or with 1_000 or full-width digits
             # (float() reads them, a JSON number never is one): refused as documented, instead
             # of silently read or made categorical (where "nan" would be a category).
-            where = "line[{}]" if batch.source == "csv" else "rows[{}]"
+            where = "line[{}]" if batch.source == "csv" else "rows[{}].features"
             offset = 2 if batch.source == "csv" else 0
             refused = (
                 (non_finite, "numeric column: must be a finite number (leave the cell empty if "
@@ -342,7 +342,7 @@ def type_rows(batch: RawBatch, schema: Sequence[tuple[str, Kind]]) -> list[list[
             try:
                 out.append(_as_number(row[j]) if kind == "numeric" else _as_category(row[j]))
             except ValueError as exc:
-                where = f"line[{i + 2}]" if batch.source == "csv" else f"rows[{i}]"
+                where = f"line[{i + 2}]" if batch.source == "csv" else f"rows[{i}].features"
                 errors.append((f"{where}.{name}", f"{kind} column: {row[j]!r}: {exc}"))
                 out.append(None)
         if len(errors) >= MAX_REPORTED:

@@ -112,6 +112,19 @@ def test_bad_json_is_refused(features, payload):
     assert features.get("/v1/datasets/badjs").status_code == 404
 
 
+@pytest.mark.parametrize("value", [True, "1_0", 10**400])
+def test_a_bad_json_value_is_named_where_api_md_says(features, value):
+    """rows[i].features.<column>, as features_party/API.md documents (it was rows[i].<column>,
+    found by a fuzzer)."""
+    good = {"example_id": "a", "features": {"price": 9.5}}
+    first = features.post("/v1/datasets/named/features", json={"rows": [good]})
+    assert first.status_code == 200 and first.json()["columns"] == {"price": "numeric"}
+    bad = {"example_id": "b", "features": {"price": value}}
+    answer = features.post("/v1/datasets/named/features", json={"rows": [good, bad]})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == "rows[1].features.price"
+
+
 def test_malformed_json_unsupported_type_bad_name_and_oversized(features_factory):
     features = features_factory(max_body_bytes=2048)
     malformed = features.post(
