@@ -285,3 +285,16 @@ def test_http_middleware_passes_anything_but_http_through_untouched() -> None:
 
     asyncio.run(run())
     assert seen == ["app:lifespan", "app:websocket", "handled", "app:http"]
+
+
+def test_an_error_body_repeats_at_most_500_characters_of_any_text() -> None:
+    """A message may name what was sent (an unknown mechanism): a 100 KB one came back whole
+    (found by a fuzzer). Each text is cut at MAX_ERROR_TEXT with an ellipsis."""
+    from shared.service.http.errors import MAX_ERROR_TEXT, error_shape
+
+    long = "x" * 100_000
+    body = error_shape(long, [("mechanism", f"mechanism ({long!r}) must be one of a, b")])
+    texts = [body["detail"], body["errors"][0]["message"]]
+    assert all(len(text) == MAX_ERROR_TEXT and text.endswith("\u2026") for text in texts)
+    short = error_shape("bad", [("field", "ok")])
+    assert short == {"detail": "bad", "errors": [{"field": "field", "message": "ok"}]}

@@ -21,13 +21,24 @@ from starlette.types import Message, Receive, Scope, Send
 
 from shared.service.http.middleware import HTTPMiddleware
 
+# The longest text an error body repeats in any one string: a message may name what was sent
+# (a dataset name, an unknown mechanism), and a 100 KB mechanism came back whole (a fuzzer).
+MAX_ERROR_TEXT = 500
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 1] + "\u2026"
+
 
 def error_shape(detail: str, errors: Iterable[tuple[str, str]], **extra: Any) -> dict[str, Any]:
-    """The one error body; no ``(field, message)`` pairs becomes a generic ``request`` entry."""
+    """The one error body; no ``(field, message)`` pairs becomes a generic ``request`` entry.
+    Each text at most :data:`MAX_ERROR_TEXT` characters (cut with an ellipsis)."""
     listed = list(errors) or [("request", detail)]
     return {
-        "detail": detail,
-        "errors": [{"field": field, "message": message} for field, message in listed],
+        "detail": _bounded(detail),
+        "errors": [
+            {"field": _bounded(field), "message": _bounded(message)} for field, message in listed
+        ],
         **extra,
     }
 
