@@ -21,7 +21,7 @@ from features_party.config import Settings, undated_keys
 from features_party.db.engine import make_engine, make_sessionmaker
 from features_party.jobs import JobRunner
 from features_party.metrics import make_registry
-from features_party.schemas import FeatureUploadIn
+from features_party.schemas import FeatureUploadIn, ModelCreate, PredictIn
 from shared.service.http import openapi
 from shared.service.http.app import add_outer_layers, service_app
 
@@ -86,7 +86,7 @@ def create_app(settings: Settings) -> FastAPI:
     add_outer_layers(app, record=record, catch_all=errors.CatchAllMiddleware)
     openapi.install(
         app,
-        models=[FeatureUploadIn],
+        models=[FeatureUploadIn, ModelCreate, PredictIn],
         server_error="server or labels-party error",
         security={
             "bearer": {"type": "http", "scheme": "bearer", "description": "LABELDP_FEATURES_TOKEN"}

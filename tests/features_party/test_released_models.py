@@ -389,8 +389,11 @@ def test_predict_refuses_a_malformed_id_and_a_point_beyond_the_doubles(
     path = f"/v1/models/{model['id']}/predict"
     body = b'{"example_ids": ["ex-0000", "\\ud800"]}'  # JSON's escape of a lone surrogate
     answer = features.post(path, content=body, headers={"Content-Type": "application/json"})
-    assert answer.status_code == 422, answer.text
-    assert answer.json()["errors"][0]["field"] == "example_ids[1]"
+    assert answer.status_code == 422, answer.text  # no Unicode text: the body, as JSON
+    assert answer.json()["errors"][0]["field"] == "body"
+    spaced = features.post(path, json={"example_ids": ["ex-0000", "ex 0001"]})
+    assert spaced.status_code == 422, spaced.text
+    assert spaced.json()["errors"][0]["field"] == "example_ids[1]"
     far = features.post(path, json={"rows": [{"features": {"x1": 1e308, "x2": 0.0}}]})
     assert far.status_code == 422, far.text
     assert far.json()["errors"][0]["field"] == "rows[0].features"

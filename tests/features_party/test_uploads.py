@@ -162,6 +162,17 @@ def test_auth_required_except_healthz(features):
             assert answer.json()["detail"] == "missing or invalid bearer token"
 
 
+@pytest.mark.parametrize("body", [b"{{", b'{"a": 1, "a": 2}', b'{"rows": 5}'])
+def test_the_token_is_checked_before_the_body_is_read(features, body):
+    """Without the token, what the body is (malformed, a repeated key, the wrong shape) makes no
+    difference: 401 (found by a fuzzer: /v1/models and predict parsed it first, a 422)."""
+    for path in ("/v1/models", f"/v1/models/mdl_{'0' * 24}/predict", "/v1/datasets/x/features"):
+        for auth in ("", "Bearer wrong-token-123"):
+            headers = {"Authorization": auth, "Content-Type": "application/json"}
+            answer = features.post(path, content=body, headers=headers)
+            assert answer.status_code == 401, (path, answer.text)
+
+
 def test_settings_refuse_a_public_bind_without_a_token(tmp_path):
     base = {"db_path": tmp_path / "f.db", "labels_url": "http://127.0.0.1:1", "labels_token": "t"}
     Settings(**base, host="127.0.0.1")

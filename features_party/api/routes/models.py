@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -29,12 +30,19 @@ from features_party.schemas import (
 )
 from shared.service.client import NO_RETRY, LabelsPartyClient
 from shared.service.client import ServiceError as ClientServiceError
-from shared.service.http.requests import require_json
+from shared.service.http.requests import json_body
 
 router = APIRouter(prefix="/v1/models", tags=["models"], route_class=StrictJSONRoute)
 # Documented, and checked by _unknown_model (404 without echoing an arbitrary string).
 ModelIdPath = Path(json_schema_extra={"pattern": MODEL_ID_PATTERN}, description="model id")
 _MODEL_ID_RE = re.compile(MODEL_ID_PATTERN)
+
+
+def _body_doc(model: type[Any]) -> dict[str, Any]:
+    """OpenAPI ``requestBody`` of a body read by ``json_body`` (after the token check: a caller
+    without the token learns nothing about how the body would be read)."""
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
 
 def _unknown_model(model_id: str) -> FieldHTTPError:
@@ -84,9 +92,9 @@ def check_release(session: Session, settings: Settings, dataset: str, release_id
         )
 
 
-@router.post("", response_model=ModelOut, status_code=202, dependencies=[Depends(require_json)])
+@router.post("", response_model=ModelOut, status_code=202, openapi_extra=_body_doc(ModelCreate))
 def create_model(
-    body: ModelCreate,
+    body: Annotated[ModelCreate, json_body(ModelCreate)],
     session: SessionDep,
     runner: RunnerDep,
     settings: SettingsDep,
@@ -140,8 +148,10 @@ def get_model(session: SessionDep, model_id: str = ModelIdPath) -> ModelOut:
     return model_out(job)
 
 
-@router.post("/{model_id}/predict", response_model=PredictOut, dependencies=[Depends(require_json)])
-async def predict(body: PredictIn, request: Request, model_id: str = ModelIdPath) -> PredictOut:
+@router.post("/{model_id}/predict", response_model=PredictOut, openapi_extra=_body_doc(PredictIn))
+async def predict(
+    body: Annotated[PredictIn, json_body(PredictIn)], request: Request, model_id: str = ModelIdPath
+) -> PredictOut:
     """Predictions for feature rows given inline, or for stored example ids."""
 
     def run() -> PredictOut:
