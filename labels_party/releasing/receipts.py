@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import stat
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
@@ -59,22 +60,34 @@ def product_version() -> str:
         return "unknown"
 
 
-def _write_private(path: Path, key: Ed25519PrivateKey) -> None:
-    """Write ``key`` as PEM with mode 0600, atomically (a temporary file, then rename)."""
+def _write_private(path: Path, key: Ed25519PrivateKey, *, replace: bool = True) -> bool:
+    """Write ``key`` as PEM with mode 0600, atomically (a temporary file, then rename). With
+    ``replace`` False only if ``path`` does not exist yet (a hard link, which fails where it
+    does): False if another process created it first (replicas sharing the key file start at
+    once). The temporary name is random: replicas in containers may all be pid 1."""
     pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # 0700 when it creates it
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, pem)
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(temporary, path)
+    if replace:
+        os.replace(temporary, path)
+        return True
+    try:
+        os.link(temporary, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(temporary)
 
 
 def _read_private(path: Path) -> Ed25519PrivateKey:
@@ -99,8 +112,9 @@ class KeyStore:
 
     def ensure(self) -> str:
         """Create the key file if missing, register its public key; returns its key id."""
-        if not self.path.exists():
-            _write_private(self.path, Ed25519PrivateKey.generate())
+        if not self.path.exists() and _write_private(
+            self.path, Ed25519PrivateKey.generate(), replace=False
+        ):
             log.info("created the receipt signing key %s", self.path)
         return self._register(_read_private(self.path))
 

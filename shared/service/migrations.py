@@ -49,12 +49,21 @@ def current(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
+# The advisory lock key migrations take on PostgreSQL (any fixed 64-bit number: "labeldp").
+_MIGRATION_LOCK = int.from_bytes(b"labeldp", "big")
+
+
 def upgrade(connection: Connection, script_location: Path, *, legacy_table: str) -> str | None:
     """Upgrade the database of ``connection`` (inside its transaction) to head.
 
     A database without ``alembic_version`` that has ``legacy_table`` was written before
     Alembic: it is stamped at the baseline first. Returns the revision it started from.
+    On PostgreSQL a transaction-scoped advisory lock comes first, so that processes starting at
+    once take turns (SQLite's BEGIN IMMEDIATE does the same): two replicas' first start on a
+    new database both created ``alembic_version`` and one crashed (UniqueViolation).
     """
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
     start = current(connection)
     cfg = config(script_location, connection)
     if start is None and inspect(connection).has_table(legacy_table):

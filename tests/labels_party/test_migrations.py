@@ -413,3 +413,43 @@ def test_a_nan_or_unparseable_budget_reads_as_nothing_spendable(
         "nan": "0",
     }
     assert client.get("/v1/datasets/nan", headers=ADV).json()["epsilon_budget"] == "0"
+
+
+def _first_start(url: str, start: float, results: Any) -> None:
+    """One replica's schema step (a process of its own, as replicas are), started at ``start``."""
+    import time
+
+    engine = make_engine(url)
+    while time.time() < start:
+        time.sleep(0.001)
+    try:
+        create_schema(engine)
+        results.put("ok")
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        results.put(f"{type(exc).__name__}: {exc}"[:300])
+    finally:
+        engine.dispose()
+
+
+def test_two_replicas_starting_at_once_on_a_new_postgresql_database(postgres_url: str) -> None:
+    """Found by an audit: both first starts created alembic_version and one crashed
+    (UniqueViolation); the migrations now take a transaction-scoped advisory lock first (SQLite's
+    BEGIN IMMEDIATE already made them take turns). Two processes, released at the same instant."""
+    import multiprocessing
+    import time
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    start = time.time() + 4.0  # after both have imported and connected
+    replicas = [
+        context.Process(target=_first_start, args=(postgres_url, start, results)) for _ in range(2)
+    ]
+    for replica in replicas:
+        replica.start()
+    for replica in replicas:
+        replica.join(120)
+    assert sorted(results.get(timeout=10) for _ in replicas) == ["ok", "ok"]
+    engine = make_engine(postgres_url)
+    with engine.connect() as conn:
+        assert migrations.current(conn) is not None
+    engine.dispose()

@@ -586,3 +586,71 @@ def test_cli_verifies_a_model_message_and_names_a_changed_field(
         json.dumps({**message, "body": {**body, key_name: numbers}})
     )
     assert labeldp(*args, "--message", str(tmp_path / "body.json")).returncode == 1
+
+
+def _replica_start(db_url: str, key_path: str, start: float, results: Any) -> None:
+    """A replica's first start: schema, then the signing key (a process of its own)."""
+    import time
+
+    from labels_party.db.engine import Database, create_schema, make_engine
+    from labels_party.releasing.receipts import KeyStore
+
+    engine = make_engine(db_url)
+    while time.time() < start:
+        time.sleep(0.001)
+    try:
+        create_schema(engine)
+        results.put(KeyStore(Database(engine), Path(key_path)).ensure())
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        results.put(f"{type(exc).__name__}: {exc}"[:300])
+    finally:
+        engine.dispose()
+
+
+def test_replicas_starting_at_once_share_one_signing_key(tmp_path: Path) -> None:
+    """Found by an audit: replicas sharing a key file that did not exist yet each wrote a key
+    (the last rename won, the other key was registered then retired), and in containers, where
+    each replica is pid 1, the temporary file's name collided. The key file is now created only
+    if absent (a hard link): every replica signs with the same key, and one key is current."""
+    import multiprocessing
+    import sqlite3
+    import time
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    db_url = f"sqlite:///{tmp_path / 'labels.db'}"
+    key = tmp_path / "keys" / "signing.pem"
+    start = time.time() + 4.0
+    replicas = [
+        context.Process(target=_replica_start, args=(db_url, str(key), start, results))
+        for _ in range(3)
+    ]
+    for replica in replicas:
+        replica.start()
+    for replica in replicas:
+        replica.join(120)
+    ids = [results.get(timeout=10) for _ in replicas]
+    assert len(set(ids)) == 1 and len(ids[0]) == 16, ids  # a key id, not an error
+    with sqlite3.connect(tmp_path / "labels.db") as conn:
+        rows = conn.execute("SELECT key_id, retired FROM signing_keys").fetchall()
+    assert rows == [(ids[0], None)]
+    assert not [p for p in key.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_key_file_another_replica_created_first_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deterministic half of the test above: a replica that found no key file, while
+    another created it since, keeps the other's key (it overwrote it before)."""
+    from labels_party.db.engine import Database, create_schema, make_engine
+    from labels_party.releasing.receipts import KeyStore
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'labels.db'}")
+    create_schema(engine)
+    store = KeyStore(Database(engine), tmp_path / "signing.pem")
+    first = store.ensure()
+    written = store.path.read_bytes()
+    monkeypatch.setattr(Path, "exists", lambda self: False)  # the check came before its creation
+    assert store.ensure() == first
+    assert store.path.read_bytes() == written
+    engine.dispose()
