@@ -409,27 +409,36 @@ def request_split(request: ModelRequest) -> Any:
 def refuse_uncovered_alpha(
     request: ModelRequest, design: Design, split: Any, *, lo: float, hi: float
 ) -> None:
-    """A request that gives every constant ePTR depends on (no ``split``) fixes its alpha, a
-    public number (``EstimatorFamily.public_alpha``). Where no finite noise covers it
+    """A request whose ePTR constants are all given or chosen by public rules fixes its alpha,
+    a public number (``EstimatorFamily.public_alpha``). Where no finite noise covers it
     (``eptr.eptr_covers``) the release could only be the "no reply", charged: refuse it
     first, a 422 naming the parameters, before any label is read. (Where the product chooses
     a constant, alpha is a function of DP outputs and such a release is the charged "no
     reply": refusing it would say something about the labels.)"""
     family = estimators.get(request.estimator)
-    if split is not None or family.public_alpha is None or request.delta is None:
+    if family.public_alpha is None or request.delta is None:
         return
-    alpha = family.public_alpha(request.privacy, request.params, design, lo, hi)
+    try:
+        alpha = family.public_alpha(request.privacy, request.params, design, lo, hi, split)
+    except DesignError as exc:
+        raise _bad(str(exc), [(exc.field, str(exc))]) from None
     if alpha is None:
         return
     epsilon = amounts.float_at_most(request.epsilon)
     delta = amounts.float_at_most(request.delta)
     if not eptr.eptr_covers(alpha=alpha, epsilon=epsilon, delta=delta):
-        message = (
-            f"these constants give ePTR an alpha ({alpha!r}) that no finite noise covers at "
-            f"epsilon {amounts.text(request.epsilon)}: the release could only answer 'no "
-            "reply' (bring r_x, r_theta, r_f or the bandwidth's 1/sigma^d down, c0 up, or omit "
-            "them for the product to choose)"
-        )
+        if alpha == 0.0:
+            message = (
+                "these constants give ePTR an alpha that underflows to 0: no noise would certify "
+                "it (bring r_x, r_theta or r_f up from the doubles' bottom)"
+            )
+        else:
+            message = (
+                f"these constants give ePTR an alpha ({alpha!r}) that no finite noise covers at "
+                f"epsilon {amounts.text(request.epsilon)}: the release could only answer 'no "
+                "reply' (bring r_x, r_theta, r_f or the bandwidth's 1/sigma^d down, c0 up, or "
+                "omit them for the product to choose)"
+            )
         raise _bad(message, [("params", message)])
 
 

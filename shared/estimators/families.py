@@ -98,7 +98,7 @@ def _ols_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
 
 
 def _ols_alpha(
-    privacy: str, params: Mapping[str, Any], design: Design, lo: float, hi: float
+    privacy: str, params: Mapping[str, Any], design: Design, lo: float, hi: float, split: Any
 ) -> float | None:
     """ePTR-OLS's alpha when the request gives r_x, r_theta and c0 (``ols.ols_alpha``)."""
     if privacy != "eptr" or any(name not in params for name in constants.OLS_CONSTANTS):
@@ -264,19 +264,28 @@ def _nw_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
 
 
 def _nw_alpha(
-    privacy: str, params: Mapping[str, Any], design: Design, lo: float, hi: float
+    privacy: str, params: Mapping[str, Any], design: Design, lo: float, hi: float, split: Any
 ) -> float | None:
-    """ePTR-NW's alpha when the request gives the bandwidth and c0 (``kernel.eptr_nw_alpha``,
-    one c0 for every query: no noise factors)."""
-    if privacy != "eptr" or "bandwidth" not in params or "c0" not in params:
+    """ePTR-NW's alpha (``kernel.eptr_nw_alpha``) when the request gives the bandwidth and c0
+    (one c0 for every query: no noise factors), or when c0 is chosen per query from its public
+    reference (:class:`NWProductSplit`: every constant public, :func:`_nw_product_constants`)."""
+    if privacy != "eptr" or design.queries is None:
         return None
-    assert design.queries is not None
     low, high = kernel.label_interval(**_nw_label_interval(params, lo, hi))
-    c = kernel.nw_thresholds(params["c0"], design.queries.shape[0])
-    return kernel.eptr_nw_alpha(
-        design.queries, n=design.x.shape[0], bandwidth=float(params["bandwidth"]), c0=c,
-        low=low, high=high, tau=np.ones_like(c),
-    )  # fmt: skip
+    n = design.x.shape[0]
+    if split is None and "bandwidth" in params and "c0" in params:
+        c = kernel.nw_thresholds(params["c0"], design.queries.shape[0])
+        return kernel.eptr_nw_alpha(
+            design.queries, n=n, bandwidth=float(params["bandwidth"]), c0=c, low=low, high=high,
+            tau=np.ones_like(c),
+        )  # fmt: skip
+    if isinstance(split, NWProductSplit) and not split.chosen:
+        bandwidth, c = _nw_product_constants(design, params, split)
+        tau = kernel.nw_noise_factors(c, power=NW_NOISE_POWER)
+        return kernel.eptr_nw_alpha(
+            design.queries, n=n, bandwidth=bandwidth, c0=c, low=low, high=high, tau=tau
+        )
+    return None
 
 
 def _nw_split(
@@ -428,6 +437,29 @@ def reference_digest(reference: np.ndarray) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _nw_product_constants(
+    design: Design, params: Mapping[str, Any], split: NWProductSplit
+) -> tuple[float, np.ndarray]:
+    """The public constants of an :class:`NWProductSplit` release: the bandwidth (given, or by
+    ``nw_constants.rule_bandwidth``) and c0 per query (``nw_constants.reference_c0`` from the
+    request's reference), checked as ePTR-NW will check them (a refusal names the reference)."""
+    assert design.queries is not None
+    n = design.x.shape[0]
+    if "bandwidth" in split.by_rule:
+        bandwidth = nw_constants.rule_bandwidth(design.queries, n=n)
+    else:
+        bandwidth = float(params["bandwidth"])
+    reference = nw_reference("eptr", params, design.x.shape[1])
+    c0 = nw_constants.reference_c0(
+        design.queries, reference, n=n, bandwidth=bandwidth, epsilon=split.eptr_float,
+        delta=split.delta_float,
+    )  # fmt: skip
+    try:
+        return bandwidth, kernel.nw_thresholds(c0, design.queries.shape[0])
+    except InvalidParameterError as exc:
+        raise DesignError("params.reference", f"the per-query c0 it gives: {exc}") from None
+
+
 def _nw_fit_product(
     design: Design, labels: np.ndarray, args: FitArgs, split: NWProductSplit
 ) -> Fitted:
@@ -440,16 +472,9 @@ def _nw_fit_product(
     :func:`reference_digest` and ``reference_rows``."""
     assert design.queries is not None
     p, queries = args.params, design.queries
-    n = design.x.shape[0]
-    if "bandwidth" in split.by_rule:
-        bandwidth = nw_constants.rule_bandwidth(queries, n=n)
-    else:
-        bandwidth = float(p["bandwidth"])
     eps, dlt = split.eptr_float, split.delta_float
     reference = nw_reference("eptr", p, design.x.shape[1])
-    c0 = nw_constants.reference_c0(
-        queries, reference, n=n, bandwidth=bandwidth, epsilon=eps, delta=dlt
-    )
+    bandwidth, c0 = _nw_product_constants(design, p, split)
     k = kernel.eptr_nw(
         design.x, labels, queries, epsilon=eps, delta=dlt, bandwidth=bandwidth, c0=c0,
         rng=args.rng, noise_power=NW_NOISE_POWER, **_nw_label_interval(p, args.lo, args.hi),
@@ -581,7 +606,7 @@ def _bayes_fit(design: Design, labels: np.ndarray, args: FitArgs) -> Fitted:
 
 
 def _bayes_alpha(
-    privacy: str, params: Mapping[str, Any], design: Design, lo: float, hi: float
+    privacy: str, params: Mapping[str, Any], design: Design, lo: float, hi: float, split: Any
 ) -> float | None:
     """ePTR-Bayes' alpha when the request gives r_x and c0 (``bayes.bayes_alpha``)."""
     if privacy != "eptr" or any(name not in params for name in bayes.BAYES_CONSTANTS):

@@ -44,9 +44,13 @@ def gaussian_kernel(
 ) -> np.ndarray:
     """K_sigma(x_q, x_i) = (2 pi)^(-d/2) sigma^-d exp(-||x_q - x_i||^2 / (2 sigma^2)), (m, n);
     ``unit``: divided by its peak K_max (the exponential alone, in [0, 1])."""
-    sq = np.sum(queries**2, axis=1)[:, None] + np.sum(x**2, axis=1)[None, :] - 2.0 * queries @ x.T
-    np.maximum(sq, 0.0, out=sq)  # cancellation can leave tiny negatives
-    shape = np.exp(-sq / (2.0 * bandwidth**2))
+    # Points near the doubles' top (1e308) overflow to inf or NaN here: their weights are then
+    # 0 or NaN, which every caller refuses publicly (zero degree, a non-finite c0).
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = np.sum(queries**2, axis=1)[:, None] + np.sum(x**2, axis=1)[None, :]
+        sq -= 2.0 * queries @ x.T
+        np.maximum(sq, 0.0, out=sq)  # cancellation can leave tiny negatives
+        shape = np.exp(-sq / (2.0 * bandwidth**2))
     return shape if unit else kernel_bound(x.shape[1], bandwidth) * shape
 
 

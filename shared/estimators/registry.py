@@ -94,13 +94,14 @@ class EstimatorFamily:
     # chooses some parameters (an object with ``public()``), or None: all to the estimator.
     # Public: reads the request only. Raises InvalidParameterError naming what to fix.
     split: Callable[[str, Mapping[str, Any], Decimal, Decimal | None], Any] | None = None
-    # (privacy, params, design, lo, hi) -> ePTR's alpha when the request fixes every constant
-    # it depends on (then it is public), None otherwise (the product chooses some: alpha is a
-    # function of DP outputs). Lets the service refuse, before any label is read, an alpha no
-    # finite noise covers, whose release would be a charged, certain "no reply".
-    public_alpha: Callable[[str, Mapping[str, Any], Design, float, float], float | None] | None = (
-        None
-    )
+    # (privacy, params, design, lo, hi, split) -> ePTR's alpha when every constant it depends
+    # on is given or chosen by a public rule (then it is public), None otherwise (the product
+    # estimates some: alpha is a function of DP outputs). Lets the service refuse, before any
+    # label is read, an alpha no finite noise covers, whose release would be a charged, certain
+    # "no reply". Raises DesignError for a public rule that cannot run on the request.
+    public_alpha: (
+        Callable[[str, Mapping[str, Any], Design, float, float, Any], float | None] | None
+    ) = None
 
     def allowed(self, privacy: str) -> set[str]:
         """Every parameter a release under ``privacy`` may give."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def test_a_familys_public_alpha_is_the_alpha_its_fit_runs_at(
     labels = np.clip(rng.normal(size=400), -1.0, 2.0)
     family = registry.get(name)
     design = family.design("eptr", params, x, ["x1", "x2"])
-    alpha = family.public_alpha("eptr", params, design, -1.0, 2.0)  # type: ignore[misc]
+    alpha = family.public_alpha("eptr", params, design, -1.0, 2.0, None)  # type: ignore[misc]
     common: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-5, "rng": rng}
     if name == "ols":
         features = design.x[:, :-1] if design.intercept else design.x
@@ -70,7 +71,8 @@ def test_a_familys_public_alpha_is_the_alpha_its_fit_runs_at(
     assert alpha == out.alpha
     # A constant the product would choose: alpha is not public, no pre-check.
     fewer = {key: value for key, value in params.items() if key != "c0"}
-    assert family.public_alpha("eptr", fewer, design, -1.0, 2.0) is None  # type: ignore[misc]
+    split = family.split_of("eptr", fewer, Decimal(1), Decimal("1e-5"))
+    assert family.public_alpha("eptr", fewer, design, -1.0, 2.0, split) is None  # type: ignore[misc]
 
 
 def test_the_product_registers_ols_nw_and_bayes_with_their_privacy_kinds() -> None:

@@ -637,7 +637,9 @@ def test_given_constants_no_noise_covers_are_refused_before_anything_is_read(
         )  # fmt: skip
         assert answer.status_code == 422, answer.text
         assert answer.json()["errors"][0]["field"] == "params"
-        assert "no finite noise covers" in answer.json()["detail"]
+        assert "no finite noise covers" in answer.json()["detail"] or (
+            "underflows to 0" in answer.json()["detail"]
+        )
     view = client.get("/v1/datasets/ds", headers=ADV).json()
     assert Decimal(view["epsilon_spent"]) == 0 and view["state"] == "open"
 
@@ -665,3 +667,33 @@ def test_an_extreme_given_constant_beside_chosen_ones_is_never_a_500(
     assert answer.status_code in (201, 422), answer.text
     spent = Decimal(client.get("/v1/datasets/ds", headers=ADV).json()["epsilon_spent"])
     assert spent == (1 if answer.status_code == 201 else 0)
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"bandwidth": 0.5, "r_f": 5e-324}, "params"),
+        ({"bandwidth": 0.5, "reference_first": 1e308}, "params.reference"),
+    ],
+)
+def test_an_nw_release_whose_public_rules_cannot_run_is_refused_in_the_dry_run_too(
+    client: Any, params: dict[str, Any], field: str
+) -> None:
+    """Found by a fuzzer: with c0 chosen per query from a public reference, every ePTR-NW
+    constant is public, yet a reference point at 1e308 (no finite c0) or an r_f of 5e-324 (an
+    alpha that underflows to 0) passed the dry run and was refused only by the release, after
+    the labels were read. Both are now the same 422 in the dry run and the release, nothing
+    spent."""
+    setup_dataset(client, delta_budget="0.5")
+    reference = [[0.0, 0.0], [0.5, 0.5], [1.0, 0.0]]
+    if params.pop("reference_first", None) is not None:
+        reference[0][0] = 1e308
+    request = {"queries": [[0.0, 0.0], [1.0, 1.0]], "reference": reference, **params}
+    for dry_run in (True, False):
+        answer = model_release(
+            client, estimator="nw", privacy="eptr", epsilon="1", delta="0.0001",
+            params=request, dry_run=dry_run,
+        )  # fmt: skip
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["errors"][0]["field"] == field
+    assert Decimal(client.get("/v1/datasets/ds", headers=ADV).json()["epsilon_spent"]) == 0
