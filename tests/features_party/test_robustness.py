@@ -204,6 +204,8 @@ def test_unknown_and_repeated_query_parameters_are_refused(features):
         response = features.post(f"/v1/datasets/ds/features{query}", content=body, headers=CSV)
         assert response.status_code == 422 and field in _fields(response), response.text
     assert features.get("/v1/models?limit=3").status_code == 422
+    healthz = features.get("/healthz?zz=1")  # the endpoint without a token too
+    assert healthz.status_code == 422 and "query.zz" in _fields(healthz), healthz.text
 
 
 # ---- names -----------------------------------------------------------------------------------

@@ -248,6 +248,10 @@ def test_unknown_query_parameters_are_refused_everywhere(prepared):
     assert response.status_code == 422 and "query.datset" in _fields(response)
     response = prepared.get("/v1/datasets/ds?verbose=1", headers=ADV)
     assert response.status_code == 422 and "query.verbose" in _fields(response)
+    # The one endpoint without a token too (found by a fuzzer: it answered 200).
+    response = prepared.get("/healthz?zz=1")
+    assert response.status_code == 422 and "query.zz" in _fields(response)
+    assert prepared.get("/healthz").json() == {"status": "ok"}
     assert prepared.get("/v1/ledger?dataset=ds&limit=5", headers=OPS).status_code == 200
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -11,6 +11,7 @@ from features_party.api.deps import SessionDep
 from features_party.api.errors import StrictJSONRoute
 from features_party.metrics import CONTENT_TYPE, render
 from shared.service.http.errors import database_error, error_shape
+from shared.service.http.requests import check_query
 from shared.service.write_probe import database_write_problem
 
 router = APIRouter(tags=["health"], route_class=StrictJSONRoute)
@@ -21,7 +22,7 @@ public_router = APIRouter(tags=["health"], route_class=StrictJSONRoute)
 PROBE_WRITE = "UPDATE feature_datasets SET synced_rows = synced_rows WHERE 1 = 0"
 
 
-@public_router.get("/healthz", response_model=None)
+@public_router.get("/healthz", response_model=None, dependencies=[Depends(check_query)])
 def healthz(session: SessionDep) -> dict[str, str] | JSONResponse:
     """200 when the database answers and can be written, else 503 naming why: unreachable, or
     cannot be written (``shared.service.write_probe.database_write_problem``: the SQLite file's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import select, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -14,11 +14,12 @@ from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.db.models import datasets
 from labels_party.metrics import CONTENT_TYPE
 from shared.service.http.errors import database_error, error_shape
+from shared.service.http.requests import check_query
 
 router = APIRouter(tags=["health"], route_class=BodyDocumentedRoute)
 
 
-@router.get("/healthz", response_model=None)
+@router.get("/healthz", response_model=None, dependencies=[Depends(check_query)])
 def healthz(services: ServicesDep) -> dict[str, Any] | JSONResponse:
     """The service is up and its database answers and can be written (no authentication);
     503 naming the reason if not (``Database.write_problem``: a write tried and rolled back,
