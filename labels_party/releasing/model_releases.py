@@ -237,6 +237,13 @@ def parse_features(body: bytes, media: str) -> FeatureTable:
     return FeatureTable(columns=columns, ids=ids, matrix=matrix)
 
 
+def dataset_for_features(db: Database, name: str) -> None:
+    """The dataset exists and accepts feature uploads (checked again under the lock): the
+    upload's body is read only then, so an unknown dataset is a 404, whatever the body."""
+    with db.read() as conn:
+        ds.refuse_archived(ds.load(conn, name))
+
+
 def store_features(
     db: Database, name: str, table: FeatureTable, *, actor_role: str
 ) -> dict[str, Any]:

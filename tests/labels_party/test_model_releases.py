@@ -697,3 +697,14 @@ def test_an_nw_release_whose_public_rules_cannot_run_is_refused_in_the_dry_run_t
         assert answer.status_code == 422, answer.text
         assert answer.json()["errors"][0]["field"] == field
     assert Decimal(client.get("/v1/datasets/ds", headers=ADV).json()["epsilon_spent"]) == 0
+
+
+@pytest.mark.parametrize("body", ['{"x": 1}', '{"rows": [{"example_id": "a", "x1": 1}]}'])
+def test_public_features_for_an_unknown_dataset_are_a_404_whatever_the_body(
+    client: Any, body: str
+) -> None:
+    """The dataset first, then the body, as for labels and examples (found by a fuzzer: a
+    body of the wrong shape was a 422 naming rows, before the dataset was looked up)."""
+    answer = upload(client, "nope", body, "application/json")
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["errors"][0]["field"] == "dataset"

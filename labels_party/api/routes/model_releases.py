@@ -60,6 +60,7 @@ async def upload_public_features(request: Request, call: PublisherOn) -> Any:
     media = require_media(
         request.headers.get("content-type"), {"text/csv": 1, "application/json": 1, "": 1}
     )
+    await run_in_threadpool(mr.dataset_for_features, call.services.db, call.name)
     table = mr.parse_features(await request.body(), media or "application/json")
     store = partial(mr.store_features, actor_role=call.role)
     return await run_in_threadpool(store, call.services.db, call.name, table)
