@@ -182,6 +182,18 @@ def export_command(args: argparse.Namespace) -> int:
     """Write the ledger as CSV to ``--out`` or standard output."""
     from labels_party.budget import ledger
 
+    try:
+        database = database_url.sqlite_path(_url(args))
+    except InvalidParameterError:  # no database named: the reader below says so
+        database = None
+    if args.out is not None and database is not None:
+        # Found by an audit: --out naming the database itself truncated it, then failed.
+        kept = [database.with_name(database.name + end) for end in ("", "-wal", "-shm", "-journal")]
+        if any(args.out.resolve() == path.resolve() for path in kept):
+            print(
+                f"labeldp ledger export: --out {args.out} is the database itself", file=sys.stderr
+            )
+            return 2
     with _ledger_reader(args, "export") as conn:
         if args.out is not None:
             # Owner-only, like the database it comes from (a new file; an existing one keeps

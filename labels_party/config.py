@@ -17,6 +17,7 @@ from typing import Literal, TypeVar
 from sqlalchemy.engine import make_url
 
 from shared.errors import InvalidParameterError
+from shared.service.database_url import sqlite_url
 from shared.service.http.proxies import ENV as TRUSTED_PROXIES_ENV
 from shared.service.http.proxies import parse_entries
 
@@ -149,11 +150,6 @@ def load_tokens(
             MIN_RECOMMENDED_TOKEN_CHARS,
         )
     return tokens
-
-
-def sqlite_url(path: str | Path) -> str:
-    """The SQLAlchemy URL of a SQLite file."""
-    return f"sqlite:///{Path(path).resolve()}"
 
 
 def _env_number(

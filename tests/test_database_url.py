@@ -29,6 +29,27 @@ def test_a_new_database_and_its_wal_are_readable_by_their_owner_only(tmp_path, m
     assert mode(path) == 0o600
 
 
+@pytest.mark.parametrize("name", ["a?b.db", "x%41.db", "é.db", "a#b c.db"])
+@pytest.mark.parametrize("make_engine", [labels_engine, features_engine])
+def test_a_file_name_with_url_syntax_is_that_file(tmp_path, make_engine, name):
+    """Found by an audit: --db 'a?b.db' opened (and created) 'a', '%41' was decoded, and 'é.db'
+    was pre-created as '%C3%A9.db' so SQLite made the real file with the umask's mode (0644)."""
+    path = tmp_path / name
+    url = sqlite_url(path)
+    assert sqlite_path(url) == path.resolve()
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+    engine.dispose()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [
+            name,
+            *(f"{name}-{end}" for end in ("wal", "shm") if (tmp_path / f"{name}-{end}").exists()),
+        ]
+    )
+    assert mode(path) == 0o600
+
+
 def test_an_existing_file_keeps_the_mode_its_owner_gave_it(tmp_path):
     path = tmp_path / "shared.db"
     path.touch(mode=0o640)

@@ -75,7 +75,7 @@ def public(args: argparse.Namespace) -> int:
 
     try:
         keys = _store(args)
-        current = keys.ensure()
+        current = keys.current_id()  # reads only: a key file is created by the service alone
         listed = [k for k in keys.published() if args.all or k["key_id"] == current]
     except (FileNotFoundError, InvalidParameterError) as exc:
         print(f"labeldp keys public: {exc}", file=sys.stderr)

@@ -118,6 +118,27 @@ class KeyStore:
             log.info("created the receipt signing key %s", self.path)
         return self._register(_read_private(self.path))
 
+    def current_id(self) -> str:
+        """The key id of the key file, checked to be the registered current key; writes nothing
+        (``labeldp keys public``: a mistyped ``--signing-key`` created a new key there and retired
+        the service's real one, found by an audit)."""
+        if not self.path.is_file():
+            raise FileNotFoundError(
+                f"no signing key at {self.path} (the service creates it at its first start)"
+            )
+        kid = rc.key_id(_read_private(self.path).public_key())
+        with self._db.read() as conn:
+            row = conn.execute(
+                select(signing_keys.c.retired).where(signing_keys.c.key_id == kid)
+            ).first()
+        if row is None or row.retired is not None:
+            state = "not registered" if row is None else f"retired at {row.retired}"
+            raise InvalidParameterError(
+                f"the key in {self.path} ({kid}) is {state}: not the service's current signing "
+                "key (check --signing-key)"
+            )
+        return kid
+
     def current(self) -> Ed25519PrivateKey:
         """The key that signs now (read from its file each time, so a rotation takes effect)."""
         key = _read_private(self.path)

@@ -19,8 +19,13 @@ SQLITE_PREFIX = "sqlite:///"
 
 
 def sqlite_url(path: str | Path) -> str:
-    """The SQLAlchemy URL of a SQLite file."""
-    return f"{SQLITE_PREFIX}{Path(path).resolve()}"
+    """The SQLAlchemy URL of a SQLite file, its path escaped: a '?', '%' or non-ASCII
+    character in a file name is part of the name, not URL syntax (``a?b.db`` opened ``a``, and
+    ``é.db`` was opened as itself but pre-created as ``%C3%A9.db``, so SQLite created the real
+    one with the umask's mode: found by an audit)."""
+    from sqlalchemy.engine import URL
+
+    return URL.create("sqlite", database=str(Path(path).resolve())).render_as_string()
 
 
 def normalise(url: str) -> str:
@@ -73,9 +78,21 @@ def sqlite_path(url: str) -> Path | None:
         return None
     uri = _sqlite_uri(url)
     if uri is None:
-        return Path(url.removeprefix(SQLITE_PREFIX))
+        return Path(_sqlite_database(url))
     path = unquote(urlsplit(uri[0]).path)
     return Path(path) if path and ":memory:" not in path else None
+
+
+def _sqlite_database(url: str) -> str:
+    """The database of a ``sqlite:///`` URL as SQLAlchemy opens it (percent-escapes decoded, a
+    query cut off), the text after the prefix if SQLAlchemy cannot parse it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).database or ""
+    except ArgumentError:
+        return url.removeprefix(SQLITE_PREFIX)
 
 
 def _sqlite_uri(url: str) -> tuple[str, dict[str, str]] | None:

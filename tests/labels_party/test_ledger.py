@@ -136,6 +136,14 @@ def test_export_writes_every_entry_as_csv(populated, tmp_path):
     assert json.loads(rows[0]["parameters"])["epsilon_budget"] == "3"
     to_stdout = cli("ledger", "export", "--db", str(populated))
     assert list(csv.DictReader(io.StringIO(to_stdout.stdout))) == rows
+    # --out naming the database (or its WAL) is refused, the database untouched (found by an
+    # audit: it was truncated, then the export failed, and every label and entry was gone).
+    before = populated.read_bytes()
+    for target in (populated, populated.with_name(populated.name + "-wal")):
+        refused = cli("ledger", "export", "--db", str(populated), "--out", str(target))
+        assert refused.returncode == 2 and "is the database itself" in refused.stderr
+    assert populated.read_bytes() == before
+    assert _verify(populated)[0] == 0
 
 
 def test_cli_refuses_a_missing_database(tmp_path):

@@ -245,6 +245,29 @@ def test_rotation_keeps_old_receipts_verifiable(
     pin = tmp_path / "pin.pem"
     pin.write_text(pem.stdout)
     assert list(rc.load_public_keys(pin)) == [new_receipt["key_id"]]
+    # A mistyped --signing-key is an error that writes nothing (found by an audit: it created a
+    # new key there and retired the service's, whose next receipts were 500s).
+    typo = tmp_path / "typo" / "key.pem"
+    refused = labeldp("keys", "public", "--db", str(db_path), "--signing-key", str(typo))
+    assert refused.returncode == 2 and "no signing key at" in refused.stderr
+    assert not typo.parent.exists()
+    stranger = tmp_path / "stranger.pem"
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from labels_party.releasing.receipts import _write_private
+
+    _write_private(stranger, Ed25519PrivateKey.generate())  # a key file of another service
+    refused = labeldp("keys", "public", "--db", str(db_path), "--signing-key", str(stranger))
+    assert refused.returncode == 2 and "not registered" in refused.stderr
+    assert [
+        (k["key_id"], k["status"]) for k in client.get("/v1/keys", headers=OPS).json()["keys"]
+    ] == [
+        (new_receipt["key_id"], "current"),
+        (old_receipt["key_id"], "retired"),
+    ]
+    assert (
+        client.get(f"/v1/releases/{released(client)['id']}/receipt", headers=PUB).status_code == 200
+    )
 
 
 def test_a_release_made_before_keys_existed_is_signed_on_first_request(
