@@ -401,14 +401,18 @@ def public_design(request: ModelRequest, features: np.ndarray, columns: list[str
         raise _bad(str(exc), [("params", str(exc))]) from None
 
 
-def request_split(request: ModelRequest) -> Any:
+def request_split(request: ModelRequest, design: Design) -> Any:
     """How the request's exact (epsilon, delta) is split when the product chooses some of the
     estimator's parameters (``EstimatorFamily.split``; e.g. ePTR-OLS's constants: their
-    estimates' share, then ePTR's rest), None if the estimator gets it all. Public: reads the
-    request only; a refusal is a 422 naming the field."""
+    estimates' share, then ePTR's rest), None if the estimator gets it all; bound to the
+    design's public constants (``EstimatorFamily.bind``), which the alpha check and the fit
+    then share. Public: reads the request and the public design only; a refusal is a 422
+    naming the field."""
     family = estimators.get(request.estimator)
     try:
-        return family.split_of(request.privacy, request.params, request.epsilon, request.delta)
+        return family.split_for(
+            request.privacy, request.params, request.epsilon, request.delta, design
+        )
     except DesignError as exc:
         raise _bad(str(exc), [(exc.field, str(exc))]) from None
 
@@ -507,7 +511,7 @@ class ModelReleaseService:
             n = len(features.ids.split("\n"))
             matrix = np.frombuffer(features.matrix, dtype="<f8").reshape(n, len(columns))
             design = public_design(request, matrix, columns)
-        split = request_split(request)
+        split = request_split(request, design)
         refuse_uncovered_alpha(request, design, split, lo=row.label_min, hi=row.label_max)
         budget = accountant.budget_of(row)
         delta = request.delta or amounts.ZERO
@@ -561,7 +565,7 @@ class ModelReleaseService:
             ids = features.ids.split("\n")
             matrix = np.frombuffer(features.matrix, dtype="<f8").reshape(len(ids), len(columns))
             design = public_design(request, matrix, columns)
-            split = request_split(request)
+            split = request_split(request, design)
             refuse_uncovered_alpha(request, design, split, lo=row.label_min, hi=row.label_max)
             labels = _labels(conn, row, ids)
         with self._slots:

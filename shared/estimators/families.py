@@ -280,11 +280,12 @@ def _nw_alpha(
             tau=np.ones_like(c),
         )  # fmt: skip
     if isinstance(split, NWProductSplit) and not split.chosen:
-        bandwidth, c = _nw_product_constants(design, params, split)
-        tau = kernel.nw_noise_factors(c, power=NW_NOISE_POWER)
+        public = _nw_product_constants(design, params, split)
+        tau = kernel.nw_noise_factors(public.c0, power=NW_NOISE_POWER)
         return kernel.eptr_nw_alpha(
-            design.queries, n=n, bandwidth=bandwidth, c0=c, low=low, high=high, tau=tau
-        )
+            design.queries, n=n, bandwidth=public.bandwidth, c0=public.c0, low=low, high=high,
+            tau=tau,
+        )  # fmt: skip
     return None
 
 
@@ -373,6 +374,17 @@ NW_INTERPOLATIONS = ("inverse_distance", "smooth")
 NW_REFERENCE_MAX_ROWS = 20_000  # the request's ``reference``: at most this many rows
 
 
+@dataclass(frozen=True)
+class NWProductConstants:
+    """An :class:`NWProductSplit` release's public constants on one design: the bandwidth,
+    c0 per query (in the queries' order) and the header's record of the reference."""
+
+    bandwidth: float
+    c0: np.ndarray
+    reference: str  # :func:`reference_digest`
+    reference_rows: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class NWProductSplit(nw_constants.NWConstantsSplit):
     """The split of an ePTR-NW request whose c0 the product chooses per query (a public rule,
@@ -380,6 +392,11 @@ class NWProductSplit(nw_constants.NWConstantsSplit):
     (:func:`nw_interpolation`, a function of epsilon only), which the preview explains."""
 
     interpolation: str = "inverse_distance"
+    # The public constants the design fixes (:func:`_nw_bind`), computed once for the service's
+    # alpha check and the fit; None until bound (the fit then computes them itself).
+    constants: NWProductConstants | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
 
     def explanation(self) -> list[str]:
         """The split's sentences, the interpolation's before ePTR-NW's charge."""
@@ -439,10 +456,13 @@ def reference_digest(reference: np.ndarray) -> str:
 
 def _nw_product_constants(
     design: Design, params: Mapping[str, Any], split: NWProductSplit
-) -> tuple[float, np.ndarray]:
+) -> NWProductConstants:
     """The public constants of an :class:`NWProductSplit` release: the bandwidth (given, or by
     ``nw_constants.rule_bandwidth``) and c0 per query (``nw_constants.reference_c0`` from the
-    request's reference), checked as ePTR-NW will check them (a refusal names the reference)."""
+    request's reference), checked as ePTR-NW will check them (a refusal names the reference);
+    the split's own when :func:`_nw_bind` has bound them."""
+    if split.constants is not None:
+        return split.constants
     assert design.queries is not None
     n = design.x.shape[0]
     if "bandwidth" in split.by_rule:
@@ -455,9 +475,22 @@ def _nw_product_constants(
         delta=split.delta_float,
     )  # fmt: skip
     try:
-        return bandwidth, kernel.nw_thresholds(c0, design.queries.shape[0])
+        c = kernel.nw_thresholds(c0, design.queries.shape[0])
     except InvalidParameterError as exc:
         raise DesignError("params.reference", f"the per-query c0 it gives: {exc}") from None
+    return NWProductConstants(
+        bandwidth=bandwidth, c0=c, reference=reference_digest(reference),
+        reference_rows=int(reference.shape[0]),
+    )  # fmt: skip
+
+
+def _nw_bind(split: Any, params: Mapping[str, Any], design: Design) -> Any:
+    """An :class:`NWProductSplit` with its public constants computed on ``design``
+    (:func:`_nw_product_constants`, once: the service's alpha check and the fit read them);
+    any other split unchanged. Public: reads the request and the public design only."""
+    if not isinstance(split, NWProductSplit) or split.chosen or design.queries is None:
+        return split
+    return dataclasses.replace(split, constants=_nw_product_constants(design, params, split))
 
 
 def _nw_fit_product(
@@ -473,8 +506,8 @@ def _nw_fit_product(
     assert design.queries is not None
     p, queries = args.params, design.queries
     eps, dlt = split.eptr_float, split.delta_float
-    reference = nw_reference("eptr", p, design.x.shape[1])
-    bandwidth, c0 = _nw_product_constants(design, p, split)
+    public = _nw_product_constants(design, p, split)
+    bandwidth, c0 = public.bandwidth, public.c0
     k = kernel.eptr_nw(
         design.x, labels, queries, epsilon=eps, delta=dlt, bandwidth=bandwidth, c0=c0,
         rng=args.rng, noise_power=NW_NOISE_POWER, **_nw_label_interval(p, args.lo, args.hi),
@@ -490,8 +523,8 @@ def _nw_fit_product(
             if split.interpolation == "smooth"
             else {}
         ),
-        "reference": reference_digest(reference),
-        "reference_rows": int(reference.shape[0]),
+        "reference": public.reference,
+        "reference_rows": public.reference_rows,
         "constants_chosen": ",".join(chosen),
         "constants_epsilon": amounts.text(split.constants_epsilon),
         "eptr_epsilon": amounts.text(split.eptr_epsilon),
@@ -663,6 +696,7 @@ BUILTIN: tuple[EstimatorFamily, ...] = (
         chosen={"eptr": ("r_f", *nw_constants.NW_CONSTANTS)},
         split=_nw_split,
         public_alpha=_nw_alpha,
+        bind=_nw_bind,
         design=_nw_design,
         fit=_nw_fit,
         check_body=_nw_body,

@@ -102,6 +102,10 @@ class EstimatorFamily:
     public_alpha: (
         Callable[[str, Mapping[str, Any], Design, float, float, Any], float | None] | None
     ) = None
+    # (split, params, design) -> the split with the public constants the design fixes (e.g.
+    # ePTR-NW's c0 per query from a public reference), computed once for ``public_alpha`` and
+    # the fit; the split unchanged where there are none. Raises DesignError naming the field.
+    bind: Callable[[Any, Mapping[str, Any], Design], Any] | None = None
 
     def allowed(self, privacy: str) -> set[str]:
         """Every parameter a release under ``privacy`` may give."""
@@ -112,6 +116,19 @@ class EstimatorFamily:
     ) -> Any:
         """The family's split of (epsilon, delta) for this request, None if it has none."""
         return None if self.split is None else self.split(privacy, params, epsilon, delta)
+
+    def split_for(
+        self,
+        privacy: str,
+        params: Mapping[str, Any],
+        epsilon: Decimal,
+        delta: Decimal | None,
+        design: Design,
+    ) -> Any:
+        """:meth:`split_of` bound to ``design`` (``bind``): what the alpha check and the fit of
+        one release share."""
+        split = self.split_of(privacy, params, epsilon, delta)
+        return split if self.bind is None else self.bind(split, params, design)
 
 
 def _privacy_kinds(family: EstimatorFamily) -> None:

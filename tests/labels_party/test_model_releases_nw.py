@@ -354,6 +354,30 @@ def test_a_release_with_a_reference_carries_the_per_query_c0_and_the_smoother(
     assert verify(client).ok
 
 
+def test_the_reference_constants_are_computed_once_per_request(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-query c0 (``reference_c0``, one kernel sum per query and reference row) is
+    computed once for a release's alpha check and its fit (``EstimatorFamily.bind``), and once
+    for a preview."""
+    setup_dataset(client)
+    calls: list[int] = []
+    rule = nw_constants.reference_c0
+
+    def counted(*args: Any, **kwargs: Any) -> np.ndarray:
+        calls.append(1)
+        return rule(*args, **kwargs)
+
+    monkeypatch.setattr(nw_constants, "reference_c0", counted)
+    params = {"queries": DENSE, "bandwidth": BANDWIDTH, "reference": REFERENCE}
+    preview = model_release(client, **BODY, params=params, dry_run=True)
+    assert preview.status_code == 200, preview.text
+    assert len(calls) == 1
+    answer = model_release(client, **BODY, params=params)
+    assert answer.status_code == 201, answer.text
+    assert len(calls) == 2
+
+
 def test_a_release_with_a_reference_below_epsilon_2_interpolates_by_distance(
     client: Any,
 ) -> None:
