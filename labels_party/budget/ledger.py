@@ -363,7 +363,12 @@ def verify(conn: Connection, *, check_messages: bool = True) -> VerifyReport:
     report.problems.extend(walk.shared_labels())
     stored = {row.name: row for row in conn.execute(select(datasets))}
     for name, row in stored.items():
-        report.problems.extend(_check_dataset(name, row, walk, report))
+        try:
+            report.problems.extend(_check_dataset(name, row, walk, report))
+        except _MALFORMED as exc:
+            report.problems.append(
+                f"dataset {name!r}: its row or creation entry is malformed ({type(exc).__name__})"
+            )
     for name in set(walk.spends) | set(walk.created):
         if name not in stored:
             report.problems.append(f"ledger names dataset {name!r}, which does not exist")
@@ -391,23 +396,49 @@ def _walk(conn: Connection, report: VerifyReport) -> _Walk:
         prev = entry["entry_hash"]
         epsilon = _valid_amount(entry)
         if epsilon is None:
-            problems.append(f"entry seq {seq}: epsilon is not a finite number >= 0")
+            problems.append(
+                f"entry seq {seq}: epsilon is not a number in [0, {amounts.MAX_AMOUNT}], or delta "
+                "not one in [0, 1)"
+            )
             continue
         if entry.get("epsilon_exact") is not None and float(epsilon) != entry["epsilon"]:
             problems.append(f"entry seq {seq}: epsilon column disagrees with its exact amount")
         if entry.get("delta_exact") is not None and not 0 < delta(entry) < 1:
             problems.append(f"entry seq {seq}: delta is not in (0, 1)")
-        problems.extend(walk.add(entry, epsilon))
+        if not isinstance(_parameters(entry), dict):
+            problems.append(f"entry seq {seq}: parameters is not a JSON object")
+            continue
+        try:
+            problems.extend(walk.add(entry, epsilon))
+        except _MALFORMED as exc:  # a row edited by hand: named, never a crash of the audit
+            problems.append(
+                f"entry seq {seq}: parameters malformed for a {entry['kind']!r} entry "
+                f"({type(exc).__name__})"
+            )
     report.head_hash = prev
     return walk
 
 
+# What reading a hand-edited row's contents can raise; verify names the row instead.
+_MALFORMED = (ArithmeticError, AttributeError, KeyError, TypeError, ValueError)
+
+
+def _parameters(entry: dict[str, Any]) -> Any:
+    """The entry's parameters as parsed JSON, None where the text is not JSON."""
+    try:
+        return json.loads(entry["parameters"])
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
 def _valid_amount(entry: dict[str, Any]) -> Decimal | None:
-    """The entry's epsilon if it and its delta are finite numbers >= 0, else None."""
+    """The entry's epsilon if it is a number in [0, MAX_AMOUNT] (no accepted charge is larger)
+    and its delta one in [0, 1), else None."""
     try:
         epsilon = amount(entry)
-        valid = epsilon.is_finite() and epsilon >= 0 and delta(entry) >= 0
-    except (ArithmeticError, TypeError, ValueError):
+        dlt = delta(entry)
+        valid = epsilon.is_finite() and 0 <= epsilon <= amounts.MAX_AMOUNT and 0 <= dlt < 1
+    except _MALFORMED:
         return None
     return epsilon if valid else None
 
@@ -465,7 +496,12 @@ def _check_releases(
     seen: set[str] = set()
     for rel in conn.execute(select(releases)):
         seen.add(rel.id)
-        problems.extend(_check_release(conn, rel, walk, names_by_id, chunk_counts, check_messages))
+        try:
+            problems.extend(
+                _check_release(conn, rel, walk, names_by_id, chunk_counts, check_messages)
+            )
+        except _MALFORMED as exc:
+            problems.append(f"release {rel.id}: malformed ({type(exc).__name__})")
     for release_id in walk.by_release:
         if release_id not in seen:
             problems.append(f"ledger spends for release {release_id}, which is not stored")
@@ -577,40 +613,49 @@ def _check_model_releases(
     conn: Connection, entries_by_id: dict[str, dict[str, Any]], names_by_id: dict[int, str]
 ) -> list[str]:
     """Every model release has its one ledger entry (same amounts, sha256, dataset) and back."""
-    from shared.errors import IntegrityError
-    from shared.model_message import verify_model
-
     problems = []
     seen = set()
     for rel in conn.execute(select(model_releases)):
         seen.add(rel.id)
-        entry = entries_by_id.get(rel.id)
-        if entry is None:
-            problems.append(f"model release {rel.id}: no ledger entry")
-            continue
-        if amount(entry) != Decimal(rel.epsilon_exact) or entry.get("delta_exact") != (
-            rel.delta_exact
-        ):
-            problems.append(f"model release {rel.id}: ledger entry amounts != model release")
-        if entry["message_sha256"] != rel.message_sha256:
-            problems.append(f"model release {rel.id}: ledger entry sha256 != model release")
-        if entry["dataset"] != names_by_id.get(rel.dataset_id):
-            problems.append(f"model release {rel.id}: ledger entry names another dataset")
         try:
-            header = verify_model(rel.message).header
-        except IntegrityError as exc:
-            problems.append(f"model release {rel.id}: stored message is invalid: {exc}")
-            continue
-        if (
-            header.body_sha256 != rel.message_sha256
-            or header.model_release_id != rel.id
-            or header.epsilon != rel.epsilon_exact
-            or header.delta != rel.delta_exact
-        ):
-            problems.append(f"model release {rel.id}: message header disagrees with the release")
+            problems.extend(_check_model_release(rel, entries_by_id.get(rel.id), names_by_id))
+        except _MALFORMED as exc:
+            problems.append(f"model release {rel.id}: malformed ({type(exc).__name__})")
     for model_id in entries_by_id:
         if model_id not in seen:
             problems.append(f"ledger spends for model release {model_id}, which is not stored")
+    return problems
+
+
+def _check_model_release(
+    rel: Any, entry: dict[str, Any] | None, names_by_id: dict[int, str]
+) -> list[str]:
+    """One model release against its ledger entry and its stored message."""
+    from shared.errors import IntegrityError
+    from shared.model_message import verify_model
+
+    if entry is None:
+        return [f"model release {rel.id}: no ledger entry"]
+    problems = []
+    if amount(entry) != Decimal(rel.epsilon_exact) or entry.get("delta_exact") != (
+        rel.delta_exact
+    ):
+        problems.append(f"model release {rel.id}: ledger entry amounts != model release")
+    if entry["message_sha256"] != rel.message_sha256:
+        problems.append(f"model release {rel.id}: ledger entry sha256 != model release")
+    if entry["dataset"] != names_by_id.get(rel.dataset_id):
+        problems.append(f"model release {rel.id}: ledger entry names another dataset")
+    try:
+        header = verify_model(rel.message).header
+    except IntegrityError as exc:
+        return [*problems, f"model release {rel.id}: stored message is invalid: {exc}"]
+    if (
+        header.body_sha256 != rel.message_sha256
+        or header.model_release_id != rel.id
+        or header.epsilon != rel.epsilon_exact
+        or header.delta != rel.delta_exact
+    ):
+        problems.append(f"model release {rel.id}: message header disagrees with the release")
     return problems
 
 

@@ -80,6 +80,21 @@ TAMPERING = [
     ("release charge rewritten",
      "UPDATE releases SET epsilon2_exact = '0.1' WHERE id = (SELECT min(id) FROM releases)",
      "epsilon"),
+    # Rows edited into what the service never writes: named, never a crash of the audit (an
+    # audit found tracebacks: JSONDecodeError, AttributeError, decimal.Overflow).
+    ("parameters not JSON", "UPDATE ledger SET parameters = 'not json' WHERE seq = 4",
+     "entry seq 4: parameters is not a JSON object"),
+    ("parameters a list", "UPDATE ledger SET parameters = '[1]' WHERE seq = 4",
+     "entry seq 4: parameters is not a JSON object"),
+    ("parameters missing a field", "UPDATE ledger SET parameters = '{}' WHERE seq = 1",
+     "dataset 'one'"),
+    ("epsilon beyond any charge",
+     "UPDATE ledger SET epsilon_exact = '1e999999999' WHERE seq = 4", "entry seq 4: epsilon"),
+    ("budget not a number",
+     "UPDATE datasets SET epsilon_budget_exact = 'abc' WHERE name = 'one'", "dataset 'one'"),
+    ("release charge not a number",
+     "UPDATE releases SET epsilon2_exact = 'abc' WHERE id = (SELECT min(id) FROM releases)",
+     "release "),
 ]  # fmt: skip
 
 
