@@ -637,9 +637,8 @@ def _check_model_release(
     if entry is None:
         return [f"model release {rel.id}: no ledger entry"]
     problems = []
-    if amount(entry) != Decimal(rel.epsilon_exact) or entry.get("delta_exact") != (
-        rel.delta_exact
-    ):
+    exact = (Decimal(rel.epsilon_exact), rel.delta_exact)
+    if (amount(entry), entry.get("delta_exact")) != exact:
         problems.append(f"model release {rel.id}: ledger entry amounts != model release")
     if entry["message_sha256"] != rel.message_sha256:
         problems.append(f"model release {rel.id}: ledger entry sha256 != model release")
