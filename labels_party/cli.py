@@ -97,6 +97,9 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     try:
         app = create_app(settings)
+    except InvalidParameterError as exc:  # a refusal that names its file (the signing key)
+        print(f"labeldp serve labels: {exc}", file=sys.stderr)
+        return 2
     except (SQLAlchemyError, OSError, ValueError, ModuleNotFoundError) as exc:
         print(f"labeldp serve labels: {database_url.open_failure(exc, url)}", file=sys.stderr)
         return 2

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from labels_party.config import ROLES
-from shared.errors import InvalidParameterError
 from shared.service import database_url
 
 
@@ -43,27 +41,21 @@ def _database(args: argparse.Namespace) -> Any:
     return open_for_admin(database_url.resolve(db=args.db, database_url=args.database_url))
 
 
+@database_url.command("tokens add")
 def add_command(args: argparse.Namespace) -> int:
     from labels_party.access import principals
 
-    try:
-        principal, token = principals.issue(_database(args), name=args.name, role=args.role)
-    except (FileNotFoundError, InvalidParameterError) as exc:
-        print(f"labeldp tokens add: {exc}", file=sys.stderr)
-        return 2
+    principal, token = principals.issue(_database(args), name=args.name, role=args.role)
     print(f"principal {principal.name} ({principal.role}); its token, shown only now:")
     print(token)
     return 0
 
 
+@database_url.command("tokens list")
 def list_command(args: argparse.Namespace) -> int:
     from labels_party.access import principals
 
-    try:
-        found = principals.listing(_database(args))
-    except (FileNotFoundError, InvalidParameterError) as exc:
-        print(f"labeldp tokens list: {exc}", file=sys.stderr)
-        return 2
+    found = principals.listing(_database(args))
     if args.json:
         print(json.dumps({"principals": [p.public() for p in found]}, indent=2))
         return 0
@@ -73,13 +65,10 @@ def list_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@database_url.command("tokens revoke")
 def revoke_command(args: argparse.Namespace) -> int:
     from labels_party.access import principals
 
-    try:
-        principal = principals.revoke(_database(args), args.name)
-    except (FileNotFoundError, InvalidParameterError) as exc:
-        print(f"labeldp tokens revoke: {exc}", file=sys.stderr)
-        return 2
+    principal = principals.revoke(_database(args), args.name)
     print(f"principal {principal.name} ({principal.role}) revoked at {principal.revoked}")
     return 0

@@ -11,11 +11,9 @@ receipt on (it reads the key file at each signature). ``public`` prints the curr
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-from shared.errors import InvalidParameterError
 from shared.service import database_url
 
 
@@ -56,30 +54,24 @@ def _store(args: argparse.Namespace) -> Any:
     return KeyStore(open_for_admin(url), key_file)
 
 
+@database_url.command("keys rotate")
 def rotate_command(args: argparse.Namespace) -> int:
-    try:
-        keys = _store(args)
-        old, new = keys.rotate()
-    except (FileNotFoundError, InvalidParameterError) as exc:
-        print(f"labeldp keys rotate: {exc}", file=sys.stderr)
-        return 2
+    keys = _store(args)
+    old, new = keys.rotate()
     print(f"signing key {keys.path}: now {new}" + (f" (retired {old})" if old else ""))
     return 0
 
 
+@database_url.command("keys public")
 def public(args: argparse.Namespace) -> int:
     """Print the current public key (``--all``: every published key) as PEM, each block under
     its ``Key-Id:``, ``Created:`` and, if retired, ``Retired:`` lines: a pin that carries the
     keys' validity (``shared.service.receipt.load_key_validity``)."""
     from shared.service import receipt as rc
 
-    try:
-        keys = _store(args)
-        current = keys.current_id()  # reads only: a key file is created by the service alone
-        listed = [k for k in keys.published() if args.all or k["key_id"] == current]
-    except (FileNotFoundError, InvalidParameterError) as exc:
-        print(f"labeldp keys public: {exc}", file=sys.stderr)
-        return 2
+    keys = _store(args)
+    current = keys.current_id()  # reads only: a key file is created by the service alone
+    listed = [k for k in keys.published() if args.all or k["key_id"] == current]
     for key in listed:
         pem = rc.pem_with_validity(rc.from_b64(key["public_key"]), key["created"], key["retired"])
         print(pem, end="")

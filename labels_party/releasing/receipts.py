@@ -26,6 +26,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import insert, select, update
@@ -86,18 +87,50 @@ def _write_private(path: Path, key: Ed25519PrivateKey, *, replace: bool = True) 
         return True
     except FileExistsError:
         return False
+    except OSError:  # a filesystem without hard links (EPERM, ENOTSUP): create it exclusively
+        return _create_exclusive(path, pem)
     finally:
         os.unlink(temporary)
 
 
+def _create_exclusive(path: Path, pem: bytes) -> bool:
+    """Write ``pem`` to ``path`` (0600) only if it does not exist: False if it does. The
+    fallback of :func:`_write_private` where hard links fail; unlike the link, a replica
+    starting at the same moment may read the file before it is complete (its start then fails,
+    naming the key file, and the next start reads the whole key)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, pem)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
 def _read_private(path: Path) -> Ed25519PrivateKey:
-    mode = path.stat().st_mode
+    """The Ed25519 key in ``path``; an InvalidParameterError naming the file where it is not
+    one (a folder, unreadable, not PEM, a password, another algorithm) or is open to others."""
+    try:
+        mode = path.stat().st_mode
+        data = None if stat.S_ISDIR(mode) else path.read_bytes()
+    except OSError as exc:
+        raise InvalidParameterError(f"signing key {path}: {exc.strerror}") from None
+    if data is None:
+        raise InvalidParameterError(f"signing key {path} is a folder, not a key file")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise InvalidParameterError(
             f"signing key {path} is accessible by group or others (mode {mode & 0o777:o}); "
             f"run: chmod 600 {path}"
         )
-    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (TypeError, ValueError, UnsupportedAlgorithm):
+        raise InvalidParameterError(
+            f"signing key {path} is not a PEM private key without a password"
+        ) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise InvalidParameterError(f"signing key {path} is not an Ed25519 private key")
     return key
@@ -122,7 +155,7 @@ class KeyStore:
         """The key id of the key file, checked to be the registered current key; writes nothing
         (``labeldp keys public``: a mistyped ``--signing-key`` created a new key there and retired
         the service's real one, found by an audit)."""
-        if not self.path.is_file():
+        if not self.path.exists():
             raise FileNotFoundError(
                 f"no signing key at {self.path} (the service creates it at its first start)"
             )

@@ -7,14 +7,17 @@ alone is enough, and ``--db`` takes a SQLite path or a database URL (``postgresq
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from shared.errors import InvalidParameterError
 
 DATABASE_URL_ENV = "LABELDP_DATABASE_URL"
+Handler = Callable[[argparse.Namespace], int]
 SQLITE_PREFIX = "sqlite:///"
 
 
@@ -168,3 +171,30 @@ def open_failure(exc: BaseException, url: str) -> str:
     orig = getattr(exc, "orig", None) or exc
     reason = " ".join(str(orig).split()) or type(orig).__name__
     return f"cannot open the database {where}: {reason}"
+
+
+def command(name: str) -> Callable[[Handler], Handler]:
+    """A database command's handler whose refusals and failures are one line on standard
+    error and exit status 2 (``labeldp tokens``, ``labeldp keys``), never a traceback: no
+    database named, one that cannot be opened or written (:func:`open_failure`), a URL that
+    does not parse, a file that cannot be read (found by an audit: each was a traceback)."""
+
+    def decorate(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        def run(args: argparse.Namespace) -> int:
+            from sqlalchemy.exc import SQLAlchemyError
+
+            try:
+                return handler(args)
+            except (FileNotFoundError, InvalidParameterError) as exc:
+                message = str(exc)
+            except (SQLAlchemyError, ModuleNotFoundError) as exc:
+                message = open_failure(exc, resolve(db=args.db, database_url=args.database_url))
+            except OSError as exc:
+                message = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+            print(f"labeldp {name}: {message}", file=sys.stderr)
+            return 2
+
+        return run
+
+    return decorate

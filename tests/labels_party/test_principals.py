@@ -221,3 +221,39 @@ def test_the_rate_limiter_counts_a_principal_as_a_valid_token(make_client, db_pa
         client.get("/v1/datasets", headers=bearer("wrong-token"))
     assert client.get("/v1/datasets/ds", headers=bearer(token)).status_code == 200
     assert client.get("/v1/datasets", headers=ADV).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        ["--db", "GARBAGE"],
+        ["--database-url", "abc"],
+        ["--database-url", "postgresql://u@127.0.0.1:1/x"],
+    ],
+    ids=["not a database", "not a URL", "refused connection"],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["tokens", "add", "bob", "--role", "operator"],
+        ["tokens", "list"],
+        ["tokens", "revoke", "bob"],
+        ["keys", "public", "--signing-key", "KEY"],
+        ["keys", "rotate", "--signing-key", "KEY"],
+    ],  # fmt: skip
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_a_database_that_cannot_be_opened_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: list[str], command: list[str]
+) -> None:
+    """Found by the CLI audit: these five commands caught only a missing file; a file that is
+    not a database, a URL that does not parse and a refused connection were tracebacks."""
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"\x00not sqlite" * 500)
+    where = [str(garbage) if arg == "GARBAGE" else arg for arg in where]
+    command = [str(tmp_path / "k.pem") if arg == "KEY" else arg for arg in command]
+    assert labeldp([*command, *where]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"labeldp {' '.join(command[:2])}: cannot open the database"), err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "k.pem").exists()  # nothing written

@@ -677,3 +677,62 @@ def test_a_key_file_another_replica_created_first_is_kept(
     assert store.ensure() == first
     assert store.path.read_bytes() == written
     engine.dispose()
+
+
+def test_without_hard_links_the_key_file_is_still_created_only_if_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a filesystem without hard links (os.link: EPERM) the key file is created exclusively
+    instead: a second writer keeps the first key, and no temporary file is left."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from labels_party.releasing.receipts import _read_private, _write_private
+
+    def no_links(source: object, target: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    key_file = tmp_path / "signing.pem"
+    first = Ed25519PrivateKey.generate()
+    assert _write_private(key_file, first, replace=False)
+    assert not _write_private(key_file, Ed25519PrivateKey.generate(), replace=False)
+    assert rc.key_id(_read_private(key_file).public_key()) == rc.key_id(first.public_key())
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["signing.pem"]
+
+
+@pytest.mark.parametrize("kind", ["not PEM", "empty", "a folder"])
+def test_a_bad_key_file_is_one_line_naming_it(
+    make_client: Callable[..., Any], db_path: Path, tmp_path: Path, kind: str
+) -> None:
+    """Found by the CLI audit: a key file that is not PEM, is empty or is a folder was a
+    traceback (keys) or "cannot open the database" (serve); now every door names the file."""
+    from labels_party.db.engine import Database, make_engine
+    from labels_party.releasing.receipts import KeyStore
+
+    make_client()
+    bad = tmp_path / "bad.pem"
+    if kind == "a folder":
+        bad.mkdir(mode=0o700)
+    else:
+        bad.write_text("" if kind == "empty" else "x\n")
+        bad.chmod(0o600)
+    for action in ("public", "rotate"):
+        refused = labeldp("keys", action, "--db", str(db_path), "--signing-key", str(bad))
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.startswith(f"labeldp keys {action}: signing key {bad}")
+        assert "Traceback" not in refused.stderr and refused.stderr.count("\n") == 1
+    engine = make_engine(f"sqlite:///{db_path}")
+    with pytest.raises(InvalidParameterError, match=f"signing key {bad}"):
+        KeyStore(Database(engine), bad).ensure()
+    engine.dispose()
+    from tests.labels_party.conftest import TOKENS_ENV
+
+    serve = subprocess.run(
+        [sys.executable, "-m", "labeldp", "serve", "labels", "--db", str(db_path),
+         "--signing-key", str(bad), "--port", "0"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "LABELDP_TOKENS": TOKENS_ENV},
+    )  # fmt: skip
+    assert serve.returncode == 2
+    assert serve.stderr.splitlines()[-1].startswith(f"labeldp serve labels: signing key {bad}")
