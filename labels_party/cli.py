@@ -199,19 +199,25 @@ def export_command(args: argparse.Namespace) -> int:
             return 2
     with _ledger_reader(args, "export") as conn:
         if args.out is not None:
-            # Owner-only, like the database it comes from (a new file; an existing one keeps
-            # its mode and is truncated).
-            fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with open(fd, "w", encoding="utf-8", newline="") as out:
-                count = ledger.export_csv(conn, out)
+            try:
+                # Owner-only, like the database it comes from (a new file; an existing one
+                # keeps its mode and is truncated).
+                fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with open(fd, "w", encoding="utf-8", newline="") as out:
+                    count = ledger.export_csv(conn, out)
+            except OSError as exc:  # a missing folder, a folder, a full disk: one line
+                print(f"labeldp ledger export: --out {args.out}: {exc.strerror}", file=sys.stderr)
+                return 2
             print(f"wrote {count} ledger entries to {args.out}", file=sys.stderr)
             return 0
         try:
             ledger.export_csv(conn, sys.stdout)
             sys.stdout.flush()
-        except BrokenPipeError:
-            # The reader left (``| head``): stop quietly. Python's documented recipe: point
-            # stdout at devnull so the interpreter's final flush cannot fail.
+        except OSError as exc:
+            # The reader left (``| head``: stop quietly) or a full disk (said). Python's
+            # documented recipe: point stdout at devnull so the final flush cannot fail.
+            if not isinstance(exc, BrokenPipeError):
+                print(f"labeldp ledger export: standard output: {exc.strerror}", file=sys.stderr)
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             return 1

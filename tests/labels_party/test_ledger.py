@@ -7,6 +7,8 @@ import csv
 import io
 import json
 import sqlite3
+import subprocess
+import sys
 from decimal import Decimal
 
 import pytest
@@ -159,6 +161,23 @@ def test_export_writes_every_entry_as_csv(populated, tmp_path):
         assert refused.returncode == 2 and "is the database itself" in refused.stderr
     assert populated.read_bytes() == before
     assert _verify(populated)[0] == 0
+    # An --out that cannot be written, or a full disk behind standard output: one line (found
+    # by the CLI audit: tracebacks).
+    missing = populated.parent / "no" / "such" / "out.csv"
+    for target, reason in (
+        (missing, "No such file or directory"),
+        (missing.parents[2], "Is a directory"),
+    ):
+        refused = cli("ledger", "export", "--db", str(populated), "--out", str(target))
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr == f"labeldp ledger export: --out {target}: {reason}\n"
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "labels_party", "ledger", "export", "--db", str(populated)],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == "labeldp ledger export: standard output: No space left on device\n"
 
 
 def test_cli_refuses_a_missing_database(tmp_path):
