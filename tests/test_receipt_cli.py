@@ -220,3 +220,39 @@ def test_a_pin_stating_one_key_twice_with_other_dates_is_refused(tmp_path: Path)
     pin.write_text(json.dumps({"keys": [entry, {**entry, "retired": "2025-02-01T00:00:00Z"}]}))
     with pytest.raises(rc.InvalidParameterError, match="stated twice"):
         rc.load_key_validity(pin)
+
+
+def test_impossible_dates_and_unreadable_receipts_are_one_line_naming_them(
+    tmp_path: Path,
+) -> None:
+    """Found by the CLI audit: a date of the right shape but no such day (2025-02-30) was
+    refused in the parser's words alone (or a traceback at the features party's start), and an
+    empty, non-UTF-8 or BOM receipt file was not named."""
+    receipt, key = _signed(tmp_path, "2025-03-01T00:00:00.000000Z")
+    pin = tmp_path / "labels.pub"
+    pin.write_text(rc.pem_with_validity(key.public_key(), "2025-01-01T00:00:00Z", None))
+    args = ["receipt", "verify", str(receipt), "--public-key", str(pin)]
+    for option, value in (
+        ("--valid-from", "2025-02-30T00:00:00Z"),
+        ("--valid-until", "2025-13-01T00:00:00Z"),
+    ):
+        done = labeldp(*args, option, value)
+        assert done.returncode == 2
+        assert done.stderr.startswith(f"labeldp receipt verify: {option} must be a UTC time"), (
+            done.stderr
+        )
+    feb30 = tmp_path / "feb30.pub"
+    feb30.write_text(pin.read_text().replace("2025-01-01", "2025-02-30"))
+    done = labeldp("receipt", "verify", str(receipt), "--public-key", str(feb30))
+    assert done.returncode == 2 and f"public key file {feb30}: Created of key" in done.stderr
+    for name, data in (("empty", b""), ("utf16", b"\xff\xfe{}"), ("bom", b"\xef\xbb\xbf{}")):
+        bad = tmp_path / f"{name}.json"
+        bad.write_bytes(data)
+        done = labeldp("receipt", "verify", str(bad), "--public-key", str(pin))
+        assert done.returncode == 2
+        assert done.stderr.startswith(f"labeldp receipt verify: {bad}: not a JSON receipt"), (
+            done.stderr
+        )
+    missing = tmp_path / "missing.json"
+    done = labeldp("receipt", "verify", str(missing), "--public-key", str(pin))
+    assert done.stderr == f"labeldp receipt verify: {missing}: No such file or directory\n"

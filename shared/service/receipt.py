@@ -277,11 +277,13 @@ def utc_time(value: str, what: str) -> str:
     """A stated time in the form receipts date themselves (``signed_at``: microseconds, Z), so
     that the string comparison of :func:`verify` orders them; InvalidParameterError naming
     ``what`` if it is not a UTC time."""
+    problem = f"{what} must be a UTC time like 2025-01-31T12:00:00.000000Z, not {value!r}"
     if not _TIMESTAMP.match(value):
-        raise InvalidParameterError(
-            f"{what} must be a UTC time like 2025-01-31T12:00:00.000000Z, not {value!r}"
-        )
-    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        raise InvalidParameterError(problem)
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:  # the right shape, no such moment: 2025-02-30 (a CLI audit)
+        raise InvalidParameterError(f"{problem} ({exc})") from None
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 

@@ -154,9 +154,14 @@ def verify_command(args: argparse.Namespace) -> int:
     try:
         keys = rc.load_public_keys(args.public_key)
         validity = _key_validity(args, keys)
-        receipt = strict_input.loads(args.receipt.read_text(encoding="utf-8"))  # no repeated key
     except (InvalidParameterError, OSError, ValueError) as exc:
         print(f"labeldp receipt verify: {exc}", file=sys.stderr)
+        return 2
+    try:
+        receipt = strict_input.loads(args.receipt.read_text(encoding="utf-8"))  # no repeated key
+    except (OSError, ValueError) as exc:  # named (a CLI audit: the parser's words alone)
+        reason = exc.strerror if isinstance(exc, OSError) else f"not a JSON receipt: {exc}"
+        print(f"labeldp receipt verify: {args.receipt}: {reason}", file=sys.stderr)
         return 2
     try:
         body = rc.verify(receipt, keys, validity=validity, require_dates=not args.no_date_check)

@@ -123,4 +123,10 @@ def test_serve_features_refuses_an_undated_pin_unless_told(
     with caplog.at_level(logging.WARNING, logger="features_party"):
         _warn_undated(settings)
     assert f"states no validity for key {rc.key_id(KEY)}" in caplog.text
+    # A pin dated a day that does not exist: one line naming it (found by the CLI audit: a
+    # traceback).
+    _write(pin, rc.pem_with_validity(KEY, "2025-02-30T00:00:00Z", None))
+    assert labeldp(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"labeldp serve features: public key file {pin}: Created"), err
     assert "without checking their date" in caplog.text
