@@ -16,7 +16,7 @@ from features_party.config import (
 )
 from shared.errors import InvalidParameterError
 from shared.service import database_url
-from shared.service.cli_args import matching_options
+from shared.service.cli_args import add_server_arguments, matching_options
 from shared.service.http.serve import serve as serve_app
 
 
@@ -32,8 +32,7 @@ def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignor
         ),
     )
     database_url.add_arguments(parser, what="features party")
-    parser.add_argument("--port", type=int, default=8002)
-    parser.add_argument("--host", default="127.0.0.1")
+    add_server_arguments(parser, port=8002)
     parser.add_argument("--labels-url", required=True, help="base URL of the labels party")
     parser.add_argument(
         "--token",
@@ -64,9 +63,6 @@ def register_serve(services: argparse._SubParsersAction) -> None:  # type: ignor
         default=None,
         help="CA certificate to trust for an https labels party ($LABELDP_LABELS_CA_FILE)",
     )
-    parser.add_argument("--tls-cert", type=Path, help="serve https: certificate chain (PEM)")
-    parser.add_argument("--tls-key", type=Path, help="serve https: private key (PEM)")
-    parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=serve)
 
 

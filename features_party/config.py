@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.errors import InvalidParameterError
+from shared.service import tls
 from shared.service.client import RetryPolicy
 from shared.service.database_url import sqlite_url
 
@@ -134,8 +135,8 @@ class Settings:
                 f"--no-date-check (${NO_DATE_CHECK_ENV}) waives the date check of a pinned key's "
                 "receipts: it needs --labels-public-key"
             )
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise InvalidParameterError("tls_cert and tls_key go together (give both or neither)")
+        tls.check_server_files(self.tls_cert, self.tls_key)
+        tls.check_ca_file(self.labels_ca_file, option="--labels-ca-file")
 
     @classmethod
     def from_env(

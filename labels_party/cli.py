@@ -17,6 +17,7 @@ from typing import Any
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.service import database_url
+from shared.service.cli_args import add_server_arguments
 from shared.service.http.serve import serve as serve_app
 
 
@@ -28,20 +29,16 @@ def register_serve(services: Any) -> None:
     """Add ``labels`` to ``labeldp serve``."""
     parser = services.add_parser("labels", help="run the labels-party (advertiser) service")
     _add_db_arguments(parser)
-    parser.add_argument("--port", type=int, default=8001)
-    parser.add_argument("--host", default="127.0.0.1")
+    add_server_arguments(parser, port=8001)
     parser.add_argument(
         "--tokens-file", type=Path, help='JSON {"advertiser": .., "publisher": .., "operator": ..}'
     )
-    parser.add_argument("--tls-cert", type=Path, help="serve https: certificate chain (PEM)")
-    parser.add_argument("--tls-key", type=Path, help="serve https: private key (PEM)")
     parser.add_argument(
         "--signing-key",
         type=Path,
         help="receipt signing key file (default: LABELDP_SIGNING_KEY, else next to the SQLite "
         "database; required with PostgreSQL)",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     parser.set_defaults(func=serve)
 
 

@@ -17,6 +17,7 @@ from typing import Literal, TypeVar
 from sqlalchemy.engine import make_url
 
 from shared.errors import InvalidParameterError
+from shared.service import strict_input, tls
 from shared.service.database_url import sqlite_url
 from shared.service.http.proxies import ENV as TRUSTED_PROXIES_ENV
 from shared.service.http.proxies import parse_entries
@@ -116,13 +117,17 @@ class Tokens:
     def from_file(cls, path: str | Path) -> Tokens:
         """Read ``{"advertiser": "...", "publisher": "...", "operator": "..."}``."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = strict_input.loads(Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
             raise InvalidParameterError(f"cannot read tokens file {path}: {exc.strerror}") from None
+        except strict_input.DuplicateKeyError as exc:  # the last one won, silently (an audit)
+            raise InvalidParameterError(f"tokens file {path} gives a role twice: {exc}") from None
         except json.JSONDecodeError as exc:
             raise InvalidParameterError(
                 f"tokens file {path} is not valid JSON: {exc.msg}"
             ) from None
+        except UnicodeDecodeError:
+            raise InvalidParameterError(f"tokens file {path} is not UTF-8 text") from None
         if not isinstance(data, dict):
             raise InvalidParameterError(f"tokens file {path} must hold a JSON object")
         return cls.from_mapping(data)
@@ -212,8 +217,7 @@ class Settings:
         for name in ("max_body_bytes", "max_json_bytes", "release_concurrency"):
             if getattr(self, name) < 1:
                 raise InvalidParameterError(f"{name} ({getattr(self, name)}) must be >= 1")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise InvalidParameterError("tls_cert and tls_key go together (give both or neither)")
+        tls.check_server_files(self.tls_cert, self.tls_key)
         if self.rate_limit > 0 and self.rate_burst < 1:
             raise InvalidParameterError(f"rate_burst ({self.rate_burst}) must be >= 1")
         object.__setattr__(self, "trusted_proxies", parse_entries(self.trusted_proxies))

@@ -39,3 +39,33 @@ def test_matching_options_are_the_options_named_like_a_field() -> None:
 
     args = argparse.Namespace(epsilon=0.5, keep=False, command="serve", log_level="info")
     assert matching_options(Options, args) == {"epsilon": 0.5, "keep": False}
+
+
+@pytest.mark.parametrize("service", ["labels", "features"])
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--port", "99999", "99999 is not a port: 0..65535"),
+        ("--port", "-1", "-1 is not a port"),
+        ("--port", "http", "'http' is not an integer"),
+        ("--log-level", "bogus", "invalid choice: 'bogus'"),
+    ],
+)
+def test_both_services_refuse_a_port_or_log_level_they_cannot_use(
+    service: str, option: str, value: str, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the CLI audit: serve labels --port 99999 listened on 34463 (modulo 65536) and
+    serve features --log-level bogus was a traceback; the two services now share these options
+    (``add_server_arguments``), refused by argparse naming them, exit 2."""
+    from labeldp.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser("serve").parse_args(["serve", service, option, value])
+    assert exit_.value.code == 2
+    assert f"argument {option}: {words}" in capsys.readouterr().err
+
+
+def test_a_port_is_read_as_given() -> None:
+    from shared.service.cli_args import port_number
+
+    assert [port_number(text) for text in ("0", "8001", "65535")] == [0, 8001, 65535]

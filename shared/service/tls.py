@@ -24,6 +24,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from shared.errors import InvalidParameterError
+
 DEFAULT_NAMES = ("labels", "features")
 LOCAL_NAMES = ("localhost", "127.0.0.1")
 VALID_DAYS = 825
@@ -34,6 +36,41 @@ def client_context(ca_file: str | Path) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=str(ca_file))
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
+
+
+def check_server_files(cert: Path | None, key: Path | None) -> None:
+    """A service's https files, checked at its start: both or neither, and a certificate chain
+    and private key that load together (a missing or non-PEM file was a traceback at uvicorn's
+    start, found by an audit). InvalidParameterError naming the options."""
+    if (cert is None) != (key is None):
+        raise InvalidParameterError("tls_cert and tls_key go together (give both or neither)")
+    if cert is None or key is None:
+        return
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except OSError as exc:  # ssl.SSLError is an OSError
+        raise InvalidParameterError(
+            f"--tls-cert {cert} with --tls-key {key}: not a PEM certificate chain and its private "
+            f"key ({_reason(exc)})"
+        ) from None
+
+
+def check_ca_file(ca_file: Path | None, *, option: str) -> None:
+    """A CA file to trust, checked at start (a missing one made every call a 500, found by an
+    audit): InvalidParameterError naming ``option``."""
+    if ca_file is None:
+        return
+    try:
+        client_context(ca_file)
+    except OSError as exc:
+        raise InvalidParameterError(
+            f"{option} {ca_file}: not a readable PEM CA certificate ({_reason(exc)})"
+        ) from None
+
+
+def _reason(exc: OSError) -> str:
+    """An OSError's or ssl.SSLError's words, without the errno or OpenSSL's source line."""
+    return str(getattr(exc, "reason", None) or exc.strerror or exc)
 
 
 def _name(common_name: str) -> x509.Name:

@@ -155,3 +155,11 @@ def test_tokens_refused_when_missing_or_unsafe(tmp_path):
     path.write_text("not json")
     with pytest.raises(InvalidParameterError, match="not valid JSON"):
         load_tokens(tokens_file=path, environ={})
+    # Found by the CLI audit: a role given twice kept the last silently (LABELDP_TOKENS refuses
+    # it), and a file that is not UTF-8 was a traceback.
+    path.write_text('{"advertiser": "A", "advertiser": "Z", "publisher": "P", "operator": "O"}')
+    with pytest.raises(InvalidParameterError, match="gives a role twice: advertiser"):
+        load_tokens(tokens_file=path, environ={})
+    path.write_bytes('{"advertiser": "A"}'.encode("utf-16"))
+    with pytest.raises(InvalidParameterError, match="is not UTF-8 text"):
+        load_tokens(tokens_file=path, environ={})

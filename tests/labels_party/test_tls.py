@@ -175,6 +175,41 @@ def test_bundle_files_and_modes(bundle: Path) -> None:
     assert (bundle / "ca.pem").read_bytes() == before
 
 
+@pytest.mark.parametrize("service", ["labels", "features"])
+def test_unusable_tls_files_stop_the_start_naming_them(
+    service: str, bundle: Path, tmp_path: Path
+) -> None:
+    """Found by the CLI audit: a missing or non-PEM --tls-cert/--tls-key was a traceback at
+    uvicorn's start, and a missing --labels-ca-file let the features party start, every call
+    needing the labels party then a 500. Each is now one line naming the option, exit 2."""
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not PEM\n")
+    missing = tmp_path / "missing.pem"
+    base = ["serve", service, "--db", str(tmp_path / f"{service}.db"), "--port", "0"]
+    if service == "features":
+        base += ["--labels-url", "https://127.0.0.1:9", "--token", "t" * 16]
+    env = {**os.environ, "LABELDP_TOKENS": TOKENS_ENV}
+    cases = [
+        (["--tls-cert", str(missing), "--tls-key", str(missing)], "--tls-cert", "No such file"),
+        (["--tls-cert", str(junk), "--tls-key", str(junk)], "--tls-cert", "not a PEM"),
+        (["--tls-cert", str(bundle / "labels.pem"), "--tls-key", str(junk)], "--tls-cert", "PEM"),
+    ]
+    if service == "features":
+        cases += [
+            (["--labels-ca-file", str(missing)], "--labels-ca-file", "No such file"),
+            (["--labels-ca-file", str(junk)], "--labels-ca-file", "not a readable PEM"),
+        ]
+    for extra, option, words in cases:
+        done = subprocess.run(
+            [sys.executable, "-m", "labeldp", *base, *extra], capture_output=True, text=True,
+            timeout=120, env=env, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"labeldp serve {service}: {option}") and words in last, last
+        assert "Traceback" not in done.stderr
+
+
 def test_tls_settings_go_together(tmp_path: Path) -> None:
     from labels_party.config import Settings
     from shared.errors import InvalidParameterError
