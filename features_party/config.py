@@ -10,7 +10,7 @@ from pathlib import Path
 
 from shared.errors import InvalidParameterError
 from shared.service import tls
-from shared.service.client import RetryPolicy
+from shared.service.client import RetryPolicy, http_base_url
 from shared.service.database_url import sqlite_url
 
 FEATURES_TOKEN_ENV = "LABELDP_FEATURES_TOKEN"
@@ -96,10 +96,7 @@ class Settings:
             if self.db_path is None:
                 raise InvalidParameterError("a database is required (database_url or db_path)")
             object.__setattr__(self, "database_url", sqlite_url(self.db_path))
-        if not self.labels_url.startswith(("http://", "https://")):
-            raise InvalidParameterError(
-                f"labels_url ({self.labels_url!r}) must start with http:// or https://"
-            )
+        http_base_url(self.labels_url, name="labels_url")
         if not self.labels_token:
             raise InvalidParameterError(
                 "the labels party's publisher token is required "

@@ -11,8 +11,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from shared.errors import InvalidParameterError
 from shared.plan import AUTO, mechanisms
 from shared.service.cli_args import from_args
+from shared.service.client import http_base_url
 from spark_release import DRIVER_MEMORY
 
 TOKEN_ENV = "LABELDP_ADVERTISER_TOKEN"
@@ -35,6 +37,13 @@ def _memory(text: str) -> str:
     return text
 
 
+def _labels_url(text: str) -> str:
+    try:
+        return http_base_url(text, name="the URL")
+    except InvalidParameterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _params(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -54,7 +63,9 @@ def register_commands(commands: Any) -> None:
     )
     parser.add_argument("--engine", choices=["spark"], required=True)
     parser.add_argument("--dataset", required=True, help="the dataset in the labels party")
-    parser.add_argument("--labels-url", required=True, help="the labels party's base URL")
+    parser.add_argument(
+        "--labels-url", type=_labels_url, required=True, help="the labels party's base URL"
+    )
     parser.add_argument("--examples", required=True, help="Parquet path or table: example_id")
     parser.add_argument("--labels", required=True, help="Parquet path or table: example_id, value")
     parser.add_argument("--id-column", default="example_id")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Self
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import numpy as np
@@ -142,6 +142,16 @@ def _error_from_response(response: httpx.Response) -> ServiceError:
     )
 
 
+def http_base_url(url: str, *, name: str = "base URL") -> str:
+    """``url`` if it is an http(s) URL naming a host (what a service client can call), else an
+    InvalidParameterError naming ``name`` (``ftp://``, ``host:port`` without a scheme and ``""``
+    were an httpx traceback at the first request: found by an audit)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InvalidParameterError(f"{name} ({url!r}) must start with http:// or https://")
+    return url
+
+
 class _ServiceClient:
     """Shared request machinery: base URL, bearer token, timeouts, bounded retries."""
 
@@ -158,7 +168,7 @@ class _ServiceClient:
     ) -> None:
         """``ca_file``: trust only this CA for https (a private CA, ``shared.service.tls``)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.base_url = base_url.rstrip("/")
+        self.base_url = http_base_url(base_url).rstrip("/")
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         verify: ssl.SSLContext | bool = True if ca_file is None else client_context(ca_file)

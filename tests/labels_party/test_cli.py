@@ -36,8 +36,10 @@ def test_labeldp_ledger_verify_through_the_dispatcher(client, db_path):
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--params", "[1]"), ("--params", "{"), ("--epsilon", "0"), ("--mechanism", "laplace")],
-)
+    [("--params", "[1]"), ("--params", "{"), ("--epsilon", "0"), ("--mechanism", "laplace"),
+     # found by the CLI audit: an httpx traceback at the first request
+     ("--labels-url", "ftp://127.0.0.1:1"), ("--labels-url", "127.0.0.1:1"), ("--labels-url", "")],
+)  # fmt: skip
 def test_labeldp_release_refuses_bad_options_before_running(option: str, value: str) -> None:
     from labeldp.cli import main
 
