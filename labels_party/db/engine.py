@@ -11,11 +11,13 @@ dataset row is read ``FOR UPDATE``.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
@@ -109,9 +111,26 @@ def open_for_admin(url: str) -> Database:
     path = sqlite_path(url)
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"no database at {path}")
+    if path is not None:
+        refuse_foreign_sqlite(path)
     engine = make_engine(url)
     create_schema(engine)
     return Database(engine)
+
+
+def refuse_foreign_sqlite(path: Path) -> None:
+    """FileNotFoundError unless ``path`` is a SQLite database with a ledger, read through a
+    read-only connection that changes nothing. The commands that open an existing database
+    (``labeldp ledger``, ``tokens``, ``keys``) ask it first: the engine sets WAL mode on
+    connect, and an audit of another application's database (or of an empty file) rewrote it
+    before refusing it, an admin command migrated it (found by the CLI audit)."""
+    try:
+        with closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error as exc:
+        raise FileNotFoundError(f"cannot open the database {path}: {exc}") from None
+    if "ledger" not in tables:
+        raise FileNotFoundError(f"{path} is not a labels-party database (it has no ledger)")
 
 
 def schema_behind(engine: Engine) -> str | None:

@@ -184,3 +184,24 @@ def test_cli_refuses_a_missing_database(tmp_path):
     result = cli("ledger", "verify", "--db", str(tmp_path / "absent.db"))
     assert result.returncode == 2 and "no database" in result.stderr
     assert not (tmp_path / "absent.db").exists()
+
+
+def test_a_database_of_another_application_is_refused_unchanged(tmp_path):
+    """Found by the CLI audit: the read-only audit of another application's SQLite file (or of
+    an empty file) switched it to WAL mode, or grew it, before refusing it; an admin command
+    would have migrated it. Each command now refuses it and leaves its bytes as they were."""
+    other = tmp_path / "other.db"
+    with contextlib.closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('kept')")
+        conn.commit()
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for path in (other, empty):
+        before = path.read_bytes()
+        for command in (["ledger", "verify"], ["ledger", "export"], ["tokens", "list"]):
+            result = cli(*command, "--db", str(path))
+            assert result.returncode == 2, result.stderr
+            assert "is not a labels-party database (it has no ledger)" in result.stderr
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "other.db"]
