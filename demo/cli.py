@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -119,13 +120,40 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join(f"{key.ljust(width)}  {value}" for key, value in rows)
 
 
+def _amount(option: str, value: float) -> float:
+    """``value`` if it is a finite number > 0, else a LabelDPError naming ``option`` (inf and
+    NaN passed, started both services, then failed as a traceback: found by the CLI audit)."""
+    if not (math.isfinite(value) and value > 0):
+        raise LabelDPError(f"{option} ({value}) must be a finite number > 0")
+    return value
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """The options' own rules, before any data is read or service started (LabelDPError)."""
+    _amount("--epsilon", args.epsilon)
+    if args.budget is not None:
+        _amount("--budget", args.budget)
+    if not 0.0 < args.test_share < 0.9:
+        raise LabelDPError(f"--test-share ({args.test_share}) must be in (0, 0.9)")
+    if args.seed < 0:
+        raise LabelDPError(f"--seed ({args.seed}) must be >= 0")
+    if args.data is None:
+        given = [o for o, v in (("--label", args.label), ("--bounds", args.bounds),
+                                ("--id", args.id_column)) if v is not None]  # fmt: skip
+        if given:
+            raise LabelDPError(f"{', '.join(given)} describe --data: give --data FILE too")
+    if args.plot is not None and not args.plot.resolve().parent.is_dir():
+        raise LabelDPError(f"--plot {args.plot}: its folder does not exist")
+
+
 def demo_command(args: argparse.Namespace) -> int:
     """Run the demo; exit 0 on success, 2 on bad arguments, 1 on failure."""
-    from demo.data import from_csv, parse_bounds, synthetic
+    from demo.data import MIN_ROWS, from_csv, parse_bounds, synthetic
     from demo.progress import Progress
     from demo.run import DemoOptions, run_demo
 
     try:
+        _check_options(args)
         if args.data is not None:
             if not args.label or not args.bounds:
                 raise LabelDPError("--data needs --label COLUMN and --bounds LO,HI (public bounds)")
@@ -136,8 +164,8 @@ def demo_command(args: argparse.Namespace) -> int:
                 id_column=args.id_column,
             )
         else:
-            if args.n < 100:
-                raise LabelDPError(f"--n ({args.n}) must be at least 100")
+            if args.n < MIN_ROWS:
+                raise LabelDPError(f"--n ({args.n}) must be at least {MIN_ROWS}")
             data = synthetic(args.n, seed=args.seed)
         if args.segment == "auto":
             args.segment = data.default_segment
@@ -148,14 +176,10 @@ def demo_command(args: argparse.Namespace) -> int:
                 f"--segment ({args.segment!r}) must be a column of the data: "
                 f"{', '.join(sorted(data.columns))}"
             )
-        if not 0.0 < args.test_share < 0.9:
-            raise LabelDPError(f"--test-share ({args.test_share}) must be in (0, 0.9)")
-        if not args.epsilon > 0:
-            raise LabelDPError(f"--epsilon ({args.epsilon}) must be > 0")
         histogram = args.epsilon_histogram
         if histogram != "default":
             try:
-                histogram = float(histogram)
+                histogram = _amount("--epsilon-histogram", float(histogram))
             except ValueError:
                 raise LabelDPError(
                     f"--epsilon-histogram ({histogram!r}) must be a number or 'default'"

@@ -136,8 +136,37 @@ def test_demo_on_a_csv_file_with_plot_and_a_verifiable_ledger(tmp_path: Path):
         (["--data", "/nonexistent.csv", "--label", "y", "--bounds", "0,1"], "nonexistent"),
         (["--data", "x.csv", "--label", "y", "--bounds", "5,1"], "lo"),
         (["--n", "200", "--segment", "region"], "--segment"),
+        # found by the CLI audit (tracebacks after both services started, or options ignored)
+        (["--epsilon", "inf"], "--epsilon (inf) must be a finite number > 0"),
+        (["--budget", "nan"], "--budget (nan) must be a finite number > 0"),
+        (["--epsilon-histogram", "inf"], "--epsilon-histogram (inf) must be a finite number"),
+        (["--seed", "-1"], "--seed (-1) must be >= 0"),
+        (["--bounds", "0,10", "--label", "y"], "--label, --bounds describe --data"),
+        (["--plot", "/nonexistent/p.png"], "--plot /nonexistent/p.png: its folder does not exist"),
     ],
 )
 def test_demo_bad_arguments_exit_2_with_a_message(capsys, args, message):
     assert labeldp(["demo", "--quiet", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"y,x\n\xff\xfe,2\n", "not UTF-8 text"),
+        (b"y,x\n1," + b"a" * 200_000 + b"\n", "line 2: field larger than field limit"),
+        (b"y,x\n1,2\n", "1 data rows; the demo needs at least 100"),
+    ],
+    ids=["not UTF-8", "a huge cell", "one row"],
+)
+def test_a_data_file_the_demo_cannot_use_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
+    """Found by the CLI audit: the codec's words alone, a traceback, and a one-row file that
+    started both services before failing."""
+    path = tmp_path / "data.csv"
+    path.write_bytes(content)
+    assert (
+        labeldp(["demo", "--quiet", "--data", str(path), "--label", "y", "--bounds", "0,10"]) == 2
+    )
+    assert f"labeldp demo: {path}: {message}" in capsys.readouterr().err
