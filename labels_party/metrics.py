@@ -5,7 +5,9 @@ Counters live in the process (reset on restart, as Prometheus expects); the per-
 gauges are read from the database at scrape time. Nothing here counts labels: how many label
 rows a dataset received is label information (with a default label meaning "no conversion", it
 is about the number of conversions), so no metric moves with it (issue 17). Requests are
-counted per route and status, examples (the publisher's ids) and releases by mechanism.
+counted per route and status, examples (the publisher's ids) and releases by mechanism. (A
+label batch's 409, an id re-sent with another value, does depend on the advertiser's own two
+submissions: labels_party/API.md, "Health and metrics".)
 """
 
 from __future__ import annotations
