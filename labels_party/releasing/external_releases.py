@@ -168,7 +168,10 @@ def labels_input_hmac(conn: Any, labels_sha256: str) -> str:
     """HMAC-SHA256 of the job's labels input digest under this database's key (migration
     0013): what the release row and the ledger keep, never the digest itself, which whoever
     reads the ledger could test guessed labels against. Equal inputs still give equal values
-    within one database (``ledger verify`` matches them)."""
+    within one database (``ledger verify`` matches them). The key is in the database: whoever
+    reads the database FILE can still test a guessed input's exact bytes (an audit's finding;
+    that reader holds every label the service itself stores); the API's and an exported
+    ledger's readers cannot."""
     if not re.fullmatch(r"[0-9a-f]{64}", labels_sha256):
         raise _refuse("labels_sha256", "must be 64 lowercase hex digits")
     key = conn.execute(
