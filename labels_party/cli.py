@@ -18,6 +18,7 @@ from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.service import database_url
 from shared.service.cli_args import add_server_arguments
+from shared.service.files import replacing
 from shared.service.http.serve import serve as serve_app
 
 
@@ -199,10 +200,9 @@ def export_command(args: argparse.Namespace) -> int:
     with _ledger_reader(args, "export") as conn:
         if args.out is not None:
             try:
-                # Owner-only, like the database it comes from (a new file; an existing one
-                # keeps its mode and is truncated).
-                fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with open(fd, "w", encoding="utf-8", newline="") as out:
+                # Owner-only, like the database it comes from, and whole or not at all: a kill
+                # left a cut-off export, a shorter ledger by the look of it (a crash audit).
+                with replacing(args.out, text=True) as out:
                     count = ledger.export_csv(conn, out)
             except OSError as exc:  # a missing folder, a folder, a full disk: one line
                 print(f"labeldp ledger export: --out {args.out}: {exc.strerror}", file=sys.stderr)

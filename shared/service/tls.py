@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import ipaddress
-import os
 import ssl
 import sys
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from shared.errors import InvalidParameterError
+from shared.service.files import write_whole
 
 DEFAULT_NAMES = ("labels", "features")
 LOCAL_NAMES = ("localhost", "127.0.0.1")
@@ -148,15 +148,6 @@ def issue(
     return key, cert
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.chmod(path, mode)
-
-
 def write_bundle(
     directory: str | Path, names: Sequence[str] = DEFAULT_NAMES, *, if_missing: bool = False
 ) -> Path:
@@ -169,13 +160,14 @@ def write_bundle(
     pem = serialization.Encoding.PEM
     for name in names:
         key, cert = issue(ca_key, ca_cert, [name, *LOCAL_NAMES])
-        _write(
+        write_whole(
             folder / f"{name}-key.pem",
             key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
-            0o600,
+            mode=0o600,
         )
-        _write(folder / f"{name}.pem", cert.public_bytes(pem), 0o644)
-    _write(folder / "ca.pem", ca_cert.public_bytes(pem), 0o644)  # last: marks the bundle done
+        write_whole(folder / f"{name}.pem", cert.public_bytes(pem), mode=0o644)
+    # Last, and whole or absent (shared.service.files): its presence marks the bundle done.
+    write_whole(folder / "ca.pem", ca_cert.public_bytes(pem), mode=0o644)
     return folder
 
 

@@ -205,3 +205,24 @@ def test_a_database_of_another_application_is_refused_unchanged(tmp_path):
             assert "is not a labels-party database (it has no ledger)" in result.stderr
         assert path.read_bytes() == before
         assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "other.db"]
+
+
+def test_an_export_that_fails_midway_keeps_the_last_good_one(populated, tmp_path, monkeypatch):
+    """Found by a crash audit: --out was truncated in place, so a kill (or a full disk) midway
+    left a cut-off file that reads as a complete export of a shorter ledger, and the previous
+    export was lost. The export is now written beside it and renamed over it when whole."""
+    from labels_party.cli import main
+
+    out = tmp_path / "ledger.csv"
+    assert main(["ledger", "export", "--db", str(populated), "--out", str(out)]) == 0
+    good = out.read_bytes()
+    assert out.stat().st_mode & 0o777 == 0o600
+
+    def full_disk(conn, handle):
+        handle.write("seq,time\n" * 5000)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ledger, "export_csv", full_disk)
+    assert main(["ledger", "export", "--db", str(populated), "--out", str(out)]) == 2
+    assert out.read_bytes() == good
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
