@@ -102,31 +102,52 @@ def test_4xx_is_not_retried_and_carries_status_and_json_errors():
 
 
 def test_non_idempotent_post_is_not_retried_on_5xx_or_timeouts():
+    dataset = {"label_min": 0.0, "label_max": 1.0, "default_label": 0.0, "epsilon_budget": 1.0}
     handler = Recorder(httpx.Response(500, json={"detail": "boom"}))
     client = make_client(LabelsPartyClient, handler)
     with pytest.raises(ServiceUnavailableError) as info:
-        client.create_release("ds", epsilon=1.0)
+        client.create_dataset("ds", **dataset)
     assert len(handler.requests) == 1 and info.value.status == 500
 
     handler = Recorder(httpx.ReadTimeout("slow"))
     client = make_client(LabelsPartyClient, handler)
     with pytest.raises(ServiceUnavailableError, match="may have been applied"):
-        client.create_release("ds", epsilon=1.0)
+        client.create_dataset("ds", **dataset)
     assert len(handler.requests) == 1
 
 
+RELEASE = {
+    "id": "r1",
+    "dataset": "ds",
+    "mechanism": "rr_on_bins",
+    "params": {},
+    "epsilon1": 0.1,
+    "epsilon2": 0.9,
+    "epsilon": 1.0,
+    "n": 3,
+}
+
+
+def test_a_release_is_retried_on_5xx_and_timeouts_with_one_idempotency_key():
+    """The labels party answers a repeated key with the first release, spending nothing
+    (tests/labels_party/test_idempotency.py): so the client may retry a lost answer."""
+    handler = Recorder(
+        httpx.Response(500, json={"detail": "boom"}), httpx.ReadTimeout("slow"), ok(RELEASE)
+    )
+    client = make_client(LabelsPartyClient, handler)
+    assert client.create_release("ds", epsilon=1.0).id == "r1"
+    keys = {request.headers["idempotency-key"] for request in handler.requests}
+    assert len(handler.requests) == 3 and len(keys) == 1 and len(min(keys)) >= 22
+    handler = Recorder(ok(RELEASE))
+    make_client(LabelsPartyClient, handler).create_release("ds", epsilon=1, idempotency_key="j/1")
+    assert handler.requests[0].headers["idempotency-key"] == "j/1"
+    fresh = Recorder(ok(RELEASE))
+    make_client(LabelsPartyClient, fresh).create_release("ds", epsilon=1.0)
+    assert fresh.requests[0].headers["idempotency-key"] not in keys | {"j/1"}
+
+
 def test_non_idempotent_post_is_retried_when_the_request_never_left():
-    release = {
-        "id": "r1",
-        "dataset": "ds",
-        "mechanism": "rr_on_bins",
-        "params": {},
-        "epsilon1": 0.1,
-        "epsilon2": 0.9,
-        "epsilon": 1.0,
-        "n": 3,
-    }
-    handler = Recorder(httpx.ConnectError("refused"), ok(release))
+    handler = Recorder(httpx.ConnectError("refused"), ok(RELEASE))
     client = make_client(LabelsPartyClient, handler)
     info = client.create_release("ds", epsilon=1.0, epsilon_histogram=0.1)
     assert info.id == "r1" and len(handler.requests) == 2

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Header, Path, Request
 
 from labels_party.access.principals import Authenticator, Caller
 from labels_party.catalog.datasets import LOOKUP_PATTERN
@@ -115,3 +115,13 @@ AnyRoleOn = Annotated[DatasetCall, Depends(on_dataset("advertiser", "publisher",
 AdvertiserOn = Annotated[DatasetCall, Depends(on_dataset("advertiser"))]
 PublisherOn = Annotated[DatasetCall, Depends(on_dataset("publisher"))]
 OperatorOn = Annotated[DatasetCall, Depends(on_dataset("operator"))]
+
+# The spending endpoints' optional ``Idempotency-Key`` (``labels_party.releasing.idempotency``).
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="1 to 255 visible ASCII characters naming this request: a repeat with the "
+        "same key and request gets the first answer (Idempotent-Replayed: true), spends nothing",
+    ),
+]

@@ -55,12 +55,13 @@ from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets, entries, model_releases, public_feature_sets
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
+from labels_party.releasing import idempotency as idem
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.estimators import eptr
 from shared.estimators import registry as estimators
 from shared.estimators.registry import Design, DesignError, FitArgs, Fitted
-from shared.message import check_example_id
+from shared.message import check_example_id, json_safe
 from shared.model_message import (
     MODEL_RELEASE_ID_PATTERN,
     ModelBody,
@@ -343,6 +344,18 @@ def _refuse_below_floor(name: str, amount: Decimal, errors: list[tuple[str, str]
         errors.append((name, f"must be at least {MIN_MODEL_AMOUNT} for a model release"))
 
 
+def public_request(request: ModelRequest) -> dict[str, Any]:
+    """The request as JSON (exact amounts as text): what an idempotency key's digest covers."""
+    return {
+        "estimator": request.estimator,
+        "privacy": request.privacy,
+        "epsilon": amounts.text(request.epsilon),
+        "delta": None if request.delta is None else amounts.text(request.delta),
+        "params": json_safe(request.params),
+        "public_features": request.public_features,
+    }
+
+
 def check_request(request: ModelRequest) -> ModelRequest:
     """Refuse a bad combination naming the field: privacy, delta, each parameter."""
     errors: list[tuple[str, str]] = []
@@ -544,17 +557,28 @@ class ModelReleaseService:
         request: ModelRequest,
         actor_role: str,
         actor: str | None = None,
+        key: idem.IdempotencyKey | None = None,
     ) -> dict[str, Any]:
-        """Fit, then spend and store in one transaction; returns the metadata and the message."""
+        """Fit, then spend and store in one transaction; returns the metadata and the message.
+
+        ``key``: the request's idempotency key; if it names a model release already, its
+        stored answer (``idem.Replayed``), nothing read or spent."""
         request = check_request(request)
+        if (answer := idem.replay_first(self._db, dataset, key)) is not None:
+            return answer
         return ds.retry_while_stale(
-            lambda: self._attempt(dataset, request, actor_role, actor),
+            lambda: self._attempt(dataset, request, actor_role, actor, key),
             dataset=dataset,
             what="model",
         )
 
     def _attempt(
-        self, name: str, request: ModelRequest, actor_role: str, actor: str | None
+        self,
+        name: str,
+        request: ModelRequest,
+        actor_role: str,
+        actor: str | None,
+        key: idem.IdempotencyKey | None,
     ) -> dict[str, Any]:
         with self._db.read() as conn:
             row = ds.load(conn, name)
@@ -618,6 +642,8 @@ class ModelReleaseService:
         )
         with self._db.write() as conn:
             current = ds.load(conn, row.name, for_update=True)
+            if (replayed := idem.replay(conn, current.id, key)) is not None:
+                return replayed  # a repeat committed first: this fit is discarded unseen
             ds.refuse_archived(current)
             if current.data_version != row.data_version:
                 raise ds.StaleSnapshot
@@ -640,7 +666,9 @@ class ModelReleaseService:
                 actor_role=actor_role, message_sha256=header.body_sha256, actor=actor,
             )  # fmt: skip
             conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
-        return {**_summary(header), "budget": budget.public(), "message": json.loads(text)}
+            answer = {**_summary(header), "budget": budget.public(), "message": json.loads(text)}
+            idem.remember(conn, row.id, key, release_id=model_id, answer=answer, time=created_text)
+        return answer
 
 
 def _split_preview(split: Any) -> dict[str, Any]:

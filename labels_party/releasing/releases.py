@@ -41,6 +41,7 @@ from labels_party.db.models import (
 from labels_party.db.models import ledger as ledger_table
 from labels_party.errors import ConflictError, FieldError, NotFoundError
 from labels_party.intake.parsing import gc_paused
+from labels_party.releasing import idempotency as idem
 from shared import epsilon as amounts
 from shared.message import (
     MessageHeader,
@@ -158,13 +159,19 @@ class ReleaseService:
         request: ReleaseRequest,
         actor_role: str,
         actor: str | None = None,
+        key: idem.IdempotencyKey | None = None,
     ) -> dict[str, Any]:
-        """Randomize, then spend and store in one transaction; returns the release metadata."""
+        """Randomize, then spend and store in one transaction; returns the release metadata.
+
+        ``key``: the request's idempotency key; if it names a release already, its stored
+        answer (``idem.Replayed``), nothing read or spent."""
+        if (answer := idem.replay_first(self._db, dataset, key)) is not None:
+            return answer
 
         def attempt() -> dict[str, Any]:
             # The snapshot is passed on, not kept here: its raw labels are freed once randomized.
             return self._randomize_and_store(
-                self._snapshot(dataset, request), request, actor_role, actor
+                self._snapshot(dataset, request), request, actor_role, actor, key
             )
 
         return ds.retry_while_stale(attempt, dataset=dataset, what="release")
@@ -212,7 +219,12 @@ class ReleaseService:
         return _Snapshot(row=row, id_pieces=pieces, labels=labels, segments=segments)
 
     def _randomize_and_store(
-        self, snap: _Snapshot, request: ReleaseRequest, actor_role: str, actor: str | None
+        self,
+        snap: _Snapshot,
+        request: ReleaseRequest,
+        actor_role: str,
+        actor: str | None,
+        key: idem.IdempotencyKey | None,
     ) -> dict[str, Any]:
         row, id_pieces, segments = snap.row, snap.id_pieces, snap.segments
         n = snap.labels.size
@@ -276,17 +288,23 @@ class ReleaseService:
             header=header,
             bins=bins,
         )
+        answer = _public(record, dataset=row.name, bins=bins)
         with self._db.write() as conn:
             current = ds.load(conn, row.name, for_update=True)
+            if (replayed := idem.replay(conn, current.id, key)) is not None:
+                return replayed  # a repeat committed first: this draw is discarded unseen
             if current.data_version != row.data_version:
                 raise ds.StaleSnapshot
             store_and_spend(conn, current, record, charges, plan, time=record["created"])
             for chunk in _chunks(header, id_pieces, noisy):
                 conn.execute(insert(message_chunks).values(release_id=release_id, **chunk))
             conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
+            idem.remember(
+                conn, row.id, key, release_id=release_id, answer=answer, time=record["created"]
+            )
             if self._commit_delay:
                 time.sleep(self._commit_delay)
-        return _public(record, dataset=row.name, bins=bins)
+        return answer
 
 
 def _segment_counts(db: Database, conn: Connection, row: ds.DatasetRow) -> dict[str, int]:

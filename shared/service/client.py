@@ -5,9 +5,11 @@ call goes through one request path with a bounded retry policy:
 
 * idempotent calls (GET, label / example / feature ingest, which the services make idempotent)
   are retried on connection errors, timeouts and 5xx answers, with exponential back-off;
-* non-idempotent calls (create a dataset, create a release, start a training job) are retried
-  only when the request provably never reached the server (``httpx.ConnectError``), because
-  repeating a release after a lost answer could spend the privacy budget twice.
+* a release carries an ``Idempotency-Key`` (one per call) and is retried like them: a repeat
+  gets the first answer from the labels party and spends nothing
+  (``labels_party.releasing.idempotency``);
+* non-idempotent calls (create a dataset, start a training job) are retried only when the
+  request provably never reached the server (``httpx.ConnectError``).
 
 A non-2xx answer raises :class:`ServiceError` carrying the HTTP status and the service's JSON
 error (``{"detail": ..., "errors": [{"field", "message"}]}``); exhausting the retries raises
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -459,18 +462,26 @@ class LabelsPartyClient(_ServiceClient):
         mechanism: str = "auto",
         epsilon_histogram: Decimal | float | str | None = None,
         params: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> ReleaseInfo:
         """``POST /v1/datasets/{name}/releases`` (advertiser): spend epsilon, store ONE message.
 
         Amounts: a float is sent as a JSON number (0.1 is the decimal 0.1), a Decimal or string
-        as a decimal string, exactly.
+        as a decimal string, exactly. Sent with ``idempotency_key`` (default: a fresh random
+        one), so that a retry after a lost answer gets the same release, spending nothing; give
+        your own to repeat the call safely from another process (a job's name and run).
         """
         body = _release_body(
             epsilon=epsilon, mechanism=mechanism, epsilon_histogram=epsilon_histogram, params=params
         )
+        key = idempotency_key or new_idempotency_key()
         return ReleaseInfo.model_validate(
             self._json(
-                "POST", f"/v1/datasets/{_segment(name)}/releases", idempotent=False, json_body=body
+                "POST",
+                f"/v1/datasets/{_segment(name)}/releases",
+                idempotent=True,
+                json_body=body,
+                headers={IDEMPOTENCY_KEY: key},
             )
         )
 
@@ -483,6 +494,14 @@ class LabelsPartyClient(_ServiceClient):
         return self._json(
             "POST", f"/v1/datasets/{_segment(name)}/releases", idempotent=True, json_body=body
         )
+
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
+def new_idempotency_key() -> str:
+    """A fresh random ``Idempotency-Key`` (128 bits from the OS CSPRNG, URL-safe text)."""
+    return secrets.token_urlsafe(16)
 
 
 def _amount(value: Decimal | float | str) -> float | str:

@@ -13,6 +13,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,10 @@ import numpy as np
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
+from labels_party.catalog import datasets as ds
 from labels_party.config import Settings, Tokens
+from labels_party.db.engine import Database, create_schema, make_engine
+from labels_party.intake.ingest import store_examples
 from labels_party.main import create_app
 
 with warnings.catch_warnings():  # starlette prefers httpx2 (not a dependency) at import time
@@ -302,3 +306,24 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 
 def parse_params(entry: dict[str, Any]) -> dict[str, Any]:
     return json.loads(entry["parameters"])
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A labels database on both engines (a SQLite file, a REAL PostgreSQL database) with
+    dataset ``x``: 100 registered examples, no labels, a budget of 1."""
+    url = (
+        f"sqlite:///{tmp_path / 'labels.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = make_engine(url)
+    create_schema(engine)
+    database = Database(engine)
+    spec = ds.DatasetSpec(
+        name="x", label_min=0.0, label_max=100.0, default_label=0.0, epsilon_budget=Decimal("1")
+    )
+    ds.create_dataset(database, spec, actor_role="operator")
+    store_examples(database, dataset="x", example_ids=[f"e{i:03d}" for i in range(100)])
+    yield database
+    engine.dispose()

@@ -8,39 +8,16 @@ commits the other write at the exact point between the reader's statements (an e
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy import event
 
 from labels_party.budget import ledger
-from labels_party.catalog import datasets as ds
-from labels_party.db.engine import Database, create_schema, make_engine
+from labels_party.db.engine import Database
 from labels_party.intake.ingest import store_examples
 from labels_party.releasing.releases import ReleaseService
 from shared.plan import ReleaseRequest
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    url = (
-        f"sqlite:///{tmp_path / 'labels.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    engine = make_engine(url)
-    create_schema(engine)
-    database = Database(engine)
-    spec = ds.DatasetSpec(
-        name="x", label_min=0.0, label_max=100.0, default_label=0.0, epsilon_budget=Decimal("1")
-    )
-    ds.create_dataset(database, spec, actor_role="operator")
-    store_examples(database, dataset="x", example_ids=[f"e{i:03d}" for i in range(100)])
-    yield database
-    engine.dispose()
 
 
 def _once_after(db: Database, table: str, action: Any) -> dict[str, bool]:

@@ -9,9 +9,16 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from labels_party.api.deps import AdvertiserOn, MessageReader, PublisherOn, ServicesDep
+from labels_party.api.deps import (
+    AdvertiserOn,
+    IdempotencyKeyHeader,
+    MessageReader,
+    PublisherOn,
+    ServicesDep,
+)
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.errors import BadInputError, FieldError
+from labels_party.releasing import idempotency as idem
 from labels_party.releasing import model_releases as mr
 from labels_party.schemas import ModelReleaseCreate
 from shared.errors import InvalidParameterError
@@ -75,13 +82,18 @@ async def create_model_release(
     response: Response,
     call: AdvertiserOn,
     body: Annotated[ModelReleaseCreate, json_body(ModelReleaseCreate)],
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> Any:
     """Fit ``estimator`` on the labels joined with the public features; spend (epsilon, delta).
 
-    With ``dry_run``: every check, then what it would charge and leave (200), nothing spent."""
+    With ``dry_run``: every check, then what it would charge and leave (200), nothing spent (a
+    key is not kept). With ``Idempotency-Key``, a repeat of the request gets the first answer."""
     model_request = mr.ModelRequest(
         **body.model_dump(exclude={"params", "dry_run"}),
         params=body.params.model_dump(exclude_none=True),
+    )
+    key = idem.IdempotencyKey.of(
+        idempotency_key, kind=idem.MODEL, request=mr.public_request(model_request)
     )
     service = call.services.model_releases
     try:
@@ -89,7 +101,7 @@ async def create_model_release(
             response.status_code = 200
             preview = partial(service.preview, request=model_request)
             return await run_in_threadpool(preview, dataset=call.name)
-        create = partial(service.create, request=model_request)
+        create = partial(service.create, request=model_request, key=key)
         meta = await run_in_threadpool(
             create, dataset=call.name, actor_role=call.role, actor=call.actor
         )
@@ -100,6 +112,8 @@ async def create_model_release(
         if message.startswith("delta ("):
             field = "delta"
         raise BadInputError(message, [FieldError(field=field, message=message)]) from None
+    if isinstance(meta, idem.Replayed):
+        response.headers[idem.REPLAYED_HEADER] = "true"
     receipts = call.services.receipts
     if receipts is not None:
         sign = partial(receipts.sign_after_release, model=True)

@@ -12,13 +12,21 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from labels_party.api.deps import Actor, AdvertiserOn, AnyRole, MessageReader, ServicesDep
+from labels_party.api.deps import (
+    Actor,
+    AdvertiserOn,
+    AnyRole,
+    IdempotencyKeyHeader,
+    MessageReader,
+    ServicesDep,
+)
 from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.audit import release_recorder
 from labels_party.budget.trails import audited, logged_download
 from labels_party.catalog import listings
 from labels_party.errors import FieldError, NotAcceptableError, NotFoundError
+from labels_party.releasing import idempotency as idem
 from labels_party.releasing import releases as rel
 from labels_party.schemas import (
     ReleaseCreate,
@@ -71,14 +79,19 @@ def _release_field() -> Iterator[None]:
     responses={200: {"model": ReleasePreview, "description": "dry_run: the plan, nothing spent"}},
 )
 async def create_release(
-    response: Response, call: AdvertiserOn, body: Annotated[ReleaseCreate, json_body(ReleaseCreate)]
+    response: Response,
+    call: AdvertiserOn,
+    body: Annotated[ReleaseCreate, json_body(ReleaseCreate)],
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> Any:
     """Randomize every registered example's label and store the one message, spending epsilon.
 
-    With ``dry_run`` the plan is returned (200) and nothing is read or spent.
+    With ``dry_run`` the plan is returned (200) and nothing is read or spent (a key is not
+    kept). With ``Idempotency-Key``, a repeat of the request gets the first answer again.
     """
     role, services, name = call.role, call.services, call.name
     request_ = release_request(body)
+    key = idem.IdempotencyKey.of(idempotency_key, kind=idem.RELEASE, request=request_.public())
     try:
         if body.dry_run:
             response.status_code = 200
@@ -91,6 +104,7 @@ async def create_release(
             request=request_,
             actor_role=role,
             actor=call.actor,
+            key=key,
         )
         recorder = release_recorder(
             services, role=role, actor=call.actor, dataset=name, request=request_
@@ -99,7 +113,10 @@ async def create_release(
     except InvalidParameterError as exc:  # the engine refused a parameter: name the field
         given = body.epsilon_histogram is not None
         raise engine_refusal(exc, histogram_share_given=given) from None
-    services.metrics.release(meta["mechanism"])
+    if isinstance(meta, idem.Replayed):
+        response.headers[idem.REPLAYED_HEADER] = "true"
+    else:
+        services.metrics.release(meta["mechanism"])
     if services.receipts is not None:  # sign now from the stored rows (else on first request)
         await run_in_threadpool(services.receipts.sign_after_release, meta["id"])
     return meta

@@ -1,0 +1,136 @@
+"""Idempotency keys for spending requests: a repeat gets the first answer and spends nothing.
+
+The ``Idempotency-Key`` request header (IETF draft-ietf-httpapi-idempotency-key-header) on
+``POST /v1/datasets/{name}/releases`` and ``.../model-releases``. The key is stored with the
+release, in the SAME write transaction as its spend (read for update on the dataset row, so two
+requests with one key are serialized): either both or neither are committed. A repeat with the
+key returns the stored answer (``Idempotent-Replayed: true``) before any budget or state check,
+and reads no label; a repeat whose first attempt is still computing randomizes in vain and finds
+the key at its commit, so its own draw is discarded unseen (no privacy cost). The same key with
+another request on that dataset is a 422 naming the header. Keys are kept with their releases,
+for good: a key names at most one spend, ever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, insert, select
+
+from labels_party.budget.ledger import canonical_json
+from labels_party.catalog import datasets as ds
+from labels_party.db.engine import Database
+from labels_party.db.models import idempotency_keys, model_releases
+from labels_party.errors import BadInputError, FieldError
+
+HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+# Visible ASCII (a UUID, a ULID, a job name and attempt counter...), as Stripe's 255.
+KEY_PATTERN = r"[\x21-\x7e]{1,255}"
+_KEY_RE = re.compile(KEY_PATTERN)
+RELEASE, MODEL = "release", "model"
+# A model release's answer carries its message, which ``model_releases`` stores already: the
+# key keeps the rest, and a replay takes the message from there.
+_MESSAGE = "message"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdempotencyKey:
+    """A request's key, what kind of release it asks for, and a digest of what it asks."""
+
+    key: str
+    kind: str
+    request_sha256: str
+
+    @classmethod
+    def of(cls, header: str | None, *, kind: str, request: dict[str, Any]) -> IdempotencyKey | None:
+        """The key a request header gives (None: no header), refused (422) unless 1 to 255
+        visible ASCII characters; ``request`` is the request's canonical public form."""
+        if header is None:
+            return None
+        if not _KEY_RE.fullmatch(header):
+            raise BadInputError(
+                f"invalid {HEADER} header",
+                [FieldError(field=HEADER, message="must be 1 to 255 visible ASCII characters")],
+            )
+        digest = hashlib.sha256(canonical_json(request).encode()).hexdigest()
+        return cls(key=header, kind=kind, request_sha256=digest)
+
+
+class Replayed(dict[str, Any]):
+    """The stored answer to a repeated key (the route marks it ``Idempotent-Replayed``)."""
+
+
+def replay(conn: Connection, dataset_id: int, key: IdempotencyKey | None) -> Replayed | None:
+    """The answer stored for ``key`` on the dataset (None: not used yet), refused (422 naming
+    the header) if the key was used for another request."""
+    if key is None:
+        return None
+    row = _row(conn, dataset_id, key.key)
+    if row is None:
+        return None
+    if row.kind != key.kind or row.request_sha256 != key.request_sha256:
+        raise BadInputError(
+            f"this {HEADER} was used for another request on this dataset",
+            [
+                FieldError(
+                    field=HEADER,
+                    message=f"already names {row.release_id}, a different request: use a new key",
+                )
+            ],
+        )
+    answer = json.loads(row.answer)
+    if row.kind == MODEL:
+        message = conn.execute(
+            select(model_releases.c.message).where(model_releases.c.id == row.release_id)
+        ).scalar_one()
+        answer[_MESSAGE] = json.loads(message)
+    return Replayed(answer)
+
+
+def replay_first(db: Database, dataset: str, key: IdempotencyKey | None) -> Replayed | None:
+    """:func:`replay` in a read transaction of its own, before a release checks or reads
+    anything: a repeat gets its answer even once the budget is spent or the dataset archived."""
+    if key is None:
+        return None
+    with db.read() as conn:
+        return replay(conn, ds.load(conn, dataset).id, key)
+
+
+def remember(
+    conn: Connection,
+    dataset_id: int,
+    key: IdempotencyKey | None,
+    *,
+    release_id: str,
+    answer: dict[str, Any],
+    time: str,
+) -> None:
+    """Store ``key`` with the release's ``answer``, in the caller's write transaction (the one
+    that spends): the primary key (dataset, key) refuses a second one."""
+    if key is None:
+        return
+    kept = {name: value for name, value in answer.items() if name != _MESSAGE}
+    conn.execute(
+        insert(idempotency_keys).values(
+            dataset_id=dataset_id,
+            key=key.key,
+            kind=key.kind,
+            request_sha256=key.request_sha256,
+            release_id=release_id,
+            answer=canonical_json(kept),
+            created=time,
+        )
+    )
+
+
+def _row(conn: Connection, dataset_id: int, key: str) -> Any:
+    return conn.execute(
+        select(idempotency_keys).where(
+            idempotency_keys.c.dataset_id == dataset_id, idempotency_keys.c.key == key
+        )
+    ).first()
