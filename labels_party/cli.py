@@ -124,17 +124,18 @@ def _open_existing(args: argparse.Namespace) -> Any:
     from sqlalchemy import text
     from sqlalchemy.exc import SQLAlchemyError
 
-    from labels_party.db.engine import Database, make_engine, refuse_foreign_sqlite, schema_behind
+    from labels_party.db.engine import (
+        Database,
+        make_engine,
+        refuse_missing_or_foreign,
+        schema_behind,
+    )
 
     try:
         url = _url(args)
     except InvalidParameterError as exc:
         raise FileNotFoundError(str(exc)) from None
-    path = database_url.sqlite_path(url)
-    if path is not None and not path.is_file():
-        raise FileNotFoundError(f"no database at {path}")
-    if path is not None:
-        refuse_foreign_sqlite(path)
+    refuse_missing_or_foreign(url)
     try:
         engine = make_engine(url)
         behind = schema_behind(engine)

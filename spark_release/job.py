@@ -91,10 +91,14 @@ from shared.randomizer import (
 )
 from shared.rng import Rng, SystemRandom
 from shared.service.client import LabelsPartyClient, ServiceError, _segment
+from shared.service.files import write_whole
 from spark_release import DRIVER_JAVA_OPTIONS, DRIVER_MEMORY
 
 CHARGE = "charge.json"  # in staging: the charge the labels party recorded (or may have)
 PUBLICATION = "publication.json"  # in staging beside the message: what --resume replays
+# The job's own files in staging (0700 until published), written whole by a temporary file and a
+# rename (``shared.service.files``); readable by all once the folder opens (0755).
+PUBLISHED_FILE_MODE = 0o644
 # Test hooks (never set in production): stop the job at a step, as a crash would.
 CRASH_POINTS = ("after_charge", "before_publish", "after_publish", "after_rename")
 
@@ -557,15 +561,6 @@ def randomize_partitions(
 # ---- the job --------------------------------------------------------------------------------
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def _dataset_info(client: LabelsPartyClient, name: str) -> dict[str, Any]:
     try:
         return dict(client.request("GET", f"/v1/datasets/{_segment(name)}", idempotent=True).json())
@@ -581,7 +576,7 @@ def _charge(config: JobConfig, client: LabelsPartyClient, body: dict[str, Any]) 
     """Stage what is charged (0700), then charge it; a refusal spent nothing."""
     config.staging.mkdir(parents=True, mode=0o700)
     config.staging.chmod(0o700)  # owner only until the message is published
-    _write_atomic(config.staging / CHARGE, json.dumps(body).encode("utf-8"))
+    write_whole(config.staging / CHARGE, json.dumps(body).encode("utf-8"), mode=PUBLISHED_FILE_MODE)
     try:
         release = client.request("POST", _path(config), idempotent=True, json_body=body).json()
     except ServiceError as exc:
@@ -878,8 +873,16 @@ def _stage_message(
             body_sha256=digest,
         )
         publication = publication_body(header, universe_sha256=universe)
-        _write_atomic(config.staging / PUBLICATION, json.dumps(publication).encode("utf-8"))
-        _write_atomic(config.staging / HEADER, header.model_dump_json().encode("utf-8"))
+        write_whole(
+            config.staging / PUBLICATION,
+            json.dumps(publication).encode("utf-8"),
+            mode=PUBLISHED_FILE_MODE,
+        )
+        write_whole(
+            config.staging / HEADER,
+            header.model_dump_json().encode("utf-8"),
+            mode=PUBLISHED_FILE_MODE,
+        )
     except Exception as exc:
         _give_up(config, client, release_id, failure_reason(exc, "while staging the message"))
         raise

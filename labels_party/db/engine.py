@@ -108,22 +108,24 @@ def open_for_admin(url: str) -> Database:
     """An existing database for an admin command (``labeldp keys``, ``labeldp tokens``),
     upgraded to the head as the service's start would: FileNotFoundError for a SQLite path
     that does not exist (an admin command never creates one)."""
-    path = sqlite_path(url)
-    if path is not None and not path.is_file():
-        raise FileNotFoundError(f"no database at {path}")
-    if path is not None:
-        refuse_foreign_sqlite(path)
+    refuse_missing_or_foreign(url)
     engine = make_engine(url)
     create_schema(engine)
     return Database(engine)
 
 
-def refuse_foreign_sqlite(path: Path) -> None:
-    """FileNotFoundError unless ``path`` is a SQLite database with a ledger, read through a
-    read-only connection that changes nothing. The commands that open an existing database
-    (``labeldp ledger``, ``tokens``, ``keys``) ask it first: the engine sets WAL mode on
+def refuse_missing_or_foreign(url: str) -> None:
+    """FileNotFoundError if ``url`` names a SQLite file that does not exist or is not a
+    database with a ledger, read through a read-only connection that changes nothing (a
+    PostgreSQL URL passes). The commands that open an existing database (``labeldp ledger``,
+    ``tokens``, ``keys``) ask it first: they never create one, the engine sets WAL mode on
     connect, and an audit of another application's database (or of an empty file) rewrote it
     before refusing it, an admin command migrated it (found by the CLI audit)."""
+    path = sqlite_path(url)
+    if path is None:
+        return
+    if not path.is_file():
+        raise FileNotFoundError(f"no database at {path}")
     try:
         with closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)) as conn:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}

@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import secrets
 import stat
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
@@ -40,6 +38,7 @@ from labels_party.releasing.model_releases import stored_model
 from labels_party.releasing.releases import release_metadata
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
+from shared.service import files
 from shared.service import receipt as rc
 
 log = logging.getLogger("labels_party")
@@ -62,52 +61,19 @@ def product_version() -> str:
 
 
 def _write_private(path: Path, key: Ed25519PrivateKey, *, replace: bool = True) -> bool:
-    """Write ``key`` as PEM with mode 0600, atomically (a temporary file, then rename). With
-    ``replace`` False only if ``path`` does not exist yet (a hard link, which fails where it
-    does): False if another process created it first (replicas sharing the key file start at
-    once). The temporary name is random: replicas in containers may all be pid 1."""
+    """Write ``key`` as PEM with mode 0600, whole (``shared.service.files``). With ``replace``
+    False only if ``path`` does not exist yet: False if another process created it first
+    (replicas sharing the key file start at once)."""
     pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # 0700 when it creates it
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, pem)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
     if replace:
-        os.replace(temporary, path)
+        files.write_whole(path, pem)
         return True
-    try:
-        os.link(temporary, path)
-        return True
-    except FileExistsError:
-        return False
-    except OSError:  # a filesystem without hard links (EPERM, ENOTSUP): create it exclusively
-        return _create_exclusive(path, pem)
-    finally:
-        os.unlink(temporary)
-
-
-def _create_exclusive(path: Path, pem: bytes) -> bool:
-    """Write ``pem`` to ``path`` (0600) only if it does not exist: False if it does. The
-    fallback of :func:`_write_private` where hard links fail; unlike the link, a replica
-    starting at the same moment may read the file before it is complete (its start then fails,
-    naming the key file, and the next start reads the whole key)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    try:
-        os.write(fd, pem)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return True
+    return files.create_whole(path, pem)
 
 
 def _read_private(path: Path) -> Ed25519PrivateKey:

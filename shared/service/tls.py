@@ -151,10 +151,13 @@ def issue(
 def write_bundle(
     directory: str | Path, names: Sequence[str] = DEFAULT_NAMES, *, if_missing: bool = False
 ) -> Path:
-    """Write ca.pem and NAME.pem / NAME-key.pem for each name (valid for it and localhost)."""
+    """Write ca.pem and NAME.pem / NAME-key.pem for each name (valid for it and localhost).
+
+    ``if_missing``: keep a bundle that is there and usable (every file loads); one that is not
+    (an empty ca.pem an older version's crash left, a key deleted by hand) is written anew."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)  # 0700 when it creates it
-    if if_missing and (folder / "ca.pem").exists():
+    if if_missing and _usable(folder, names):
         return folder
     ca_key, ca_cert = make_ca()
     pem = serialization.Encoding.PEM
@@ -169,6 +172,18 @@ def write_bundle(
     # Last, and whole or absent (shared.service.files): its presence marks the bundle done.
     write_whole(folder / "ca.pem", ca_cert.public_bytes(pem), mode=0o644)
     return folder
+
+
+def _usable(folder: Path, names: Sequence[str]) -> bool:
+    """Whether ``folder`` holds a bundle for ``names`` whose files all load (as each service
+    and client would load them at its start)."""
+    try:
+        check_ca_file(folder / "ca.pem", option="ca.pem")
+        for name in names:
+            check_server_files(folder / f"{name}.pem", folder / f"{name}-key.pem")
+    except InvalidParameterError:
+        return False
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

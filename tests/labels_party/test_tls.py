@@ -20,7 +20,7 @@ import pytest
 from features_party.config import Settings as FeaturesSettings
 from features_party.pull import labels_client
 from shared.service.client import LabelsPartyClient, RetryPolicy, ServiceUnavailableError
-from shared.service.tls import client_context, write_bundle
+from shared.service.tls import check_ca_file, check_server_files, client_context, write_bundle
 from tests.labels_party.conftest import TOKENS, TOKENS_ENV, free_port
 
 pytestmark = pytest.mark.integration
@@ -173,6 +173,33 @@ def test_bundle_files_and_modes(bundle: Path) -> None:
     before = (bundle / "ca.pem").read_bytes()
     write_bundle(bundle, ["labels"], if_missing=True)
     assert (bundle / "ca.pem").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "damage", ["empty ca.pem", "no key", "key not PEM", "no ca.pem", "another name"]
+)
+def test_if_missing_writes_an_unusable_bundle_anew(tmp_path: Path, damage: str) -> None:
+    """An empty ca.pem (what a kill left before files were written whole) was kept by
+    --if-missing, the compose one-shot, and TLS stayed down until someone deleted it."""
+    folder = write_bundle(tmp_path / "tls", ["labels", "features"])
+    before = (folder / "ca.pem").read_bytes()
+    names = ["labels", "features"]
+    if damage == "empty ca.pem":
+        (folder / "ca.pem").write_bytes(b"")
+    elif damage == "no key":
+        (folder / "features-key.pem").unlink()
+    elif damage == "key not PEM":
+        (folder / "labels-key.pem").write_text("junk\n")
+    elif damage == "no ca.pem":
+        (folder / "ca.pem").unlink()
+    else:
+        names = ["labels", "spark"]  # a bundle asked for a name it lacks
+    write_bundle(folder, names, if_missing=True)
+    after = (folder / "ca.pem").read_bytes()
+    assert after and after != before
+    for name in names:
+        check_server_files(folder / f"{name}.pem", folder / f"{name}-key.pem")
+    check_ca_file(folder / "ca.pem", option="ca.pem")
 
 
 @pytest.mark.parametrize("service", ["labels", "features"])
