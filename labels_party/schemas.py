@@ -552,6 +552,30 @@ class ReleaseList(BaseModel):
     releases: list[ReleaseSummary] = Field(description="newest first")
 
 
+class ModelReleaseSummary(BaseModel):
+    """One item of ``GET /v1/datasets/{name}/model-releases``."""
+
+    id: str
+    dataset: str
+    created: str
+    estimator: str
+    privacy: str
+    epsilon: Amount
+    delta: Amount | None = Field(description="eptr only (null: pure epsilon-DP)")
+    features_id: str = Field(description="the public feature set it was fitted on")
+    n: int = Field(description="the examples of that feature set")
+    actor_role: str = Field(description="the role whose token made the release")
+    actor: str | None = Field(
+        default=None, description="the named principal who made it (null: a role-only token)"
+    )
+    message_sha256: str = Field(description="header.body_sha256 of the model message")
+
+
+class ModelReleaseList(BaseModel):
+    dataset: str
+    model_releases: list[ModelReleaseSummary] = Field(description="newest first")
+
+
 class ChainBreakBody(BaseModel):
     seq: int = Field(description="the first ledger entry at which the hash chain breaks")
     reason: str

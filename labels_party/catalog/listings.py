@@ -1,4 +1,5 @@
-"""Read-only listings: datasets with their release counts, a dataset's releases, a header.
+"""Read-only listings: datasets with their release counts, a dataset's label and model releases,
+a header.
 
 What the operator console and ``GET /v1/datasets`` show. Everything here is public metadata
 (bounds, budgets, what each release spent, the message header: the epsilon1-DP histogram and the
@@ -16,7 +17,14 @@ from sqlalchemy import func, select
 from labels_party.budget import ledger
 from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
-from labels_party.db.models import PART_HEAD, datasets, message_chunks, releases
+from labels_party.db.models import (
+    PART_HEAD,
+    datasets,
+    message_chunks,
+    model_releases,
+    public_feature_sets,
+    releases,
+)
 from labels_party.errors import FieldError, NotFoundError
 from shared import epsilon as amounts
 from shared.errors import IntegrityError
@@ -88,6 +96,36 @@ def list_releases(db: Database, name: str) -> list[dict[str, Any]]:
             "message_sha256": rel.message_sha256,
         }
         for rel in found
+    ]
+
+
+def list_model_releases(db: Database, name: str) -> list[dict[str, Any]]:
+    """The model releases of dataset ``name`` (404 if unknown), newest first: what each
+    released from which public features, what it was charged, when and by whom."""
+    with db.read() as conn:
+        row = ds.load(conn, name)
+        found = conn.execute(
+            select(model_releases, public_feature_sets.c.n.label("n"))
+            .join(public_feature_sets, public_feature_sets.c.id == model_releases.c.features_id)
+            .where(model_releases.c.dataset_id == row.id)
+            .order_by(model_releases.c.created.desc(), model_releases.c.id.desc())
+        ).all()
+    return [
+        {
+            "id": model.id,
+            "dataset": row.name,
+            "created": model.created,
+            "estimator": model.estimator,
+            "privacy": model.privacy,
+            "epsilon": model.epsilon_exact,
+            "delta": model.delta_exact,
+            "features_id": model.features_id,
+            "n": model.n,
+            "actor_role": model.actor_role,
+            "actor": model.actor,
+            "message_sha256": model.message_sha256,
+        }
+        for model in found
     ]
 
 

@@ -708,3 +708,25 @@ def test_public_features_for_an_unknown_dataset_are_a_404_whatever_the_body(
     answer = upload(client, "nope", body, "application/json")
     assert answer.status_code == 404, answer.text
     assert answer.json()["errors"][0]["field"] == "dataset"
+
+
+def test_a_dataset_lists_its_model_releases_newest_first_for_every_role(client: Any) -> None:
+    setup_dataset(client)
+    listing = client.get("/v1/datasets/ds/model-releases", headers=PUB)
+    assert listing.status_code == 200 and listing.json() == {"dataset": "ds", "model_releases": []}
+    first = model_release(client, estimator="ols", privacy="label", epsilon="1").json()
+    second = model_release(
+        client, estimator="ols", privacy="eptr", epsilon="0.5", delta="0.0001"
+    ).json()
+    for headers in (ADV, PUB, OPS):
+        answer = client.get("/v1/datasets/ds/model-releases", headers=headers)
+        assert answer.status_code == 200, answer.text
+        items = answer.json()["model_releases"]
+        assert [item["id"] for item in items] == [second["id"], first["id"]]
+        for item, made in zip(items, (second, first), strict=True):
+            same = ("dataset", "estimator", "privacy", "epsilon", "delta", "features_id", "n")
+            assert {key: item[key] for key in same} == {key: made[key] for key in same}
+            assert item["message_sha256"] == made["message_sha256"]
+            assert item["created"] == made["created"] and item["actor_role"] == "advertiser"
+    assert client.get("/v1/datasets/ds/model-releases").status_code == 401
+    assert client.get("/v1/datasets/none/model-releases", headers=OPS).status_code == 404

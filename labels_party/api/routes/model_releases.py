@@ -11,16 +11,18 @@ from fastapi.responses import Response
 
 from labels_party.api.deps import (
     AdvertiserOn,
+    AnyRoleOn,
     IdempotencyKeyHeader,
     MessageReader,
     PublisherOn,
     ServicesDep,
 )
 from labels_party.api.routes import BodyDocumentedRoute
+from labels_party.catalog import listings
 from labels_party.errors import BadInputError, FieldError
 from labels_party.releasing import idempotency as idem
 from labels_party.releasing import model_releases as mr
-from labels_party.schemas import ModelReleaseCreate
+from labels_party.schemas import ModelReleaseCreate, ModelReleaseList
 from shared.errors import InvalidParameterError
 from shared.estimators import registry as estimators
 from shared.message import JSON_MEDIA_TYPE
@@ -119,6 +121,13 @@ async def create_model_release(
         sign = partial(receipts.sign_after_release, model=True)
         await run_in_threadpool(sign, meta["id"])
     return meta
+
+
+@router.get("/v1/datasets/{name}/model-releases", response_model=ModelReleaseList)
+def list_model_releases(call: AnyRoleOn) -> Any:
+    """A dataset's model releases, newest first: what each released and spent, when, by whom."""
+    models = listings.list_model_releases(call.services.db, call.name)
+    return {"dataset": call.name, "model_releases": models}
 
 
 @router.get("/v1/model-releases/{model_release_id}")
