@@ -288,26 +288,61 @@
     list.replaceChildren();
     $('timeline-empty').hidden = true;
     if (!name) return;
-    const body = await apiOrFail(`v1/datasets/${encodeURIComponent(name)}/releases`);
-    if (body === null || !current()) return;
-    for (const item of body.releases) {
+    const path = `v1/datasets/${encodeURIComponent(name)}`;
+    let labels;
+    let models;
+    try {
+      [labels, models] = await Promise.all([api(`${path}/releases`), api(`${path}/model-releases`)]);
+    } catch (error) {
+      if (current()) fail(error);
+      return;
+    }
+    if (!current()) return;
+    // One timeline, newest first: label releases and model releases (ISO UTC times sort as text).
+    const items = [
+      ...labels.releases.map((item) => ({ ...item, kind: 'release' })),
+      ...models.model_releases.map((item) => ({ ...item, kind: 'model-release' })),
+    ].sort((a, b) => (a.created < b.created ? 1 : a.created > b.created ? -1 : 0));
+    for (const item of items) {
       const button = el('button', undefined, { type: 'button' });
+      const charged = item.delta ? `ε ${amount(item.epsilon)}, δ ${amount(item.delta)}` : `ε ${amount(item.epsilon)}`;
+      const what = item.kind === 'release' ? item.mechanism : `model ${item.estimator} (${item.privacy})`;
       button.append(
         el('span', when(item.created), { class: 'when' }),
-        el('strong', `ε ${amount(item.epsilon)}`),
-        document.createTextNode(` · ${item.mechanism} · n ${item.n}`),
+        el('strong', charged),
+        document.createTextNode(` · ${what} · n ${item.n}`),
       );
       button.addEventListener('click', () => {
         for (const b of list.querySelectorAll('button')) b.removeAttribute('aria-current');
         button.setAttribute('aria-current', 'true');
-        showRelease(item.id);
+        if (item.kind === 'release') showRelease(item.id);
+        else showModelRelease(item);
       });
       const li = el('li');
-      li.dataset.testid = `release-${item.id}`;
+      li.dataset.testid = `${item.kind}-${item.id}`;
       li.append(button);
       list.append(li);
     }
-    $('timeline-empty').hidden = body.releases.length > 0;
+    $('timeline-empty').hidden = items.length > 0;
+  }
+
+  function showModelRelease(item) {
+    // Everything shown is the listing's public metadata; the model message itself is the
+    // publisher's and the advertiser's (GET /v1/model-releases/{id}), not the operator's.
+    beginLoad('release-detail');  // a label release's detail still loading must not replace this
+    const pairs = [
+      ['Model release', el('code', item.id)],
+      ['Dataset', item.dataset],
+      ['Created (UTC)', when(item.created)],
+      ['Released by', who(item)],
+      ['Estimator', `${item.estimator} (${item.privacy === 'eptr' ? 'ePTR' : 'label DP'})`],
+      ['ε', amount(item.epsilon)],
+      ['δ', amount(item.delta)],
+      ['Public features', el('code', item.features_id)],
+      ['Examples (n)', String(item.n)],
+      ['Message sha256', el('code', item.message_sha256)],
+    ];
+    $('release-detail').replaceChildren(el('h3', `Model release ${item.id}`), definitionList(pairs));
   }
 
   async function showRelease(id) {

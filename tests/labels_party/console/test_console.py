@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from labels_party.console import ASSETS, CONTENT_SECURITY_POLICY, asset
-from tests.labels_party.conftest import ADV, OPS, TOKENS, Server
+from tests.labels_party.conftest import ADV, OPS, PUB, TOKENS, Server
 from tests.labels_party.console.conftest import make_release, seed, wait_for
 
 pytestmark = pytest.mark.integration
@@ -182,6 +182,41 @@ def test_release_timeline_and_detail_with_the_histogram(
     assert len(bars) == len(header["histogram"]["probs"])
     for key in header["params"]:
         assert key in text
+    no_csp_violations(chromium)
+
+
+def test_model_releases_share_the_timeline_and_show_their_charge(
+    chromium: Any, console_server: Server, client: httpx.Client
+) -> None:
+    seed(client, datasets={"clicks": 4.0})
+    rows = "".join(f"clicks-{i},{i % 7},{(i * 3) % 11}\n" for i in range(120))
+    uploaded = client.post(
+        "/v1/datasets/clicks/public-features",
+        content=("example_id,x1,x2\n" + rows).encode(),
+        headers={**PUB, "Content-Type": "text/csv"},
+    )
+    assert uploaded.status_code == 201, uploaded.text
+    label = make_release(client, "clicks", 1.0)
+    answer = client.post(
+        "/v1/datasets/clicks/model-releases",
+        json={"estimator": "ols", "privacy": "label", "epsilon": "0.5"},
+        headers=ADV,
+    )
+    assert answer.status_code == 201, answer.text
+    model = answer.json()
+    logged_in(chromium, console_server, TOKENS.operator)
+    dataset_row(chromium, "clicks").find_element("css selector", "button").click()
+    wait_for(lambda: len(by_css(chromium, "#timeline li")) == 2, what="the timeline")
+    items = by_css(chromium, "#timeline li")
+    assert [li.get_attribute("data-testid") for li in items] == [
+        f"model-release-{model['id']}",
+        f"release-{label['id']}",
+    ]
+    assert "model ols (label)" in items[0].text and "ε 0.5" in items[0].text
+    items[0].find_element("tag name", "button").click()
+    wait_for(lambda: model["message_sha256"] in one(chromium, "#release-detail").text)
+    text = one(chromium, "#release-detail").text
+    assert model["features_id"] in text and "label DP" in text and "advertiser" in text
     no_csp_violations(chromium)
 
 
