@@ -528,23 +528,28 @@ class DatasetList(BaseModel):
     datasets: list[DatasetSummary]
 
 
-class ReleaseSummary(BaseModel):
-    """One item of ``GET /v1/datasets/{name}/releases``."""
+class _ListedRelease(BaseModel):
+    """What every listed release (label or model) says first: which, where, when, by whom."""
 
     id: str
     dataset: str
     created: str
+    actor_role: str = Field(description="the role whose token made the release")
+    actor: str | None = Field(
+        default=None, description="the named principal who made it (null: a role-only token)"
+    )
+    message_sha256: str = Field(description="header.body_sha256 of its message")
+
+
+class ReleaseSummary(_ListedRelease):
+    """One item of ``GET /v1/datasets/{name}/releases``."""
+
     mechanism: str
     requested_mechanism: str
     epsilon1: Amount
     epsilon2: Amount
     epsilon: Amount
     n: int
-    actor_role: str = Field(description="the role whose token made the release")
-    actor: str | None = Field(
-        default=None, description="the named principal who made it (null: a role-only token)"
-    )
-    message_sha256: str = Field(description="header.body_sha256 of the message")
 
 
 class ReleaseList(BaseModel):
@@ -552,23 +557,15 @@ class ReleaseList(BaseModel):
     releases: list[ReleaseSummary] = Field(description="newest first")
 
 
-class ModelReleaseSummary(BaseModel):
+class ModelReleaseSummary(_ListedRelease):
     """One item of ``GET /v1/datasets/{name}/model-releases``."""
 
-    id: str
-    dataset: str
-    created: str
     estimator: str
     privacy: str
     epsilon: Amount
     delta: Amount | None = Field(description="eptr only (null: pure epsilon-DP)")
     features_id: str = Field(description="the public feature set it was fitted on")
     n: int = Field(description="the examples of that feature set")
-    actor_role: str = Field(description="the role whose token made the release")
-    actor: str | None = Field(
-        default=None, description="the named principal who made it (null: a role-only token)"
-    )
-    message_sha256: str = Field(description="header.body_sha256 of the model message")
 
 
 class ModelReleaseList(BaseModel):
