@@ -116,12 +116,13 @@ AdvertiserOn = Annotated[DatasetCall, Depends(on_dataset("advertiser"))]
 PublisherOn = Annotated[DatasetCall, Depends(on_dataset("publisher"))]
 OperatorOn = Annotated[DatasetCall, Depends(on_dataset("operator"))]
 
-# The spending endpoints' optional ``Idempotency-Key`` (``labels_party.releasing.idempotency``).
+# The optional ``Idempotency-Key`` of releases, model releases and top-ups
+# (``labels_party.budget.idempotency``).
 IdempotencyKeyHeader = Annotated[
     str | None,
     Header(
         alias="Idempotency-Key",
         description="1 to 255 visible ASCII characters naming this request: a repeat with the "
-        "same key and request gets the first answer (Idempotent-Replayed: true), spends nothing",
+        "same key and request is answered (Idempotent-Replayed: true) and spends or adds nothing",
     ),
 ]

@@ -123,8 +123,9 @@ def top_up(
     time: str,
     actor_role: str,
     actor: str | None = None,
-) -> Budget:
-    """Raise ``row``'s budget by ``add`` (exact), ledgered with who and why; returns the budget.
+) -> int:
+    """Raise ``row``'s budget by ``add`` (exact), ledgered with who and why; returns the ledger
+    entry's seq.
 
     Call inside a write transaction with ``row`` read ``FOR UPDATE``. The ledger entry (kind
     ``topup``, epsilon 0: it spends nothing) records the budget before and after, so verify
@@ -138,7 +139,7 @@ def top_up(
             f"{amounts.MAX_AMOUNT}, the largest amount a budget may hold"
         )
         raise BadInputError(message, [FieldError(field="add", message=message)])
-    ledger.record_event(
+    entry = ledger.record_event(
         conn,
         time=time,
         dataset=row.name,
@@ -157,4 +158,4 @@ def top_up(
         .where(datasets.c.id == row.id)
         .values(**columns("epsilon_budget", after.budget))
     )
-    return after
+    return int(entry["seq"])

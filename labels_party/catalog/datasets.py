@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, delete, func, insert, select, update
 
 from labels_party.budget import accountant, ledger
+from labels_party.budget import idempotency as idem
 from labels_party.db.engine import Database
 from labels_party.db.models import (
     datasets,
@@ -304,16 +305,28 @@ def refuse_archived(row: DatasetRow) -> None:
 
 
 def top_up(
-    db: Database, name: str, *, add: Decimal, reason: str, actor_role: str, actor: str | None = None
-) -> DatasetRow:
-    """Raise a dataset's budget by ``add`` (operator), ledgered with who and why."""
+    db: Database,
+    name: str,
+    *,
+    add: Decimal,
+    reason: str,
+    actor_role: str,
+    actor: str | None = None,
+    key: idem.IdempotencyKey | None = None,
+) -> bool:
+    """Raise a dataset's budget by ``add`` (operator), ledgered with who and why; False if
+    ``key`` names a top-up already (a repeat: nothing is added again)."""
     with db.write() as conn:
         row = load(conn, name, for_update=True)
+        if idem.replay(conn, row.id, key) is not None:
+            return False
         refuse_archived(row)
-        accountant.top_up(
-            conn, row, add=add, reason=reason, time=utc_now(), actor_role=actor_role, actor=actor
+        time = utc_now()
+        seq = accountant.top_up(
+            conn, row, add=add, reason=reason, time=time, actor_role=actor_role, actor=actor
         )
-        return load(conn, name)
+        idem.remember(conn, row.id, key, made=f"ledger:{seq}", answer={}, time=time)
+    return True
 
 
 def archive(

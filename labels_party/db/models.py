@@ -269,16 +269,16 @@ model_receipts = Table(
     Column("signed_at", String(40), nullable=False),
 )
 
-# A spending request's ``Idempotency-Key`` (labels_party.releasing.idempotency), stored in the
-# write transaction that spends: a repeat of the request gets ``answer`` again and spends nothing.
+# A spending (or budget-raising) request's ``Idempotency-Key`` (labels_party.budget.idempotency),
+# stored in the write transaction that spends: a repeat gets ``answer`` again and spends nothing.
 idempotency_keys = Table(
     "idempotency_keys",
     metadata,
     Column("dataset_id", Integer, ForeignKey("datasets.id"), primary_key=True),
     Column("key", String(255), primary_key=True),
-    Column("kind", String(16), nullable=False),  # release | model
+    Column("kind", String(16), nullable=False),  # release | model | top_up
     Column("request_sha256", String(64), nullable=False),  # of the request's public form
-    Column("release_id", String(40), nullable=False),  # the label or model release it made
+    Column("made", String(40), nullable=False),  # the release, model release or ledger entry
     Column("answer", Text, nullable=False),  # canonical JSON of the first answer (no message)
     Column("created", String(40), nullable=False),
 )

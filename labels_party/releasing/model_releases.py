@@ -51,11 +51,11 @@ import numpy as np
 from sqlalchemy import Connection, insert, select, update
 
 from labels_party.budget import accountant, ledger
+from labels_party.budget import idempotency as idem
 from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import datasets, entries, model_releases, public_feature_sets
 from labels_party.errors import BadInputError, ConflictError, FieldError, NotFoundError
-from labels_party.releasing import idempotency as idem
 from shared import epsilon as amounts
 from shared.errors import InvalidParameterError
 from shared.estimators import eptr
@@ -667,7 +667,7 @@ class ModelReleaseService:
             )  # fmt: skip
             conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
             answer = {**_summary(header), "budget": budget.public(), "message": json.loads(text)}
-            idem.remember(conn, row.id, key, release_id=model_id, answer=answer, time=created_text)
+            idem.remember(conn, row.id, key, made=model_id, answer=answer, time=created_text)
         return answer
 
 

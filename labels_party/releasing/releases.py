@@ -31,6 +31,7 @@ import numpy as np
 from sqlalchemy import Connection, insert, select, update
 
 from labels_party.budget import accountant, ledger
+from labels_party.budget import idempotency as idem
 from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
 from labels_party.db.models import (
@@ -41,7 +42,6 @@ from labels_party.db.models import (
 from labels_party.db.models import ledger as ledger_table
 from labels_party.errors import ConflictError, FieldError, NotFoundError
 from labels_party.intake.parsing import gc_paused
-from labels_party.releasing import idempotency as idem
 from shared import epsilon as amounts
 from shared.message import (
     MessageHeader,
@@ -299,9 +299,7 @@ class ReleaseService:
             for chunk in _chunks(header, id_pieces, noisy):
                 conn.execute(insert(message_chunks).values(release_id=release_id, **chunk))
             conn.execute(update(datasets).where(datasets.c.id == row.id).values(state=ds.RELEASED))
-            idem.remember(
-                conn, row.id, key, release_id=release_id, answer=answer, time=record["created"]
-            )
+            idem.remember(conn, row.id, key, made=release_id, answer=answer, time=record["created"])
             if self._commit_delay:
                 time.sleep(self._commit_delay)
         return answer

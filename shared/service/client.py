@@ -7,7 +7,7 @@ call goes through one request path with a bounded retry policy:
   are retried on connection errors, timeouts and 5xx answers, with exponential back-off;
 * a release carries an ``Idempotency-Key`` (one per call) and is retried like them: a repeat
   gets the first answer from the labels party and spends nothing
-  (``labels_party.releasing.idempotency``);
+  (``labels_party.budget.idempotency``);
 * non-idempotent calls (create a dataset, start a training job) are retried only when the
   request provably never reached the server (``httpx.ConnectError``).
 

@@ -1,4 +1,4 @@
-"""Idempotency-Key on label and model releases: a repeat gets the first answer, spends nothing."""
+"""Idempotency-Key on releases, model releases and top-ups: a repeat spends or adds nothing."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import httpx
 import numpy as np
 import pytest
 
+from labels_party.budget import idempotency as idem
 from labels_party.budget import ledger
 from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
-from labels_party.releasing import idempotency as idem
 from labels_party.releasing.releases import ReleaseService
 from shared.plan import ReleaseRequest
 from shared.randomizer import execute
 from shared.service.client import LabelsPartyClient, RetryPolicy
-from tests.labels_party.conftest import ADV, TOKENS, create_dataset, put_labels, register
+from tests.labels_party.conftest import ADV, OPS, TOKENS, create_dataset, put_labels, register
 from tests.labels_party.test_model_releases import model_release, setup_dataset, state
 
 IDS = [f"e{i:03d}" for i in range(40)]
@@ -242,3 +242,44 @@ def test_a_repeated_model_release_gets_the_first_model_and_spends_nothing(client
     # A label release may not reuse a model release's key either.
     assert _release(client, "fit-1").status_code == 422 and state(client) == before
     assert model_release(client, estimator="ols", privacy="label", epsilon="1").status_code == 201
+
+
+# ---- top-ups -------------------------------------------------------------------------------
+
+
+def _top_up(client: Any, key: str | None, add: str = "2", reason: str = "Q4") -> httpx.Response:
+    headers = {**OPS, **({} if key is None else {"Idempotency-Key": key})}
+    return client.post(
+        "/v1/datasets/ds/budget", json={"add": add, "reason": reason}, headers=headers
+    )
+
+
+def _budget(client: Any) -> Decimal:
+    return Decimal(client.get("/v1/datasets/ds", headers=OPS).json()["epsilon_budget"])
+
+
+def test_a_repeated_top_up_adds_nothing_again(client: Any) -> None:
+    """Without a key, an operator repeating a top-up whose answer was lost added it twice."""
+    _dataset(client, budget="1")
+    first = _top_up(client, "topup-2026-q4")
+    assert first.status_code == 200 and "Idempotent-Replayed" not in first.headers
+    entries = _count(client, "ledger")
+    again = _top_up(client, "topup-2026-q4")
+    assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["epsilon_budget"] == first.json()["epsilon_budget"]
+    assert _budget(client) == 3 and _count(client, "ledger") == entries
+    for other in ({"add": "3"}, {"reason": "another"}):
+        refused = _top_up(client, "topup-2026-q4", **other)
+        assert refused.status_code == 422
+        [error] = refused.json()["errors"]
+        assert error["field"] == "Idempotency-Key" and "ledger entry" in error["message"]
+    assert _top_up(client, "\x01").status_code == 422
+    # A key is per kind of request: a release may not reuse it, a repeat after archive is answered.
+    assert _release(client, "topup-2026-q4").status_code == 422
+    archived = client.post("/v1/datasets/ds/archive", json={"reason": "done"}, headers=OPS)
+    assert archived.status_code == 200
+    assert _top_up(client, "topup-2026-q4").headers["Idempotent-Replayed"] == "true"
+    assert _top_up(client, "new-key").status_code == 409  # archived: a new top-up is refused
+    assert _budget(client) == 3 and _count(client, "ledger") == entries + 1  # the archive entry
+    with client.app.state.services.db.read() as conn:
+        assert ledger.verify(conn).ok

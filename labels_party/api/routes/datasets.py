@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 
 from labels_party.api.deps import (
@@ -13,11 +13,13 @@ from labels_party.api.deps import (
     AnyRole,
     AnyRoleOn,
     DatasetCall,
+    IdempotencyKeyHeader,
     Operator,
     OperatorOn,
     ServicesDep,
 )
 from labels_party.api.routes import BodyDocumentedRoute
+from labels_party.budget import idempotency as idem
 from labels_party.catalog import datasets as ds
 from labels_party.catalog import listings
 from labels_party.schemas import (
@@ -28,6 +30,7 @@ from labels_party.schemas import (
     DatasetPublic,
     ReleaseList,
 )
+from shared import epsilon as amounts
 from shared.service.http.requests import json_body
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=BodyDocumentedRoute)
@@ -75,12 +78,22 @@ async def _view(call: DatasetCall) -> Any:
 
 
 @router.post("/{name}/budget", response_model=DatasetPublic)
-async def top_up_budget(call: OperatorOn, body: TopUpBody) -> Any:
-    """Raise a dataset's privacy budget (operator): ledgered with who and why, never silent."""
+async def top_up_budget(
+    response: Response,
+    call: OperatorOn,
+    body: TopUpBody,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Any:
+    """Raise a dataset's privacy budget (operator): ledgered with who and why, never silent.
+
+    With ``Idempotency-Key``, a repeat adds nothing again (``Idempotent-Replayed: true``)."""
+    request = {"add": amounts.text(body.add), "reason": body.reason}
+    key = idem.IdempotencyKey.of(idempotency_key, kind=idem.TOP_UP, request=request)
     top_up = partial(
-        ds.top_up, add=body.add, reason=body.reason, actor_role=call.role, actor=call.actor
+        ds.top_up, add=body.add, reason=body.reason, actor_role=call.role, actor=call.actor, key=key
     )
-    await run_in_threadpool(top_up, call.services.db, call.name)
+    if not await run_in_threadpool(top_up, call.services.db, call.name):
+        response.headers[idem.REPLAYED_HEADER] = "true"
     return await _view(call)
 
 

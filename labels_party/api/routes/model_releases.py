@@ -18,9 +18,9 @@ from labels_party.api.deps import (
     ServicesDep,
 )
 from labels_party.api.routes import BodyDocumentedRoute
+from labels_party.budget import idempotency as idem
 from labels_party.catalog import listings
 from labels_party.errors import BadInputError, FieldError
-from labels_party.releasing import idempotency as idem
 from labels_party.releasing import model_releases as mr
 from labels_party.schemas import ModelReleaseCreate, ModelReleaseList
 from shared.errors import InvalidParameterError

@@ -23,10 +23,10 @@ from labels_party.api.deps import (
 from labels_party.api.errors import engine_refusal
 from labels_party.api.routes import BodyDocumentedRoute
 from labels_party.api.routes.audit import release_recorder
+from labels_party.budget import idempotency as idem
 from labels_party.budget.trails import audited, logged_download
 from labels_party.catalog import listings
 from labels_party.errors import FieldError, NotAcceptableError, NotFoundError
-from labels_party.releasing import idempotency as idem
 from labels_party.releasing import releases as rel
 from labels_party.schemas import (
     ReleaseCreate,

@@ -1,8 +1,8 @@
-"""Idempotency keys of label and model releases: a repeated request spends nothing.
+"""Idempotency keys of releases, model releases and top-ups: a repeat spends or adds nothing.
 
-A client that lost the answer to a committed release and repeated it was charged again; from
-this revision a release request may carry ``Idempotency-Key``, stored with the release in the
-transaction that spends (``labels_party.releasing.idempotency``).
+A client that lost the answer to a committed release and repeated it was charged again (a top-up
+added twice); from this revision such a request may carry ``Idempotency-Key``, stored in the
+transaction that spends or adds (``labels_party.budget.idempotency``).
 """
 
 import sqlalchemy as sa
@@ -18,7 +18,7 @@ def upgrade() -> None:
         sa.Column("key", sa.String(255), primary_key=True),
         sa.Column("kind", sa.String(16), nullable=False),
         sa.Column("request_sha256", sa.String(64), nullable=False),
-        sa.Column("release_id", sa.String(40), nullable=False),
+        sa.Column("made", sa.String(40), nullable=False),
         sa.Column("answer", sa.Text, nullable=False),
         sa.Column("created", sa.String(40), nullable=False),
     )

@@ -1,14 +1,14 @@
-"""Idempotency keys for spending requests: a repeat gets the first answer and spends nothing.
+"""Idempotency keys for requests that spend or add budget: a repeat changes nothing again.
 
 The ``Idempotency-Key`` request header (IETF draft-ietf-httpapi-idempotency-key-header) on
-``POST /v1/datasets/{name}/releases`` and ``.../model-releases``. The key is stored with the
-release, in the SAME write transaction as its spend (read for update on the dataset row, so two
-requests with one key are serialized): either both or neither are committed. A repeat with the
-key returns the stored answer (``Idempotent-Replayed: true``) before any budget or state check,
-and reads no label; a repeat whose first attempt is still computing randomizes in vain and finds
-the key at its commit, so its own draw is discarded unseen (no privacy cost). The same key with
-another request on that dataset is a 422 naming the header. Keys are kept with their releases,
-for good: a key names at most one spend, ever.
+``POST /v1/datasets/{name}/releases``, ``.../model-releases`` and ``.../budget`` (a top-up). The
+key is stored in the SAME write transaction as the spend or the top-up (read for update on the
+dataset row, so two requests with one key are serialized): either both or neither are committed.
+A repeat with the key gets the stored answer (``Idempotent-Replayed: true``) before any budget
+or state check, and reads no label; a repeat whose first attempt is still computing randomizes
+in vain and finds the key at its commit, so its own draw is discarded unseen (no privacy cost).
+The same key with another request on that dataset is a 422 naming the header. Keys are kept
+for good: a key names at most one spend (or top-up), ever.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from typing import Any
 from sqlalchemy import Connection, insert, select
 
 from labels_party.budget.ledger import canonical_json
-from labels_party.catalog import datasets as ds
 from labels_party.db.engine import Database
-from labels_party.db.models import idempotency_keys, model_releases
+from labels_party.db.models import datasets, idempotency_keys, model_releases
 from labels_party.errors import BadInputError, FieldError
 
 HEADER = "Idempotency-Key"
@@ -32,7 +31,7 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 # Visible ASCII (a UUID, a ULID, a job name and attempt counter...), as Stripe's 255.
 KEY_PATTERN = r"[\x21-\x7e]{1,255}"
 _KEY_RE = re.compile(KEY_PATTERN)
-RELEASE, MODEL = "release", "model"
+RELEASE, MODEL, TOP_UP = "release", "model", "top_up"
 # A model release's answer carries its message, which ``model_releases`` stores already: the
 # key keeps the rest, and a replay takes the message from there.
 _MESSAGE = "message"
@@ -79,14 +78,14 @@ def replay(conn: Connection, dataset_id: int, key: IdempotencyKey | None) -> Rep
             [
                 FieldError(
                     field=HEADER,
-                    message=f"already names {row.release_id}, a different request: use a new key",
+                    message=f"already names {_made(row)}, a different request: use a new key",
                 )
             ],
         )
     answer = json.loads(row.answer)
     if row.kind == MODEL:
         message = conn.execute(
-            select(model_releases.c.message).where(model_releases.c.id == row.release_id)
+            select(model_releases.c.message).where(model_releases.c.id == row.made)
         ).scalar_one()
         answer[_MESSAGE] = json.loads(message)
     return Replayed(answer)
@@ -94,11 +93,13 @@ def replay(conn: Connection, dataset_id: int, key: IdempotencyKey | None) -> Rep
 
 def replay_first(db: Database, dataset: str, key: IdempotencyKey | None) -> Replayed | None:
     """:func:`replay` in a read transaction of its own, before a release checks or reads
-    anything: a repeat gets its answer even once the budget is spent or the dataset archived."""
+    anything: a repeat gets its answer even once the budget is spent or the dataset archived
+    (None also for an unknown dataset: the release itself then says so)."""
     if key is None:
         return None
     with db.read() as conn:
-        return replay(conn, ds.load(conn, dataset).id, key)
+        found = conn.execute(select(datasets.c.id).where(datasets.c.name == dataset)).scalar()
+        return None if found is None else replay(conn, int(found), key)
 
 
 def remember(
@@ -106,12 +107,13 @@ def remember(
     dataset_id: int,
     key: IdempotencyKey | None,
     *,
-    release_id: str,
+    made: str,
     answer: dict[str, Any],
     time: str,
 ) -> None:
-    """Store ``key`` with the release's ``answer``, in the caller's write transaction (the one
-    that spends): the primary key (dataset, key) refuses a second one."""
+    """Store ``key`` with what the request ``made`` (a release or model release id, a top-up's
+    ledger entry as ``ledger:<seq>``) and its ``answer``, in the caller's write transaction (the
+    one that spends): the primary key (dataset, key) refuses a second one."""
     if key is None:
         return
     kept = {name: value for name, value in answer.items() if name != _MESSAGE}
@@ -121,11 +123,17 @@ def remember(
             key=key.key,
             kind=key.kind,
             request_sha256=key.request_sha256,
-            release_id=release_id,
+            made=made,
             answer=canonical_json(kept),
             created=time,
         )
     )
+
+
+def _made(row: Any) -> str:
+    """What a stored key names, as a refusal says it."""
+    made = str(row.made)
+    return f"ledger entry {made.removeprefix('ledger:')}" if made.startswith("ledger:") else made
 
 
 def _row(conn: Connection, dataset_id: int, key: str) -> Any:
