@@ -141,6 +141,13 @@ def test_a_release_is_retried_on_5xx_and_timeouts_with_one_idempotency_key():
     handler = Recorder(ok(RELEASE))
     make_client(LabelsPartyClient, handler).create_release("ds", epsilon=1, idempotency_key="j/1")
     assert handler.requests[0].headers["idempotency-key"] == "j/1"
+    # Giving up names the key: a repeat with it gets the release if one was made, spends nothing.
+    lost = Recorder(httpx.ReadTimeout("slow"))
+    with pytest.raises(ServiceUnavailableError) as info:
+        make_client(LabelsPartyClient, lost, attempts=2).create_release("ds", epsilon=1.0)
+    sent = lost.requests[0].headers["idempotency-key"]
+    assert f"repeat it with idempotency_key={sent!r}" in str(info.value)
+    assert {request.headers["idempotency-key"] for request in lost.requests} == {sent}
     fresh = Recorder(ok(RELEASE))
     make_client(LabelsPartyClient, fresh).create_release("ds", epsilon=1.0)
     assert fresh.requests[0].headers["idempotency-key"] not in keys | {"j/1"}

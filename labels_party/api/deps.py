@@ -11,6 +11,7 @@ from labels_party.access.principals import Authenticator, Caller
 from labels_party.catalog.datasets import LOOKUP_PATTERN
 from labels_party.config import Role, Settings
 from labels_party.db.engine import Database
+from labels_party.errors import BadInputError, FieldError
 from labels_party.metrics import Metrics
 from labels_party.releasing.model_releases import ModelReleaseService
 from labels_party.releasing.receipts import ReceiptService
@@ -116,13 +117,28 @@ AdvertiserOn = Annotated[DatasetCall, Depends(on_dataset("advertiser"))]
 PublisherOn = Annotated[DatasetCall, Depends(on_dataset("publisher"))]
 OperatorOn = Annotated[DatasetCall, Depends(on_dataset("operator"))]
 
-# The optional ``Idempotency-Key`` of releases, model releases and top-ups
-# (``labels_party.budget.idempotency``).
-IdempotencyKeyHeader = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        description="1 to 255 visible ASCII characters naming this request: a repeat with the "
-        "same key and request is answered (Idempotent-Replayed: true) and spends or adds nothing",
-    ),
-]
+
+def _idempotency_key(
+    request: Request,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="1 to 255 visible ASCII characters naming this request: a repeat by the "
+            "same caller with the same key and request is answered (Idempotent-Replayed: true) "
+            "and spends or adds nothing",
+        ),
+    ] = None,
+) -> str | None:
+    """The request's one ``Idempotency-Key`` (``labels_party.budget.idempotency``); sent twice,
+    a 422 naming it (the first would count silently, a proxy joining them a 422: say so)."""
+    if len(request.headers.getlist("idempotency-key")) > 1:
+        raise BadInputError(
+            "Idempotency-Key given more than once",
+            [FieldError(field="Idempotency-Key", message="give one key per request")],
+        )
+    return idempotency_key
+
+
+# The optional ``Idempotency-Key`` of releases, model releases and top-ups.
+IdempotencyKeyHeader = Annotated[str | None, Depends(_idempotency_key)]

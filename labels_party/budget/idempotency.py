@@ -5,10 +5,11 @@ The ``Idempotency-Key`` request header (IETF draft-ietf-httpapi-idempotency-key-
 key is stored in the SAME write transaction as the spend or the top-up (read for update on the
 dataset row, so two requests with one key are serialized): either both or neither are committed.
 A repeat with the key gets the stored answer (``Idempotent-Replayed: true``) before any budget
-or state check, and reads no label; a repeat whose first attempt is still computing randomizes
-in vain and finds the key at its commit, so its own draw is discarded unseen (no privacy cost).
-The same key with another request on that dataset is a 422 naming the header. Keys are kept
-for good: a key names at most one spend (or top-up), ever.
+or state check, and reads no label. A repeat sent while the first is still computing computes
+too: whichever commits first is the release, the other finds the key at its commit and discards
+its draw unseen (never stored or answered: no privacy cost) and answers the stored one.
+The same key with another request, or from another caller, on that dataset is a 422 naming the
+header. Keys are kept for good: a key names at most one spend (or top-up), ever.
 """
 
 from __future__ import annotations
@@ -39,16 +40,27 @@ _MESSAGE = "message"
 
 @dataclass(frozen=True, kw_only=True)
 class IdempotencyKey:
-    """A request's key, what kind of release it asks for, and a digest of what it asks."""
+    """A request's key, what kind of request it is, and a digest of what it asks and who asks."""
 
     key: str
     kind: str
     request_sha256: str
 
     @classmethod
-    def of(cls, header: str | None, *, kind: str, request: dict[str, Any]) -> IdempotencyKey | None:
+    def of(
+        cls,
+        header: str | None,
+        *,
+        kind: str,
+        request: dict[str, Any],
+        role: str,
+        actor: str | None,
+    ) -> IdempotencyKey | None:
         """The key a request header gives (None: no header), refused (422) unless 1 to 255
-        visible ASCII characters; ``request`` is the request's canonical public form."""
+        visible ASCII characters; ``request`` is the request's canonical public form. The caller
+        (role and principal) is part of the digest: two principals who pick the same key (a job
+        name) are two requests, and the second is refused rather than given the first's answer
+        with its spend recorded under the first's name (found by an audit)."""
         if header is None:
             return None
         if not _KEY_RE.fullmatch(header):
@@ -56,7 +68,8 @@ class IdempotencyKey:
                 f"invalid {HEADER} header",
                 [FieldError(field=HEADER, message="must be 1 to 255 visible ASCII characters")],
             )
-        digest = hashlib.sha256(canonical_json(request).encode()).hexdigest()
+        asked = {"request": request, "role": role, "actor": actor}
+        digest = hashlib.sha256(canonical_json(asked).encode()).hexdigest()
         return cls(key=header, kind=kind, request_sha256=digest)
 
 
@@ -74,11 +87,11 @@ def replay(conn: Connection, dataset_id: int, key: IdempotencyKey | None) -> Rep
         return None
     if row.kind != key.kind or row.request_sha256 != key.request_sha256:
         raise BadInputError(
-            f"this {HEADER} was used for another request on this dataset",
+            f"this {HEADER} was used for another request (or by another caller) on this dataset",
             [
                 FieldError(
                     field=HEADER,
-                    message=f"already names {_made(row)}, a different request: use a new key",
+                    message=f"already names {_made(row)}, another request: use a new key",
                 )
             ],
         )

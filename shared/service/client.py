@@ -237,11 +237,18 @@ class _ServiceClient:
                 last = str(error)
             if attempt + 1 < attempts:
                 self._sleep(self.retry.delay(attempt))
+        key = (headers or {}).get(IDEMPOTENCY_KEY)
+        repeat = (
+            ""
+            if key is None
+            else f"; it may have been applied: repeat it with idempotency_key={key!r} to get its "
+            "answer without applying it twice"
+        )
         raise ServiceUnavailableError(
             status=None,
             method=method,
             url=f"{self.base_url}{path}",
-            detail=f"gave up after {attempts} attempt(s); last failure: {last}",
+            detail=f"gave up after {attempts} attempt(s); last failure: {last}{repeat}",
         )
 
     def _json(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> Any:
@@ -474,7 +481,7 @@ class LabelsPartyClient(_ServiceClient):
         body = _release_body(
             epsilon=epsilon, mechanism=mechanism, epsilon_histogram=epsilon_histogram, params=params
         )
-        key = idempotency_key or new_idempotency_key()
+        key = new_idempotency_key() if idempotency_key is None else idempotency_key
         return ReleaseInfo.model_validate(
             self._json(
                 "POST",

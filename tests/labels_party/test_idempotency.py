@@ -5,12 +5,14 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 
+from labels_party.access import principals
 from labels_party.budget import idempotency as idem
 from labels_party.budget import ledger
 from labels_party.catalog import datasets as ds
@@ -92,6 +94,42 @@ def test_a_malformed_key_is_refused_before_anything_is_spent(client: Any, key: s
     assert _count(client, "releases") == 0 and Decimal(_spent(client)) == 0
 
 
+def test_another_principal_reusing_a_key_is_refused_not_given_the_release(
+    client: Any, db_path: Path
+) -> None:
+    """Found by an audit: keys are names a job picks ("nightly-2026-11-30"); bob reusing
+    alice's got her release replayed, nothing charged, and the ledger named only alice."""
+    _dataset(client)
+    db = client.app.state.services.db
+    _, alice = principals.issue(db, name="alice", role="advertiser")
+    _, bob = principals.issue(db, name="bob", role="advertiser")
+
+    def as_(token: str) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "nightly-2026-11-30"}
+        return client.post("/v1/datasets/ds/releases", json=BODY, headers=headers)
+
+    first = as_(alice)
+    assert first.status_code == 201 and as_(alice).headers["Idempotent-Replayed"] == "true"
+    refused = as_(bob)
+    assert refused.status_code == 422, refused.text
+    assert [e["field"] for e in refused.json()["errors"]] == ["Idempotency-Key"]
+    assert _count(client, "releases") == 1 and Decimal(_spent(client)) == 1
+    assert _release(client, "nightly-2026-11-30").status_code == 422  # the role token: another
+
+
+def test_a_key_sent_twice_is_refused(client: Any) -> None:
+    """Starlette reads the first of two headers: which key counted was silent (an audit)."""
+    _dataset(client)
+    answer = client.post(
+        "/v1/datasets/ds/releases",
+        json=BODY,
+        headers=[*ADV.items(), ("Idempotency-Key", "d1"), ("Idempotency-Key", "d2")],
+    )
+    assert answer.status_code == 422, answer.text
+    assert [e["field"] for e in answer.json()["errors"]] == ["Idempotency-Key"]
+    assert _count(client, "releases") == 0
+
+
 def test_keys_are_per_dataset_and_a_dry_run_keeps_none(client: Any) -> None:
     _dataset(client, "a")
     _dataset(client, "b")
@@ -129,7 +167,9 @@ def test_a_repeat_racing_the_first_commits_one_release(client: Any) -> None:
     first finds the key, discards its draw unseen and answers the repeat's release."""
     _dataset(client)
     request = ReleaseRequest(epsilon=Decimal(1), mechanism="rr_on_bins")
-    key = idem.IdempotencyKey.of("race", kind=idem.RELEASE, request=request.public())
+    key = idem.IdempotencyKey.of(
+        "race", kind=idem.RELEASE, request=request.public(), role="advertiser", actor=None
+    )
     inner: list[dict[str, Any]] = []
     calls: list[int] = []
 
@@ -156,7 +196,9 @@ def test_two_concurrent_repeats_commit_one_release_on_both_engines(db: Database)
     """Both threads randomize before either commits (a barrier): the dataset row read for
     update serializes the commits, and the second finds the key (SQLite and PostgreSQL)."""
     request = ReleaseRequest(epsilon=Decimal("0.5"), mechanism="rr_on_bins")
-    key = idem.IdempotencyKey.of("twice", kind=idem.RELEASE, request=request.public())
+    key = idem.IdempotencyKey.of(
+        "twice", kind=idem.RELEASE, request=request.public(), role="advertiser", actor=None
+    )
     barrier = threading.Barrier(2, timeout=30)
 
     def randomizer(plan: Any, labels: np.ndarray, rng: Any) -> Any:

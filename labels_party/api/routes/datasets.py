@@ -82,13 +82,15 @@ async def top_up_budget(
     response: Response,
     call: OperatorOn,
     body: TopUpBody,
-    idempotency_key: IdempotencyKeyHeader = None,
+    idempotency_key: IdempotencyKeyHeader,
 ) -> Any:
     """Raise a dataset's privacy budget (operator): ledgered with who and why, never silent.
 
     With ``Idempotency-Key``, a repeat adds nothing again (``Idempotent-Replayed: true``)."""
     request = {"add": amounts.text(body.add), "reason": body.reason}
-    key = idem.IdempotencyKey.of(idempotency_key, kind=idem.TOP_UP, request=request)
+    key = idem.IdempotencyKey.of(
+        idempotency_key, kind=idem.TOP_UP, request=request, role=call.role, actor=call.actor
+    )
     top_up = partial(
         ds.top_up, add=body.add, reason=body.reason, actor_role=call.role, actor=call.actor, key=key
     )

@@ -84,7 +84,7 @@ async def create_model_release(
     response: Response,
     call: AdvertiserOn,
     body: Annotated[ModelReleaseCreate, json_body(ModelReleaseCreate)],
-    idempotency_key: IdempotencyKeyHeader = None,
+    idempotency_key: IdempotencyKeyHeader,
 ) -> Any:
     """Fit ``estimator`` on the labels joined with the public features; spend (epsilon, delta).
 
@@ -95,7 +95,11 @@ async def create_model_release(
         params=body.params.model_dump(exclude_none=True),
     )
     key = idem.IdempotencyKey.of(
-        idempotency_key, kind=idem.MODEL, request=mr.public_request(model_request)
+        idempotency_key,
+        kind=idem.MODEL,
+        request=mr.public_request(model_request),
+        role=call.role,
+        actor=call.actor,
     )
     service = call.services.model_releases
     try:

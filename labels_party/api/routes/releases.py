@@ -82,7 +82,7 @@ async def create_release(
     response: Response,
     call: AdvertiserOn,
     body: Annotated[ReleaseCreate, json_body(ReleaseCreate)],
-    idempotency_key: IdempotencyKeyHeader = None,
+    idempotency_key: IdempotencyKeyHeader,
 ) -> Any:
     """Randomize every registered example's label and store the one message, spending epsilon.
 
@@ -91,7 +91,9 @@ async def create_release(
     """
     role, services, name = call.role, call.services, call.name
     request_ = release_request(body)
-    key = idem.IdempotencyKey.of(idempotency_key, kind=idem.RELEASE, request=request_.public())
+    key = idem.IdempotencyKey.of(
+        idempotency_key, kind=idem.RELEASE, request=request_.public(), role=role, actor=call.actor
+    )
     try:
         if body.dry_run:
             response.status_code = 200
