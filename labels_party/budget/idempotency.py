@@ -5,7 +5,8 @@ The ``Idempotency-Key`` request header (IETF draft-ietf-httpapi-idempotency-key-
 key is stored in the SAME write transaction as the spend or the top-up (read for update on the
 dataset row, so two requests with one key are serialized): either both or neither are committed.
 A repeat with the key gets the stored answer (``Idempotent-Replayed: true``) before any budget
-or state check, and reads no label. A repeat sent while the first is still computing computes
+or state check, and reads no label. A repeat sent to the same process while the first is still
+computing waits for it (:class:`InFlight`); one sent to another process (a replica) computes
 too: whichever commits first is the release, the other finds the key at its commit and discards
 its draw unseen (never stored or answered: no privacy cost) and answers the stored one.
 The same key with another request, or from another caller, on that dataset is a 422 naming the
@@ -17,6 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +75,38 @@ class IdempotencyKey:
         asked = {"request": request, "role": role, "actor": actor}
         digest = hashlib.sha256(canonical_json(asked).encode()).hexdigest()
         return cls(key=header, kind=kind, request_sha256=digest)
+
+
+class InFlight:
+    """The keys this process is computing a request for: a repeat of one waits for it, then
+    gets its answer, instead of reading every label and drawing again beside it (a client
+    retrying a long release after its timeout; at 10^8 ids one more release in memory). Other
+    processes (replicas) may still compute a repeat: the key's row decides at commit."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[tuple[str, str], threading.Event] = {}
+
+    @contextmanager
+    def hold(self, dataset: str, key: IdempotencyKey | None) -> Iterator[None]:
+        """Run the body as the only holder of (``dataset``, ``key``) in this process."""
+        if key is None:
+            yield
+            return
+        ident = (dataset, key.key)
+        while True:
+            with self._lock:
+                running = self._running.get(ident)
+                if running is None:
+                    mine = self._running[ident] = threading.Event()
+                    break
+            running.wait()
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._running[ident]
+            mine.set()
 
 
 class Replayed(dict[str, Any]):

@@ -510,6 +510,7 @@ class ModelReleaseService:
         self._db = db
         self._rng_factory: RngFactory = rng_factory or SystemRandom
         self._slots = threading.BoundedSemaphore(2)
+        self._in_flight = idem.InFlight()
 
     def preview(self, *, dataset: str, request: ModelRequest) -> dict[str, Any]:
         """What ``request`` would charge and leave, after every check a release makes before
@@ -564,13 +565,14 @@ class ModelReleaseService:
         ``key``: the request's idempotency key; if it names a model release already, its
         stored answer (``idem.Replayed``), nothing read or spent."""
         request = check_request(request)
-        if (answer := idem.replay_first(self._db, dataset, key)) is not None:
-            return answer
-        return ds.retry_while_stale(
-            lambda: self._attempt(dataset, request, actor_role, actor, key),
-            dataset=dataset,
-            what="model",
-        )
+        with self._in_flight.hold(dataset, key):
+            if (answer := idem.replay_first(self._db, dataset, key)) is not None:
+                return answer
+            return ds.retry_while_stale(
+                lambda: self._attempt(dataset, request, actor_role, actor, key),
+                dataset=dataset,
+                what="model",
+            )
 
     def _attempt(
         self,

@@ -128,6 +128,7 @@ class ReleaseService:
         self._randomizer: Randomizer = randomizer or execute
         self._slots = threading.BoundedSemaphore(concurrency)
         self._commit_delay = commit_delay
+        self._in_flight = idem.InFlight()
 
     def preview(self, *, dataset: str, request: ReleaseRequest) -> dict[str, Any]:
         """What ``request`` would spend and leave: its plan; reads no label, spends nothing."""
@@ -165,8 +166,6 @@ class ReleaseService:
 
         ``key``: the request's idempotency key; if it names a release already, its stored
         answer (``idem.Replayed``), nothing read or spent."""
-        if (answer := idem.replay_first(self._db, dataset, key)) is not None:
-            return answer
 
         def attempt() -> dict[str, Any]:
             # The snapshot is passed on, not kept here: its raw labels are freed once randomized.
@@ -174,7 +173,10 @@ class ReleaseService:
                 self._snapshot(dataset, request), request, actor_role, actor, key
             )
 
-        return ds.retry_while_stale(attempt, dataset=dataset, what="release")
+        with self._in_flight.hold(dataset, key):
+            if (answer := idem.replay_first(self._db, dataset, key)) is not None:
+                return answer
+            return ds.retry_while_stale(attempt, dataset=dataset, what="release")
 
     def _snapshot(self, name: str, request: ReleaseRequest) -> _Snapshot:
         with self._db.read() as conn:

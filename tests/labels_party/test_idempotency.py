@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
@@ -163,8 +164,9 @@ def test_a_repeat_is_answered_after_the_budget_is_spent_and_the_dataset_archived
 
 
 def test_a_repeat_racing_the_first_commits_one_release(client: Any) -> None:
-    """The first attempt is still randomizing when its repeat commits: at its own commit the
-    first finds the key, discards its draw unseen and answers the repeat's release."""
+    """The first attempt is still randomizing when its repeat, on another replica, commits: at
+    its own commit the first finds the key, discards its draw unseen and answers the repeat's
+    release."""
     _dataset(client)
     request = ReleaseRequest(epsilon=Decimal(1), mechanism="rr_on_bins")
     key = idem.IdempotencyKey.of(
@@ -177,14 +179,16 @@ def test_a_repeat_racing_the_first_commits_one_release(client: Any) -> None:
         calls.append(1)
         if len(calls) == 1:  # the first attempt: its repeat runs and commits meanwhile
             inner.append(
-                service.create(dataset="ds", request=request, actor_role="advertiser", key=key)
+                replica.create(dataset="ds", request=request, actor_role="advertiser", key=key)
             )
         return execute(plan, labels, rng)
 
+    db = client.app.state.services.db
     service = ReleaseService(
-        client.app.state.services.db,
-        randomizer=randomizer,
-        rng_factory=lambda: np.random.default_rng(1),
+        db, randomizer=randomizer, rng_factory=lambda: np.random.default_rng(1)
+    )
+    replica = ReleaseService(
+        db, randomizer=randomizer, rng_factory=lambda: np.random.default_rng(2)
     )
     outer = service.create(dataset="ds", request=request, actor_role="advertiser", key=key)
     assert isinstance(outer, idem.Replayed) and not isinstance(inner[0], idem.Replayed)
@@ -193,8 +197,9 @@ def test_a_repeat_racing_the_first_commits_one_release(client: Any) -> None:
 
 
 def test_two_concurrent_repeats_commit_one_release_on_both_engines(db: Database) -> None:
-    """Both threads randomize before either commits (a barrier): the dataset row read for
-    update serializes the commits, and the second finds the key (SQLite and PostgreSQL)."""
+    """Two replicas (two services) randomize before either commits (a barrier): the dataset row
+    read for update serializes the commits, and the second finds the key (SQLite and
+    PostgreSQL)."""
     request = ReleaseRequest(epsilon=Decimal("0.5"), mechanism="rr_on_bins")
     key = idem.IdempotencyKey.of(
         "twice", kind=idem.RELEASE, request=request.public(), role="advertiser", actor=None
@@ -205,14 +210,14 @@ def test_two_concurrent_repeats_commit_one_release_on_both_engines(db: Database)
         barrier.wait()
         return execute(plan, labels, rng)
 
-    service = ReleaseService(db, randomizer=randomizer)
+    replicas = [ReleaseService(db, randomizer=randomizer) for _ in range(2)]
     with ThreadPoolExecutor(2) as pool:
         answers = list(
             pool.map(
-                lambda _: service.create(
+                lambda service: service.create(
                     dataset="x", request=request, actor_role="advertiser", key=key
                 ),
-                range(2),
+                replicas,
             )
         )
     assert sorted(isinstance(a, idem.Replayed) for a in answers) == [False, True]
@@ -221,6 +226,51 @@ def test_two_concurrent_repeats_commit_one_release_on_both_engines(db: Database)
         assert db.fetch(conn, "SELECT COUNT(*) FROM releases")[0][0] == 1
         assert ds.load(conn, "x").epsilon_spent == 0.5
         assert ledger.verify(conn).ok
+
+
+def test_a_repeat_to_the_same_process_waits_for_the_first_and_draws_nothing(
+    db: Database,
+) -> None:
+    """A client retrying a long release after its timeout: the repeat waits for the first
+    instead of reading every label and drawing again beside it (at 10^8 ids, twice the
+    memory)."""
+    request = ReleaseRequest(epsilon=Decimal("0.5"), mechanism="rr_on_bins")
+    key = idem.IdempotencyKey.of(
+        "slow", kind=idem.RELEASE, request=request.public(), role="advertiser", actor=None
+    )
+    draws: list[int] = []
+    started = threading.Event()
+    failing: list[bool] = []
+
+    def randomizer(plan: Any, labels: np.ndarray, rng: Any) -> Any:
+        draws.append(1)
+        if failing:
+            failing.pop()
+            raise RuntimeError("the first attempt failed")
+        started.set()
+        time.sleep(0.5)  # the repeat arrives meanwhile
+        return execute(plan, labels, rng)
+
+    service = ReleaseService(db, randomizer=randomizer)
+
+    def create(key: idem.IdempotencyKey | None = key) -> dict[str, Any]:
+        return service.create(dataset="x", request=request, actor_role="advertiser", key=key)
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(create)
+        assert started.wait(30)
+        repeat = pool.submit(create)
+        answers = [first.result(), repeat.result()]
+    assert len(draws) == 1 and isinstance(answers[1], idem.Replayed)
+    assert dict(answers[1]) == answers[0]
+    # A repeat of a first attempt that failed (nothing stored) computes for itself.
+    other = idem.IdempotencyKey.of(
+        "retry", kind=idem.RELEASE, request=request.public(), role="advertiser", actor=None
+    )
+    failing.append(True)
+    with pytest.raises(RuntimeError):
+        create(other)
+    assert not isinstance(create(other), idem.Replayed) and len(draws) == 3
 
 
 class _LostAnswers(httpx.BaseTransport):
