@@ -65,6 +65,9 @@ def test_a_repeated_key_gets_the_first_release_and_spends_nothing(client: Any) -
     assert _release(client, None).json()["id"] != first.json()["id"]
     assert _release(client, "job-7/run-2").json()["id"] != first.json()["id"]
     assert _count(client, "releases") == 3 and Decimal(_spent(client)) == 3
+    metrics = client.get("/metrics", headers=OPS).text
+    assert 'labeldp_idempotent_replays_total{kind="release"} 1.0' in metrics
+    assert 'labeldp_releases_total{mechanism="rr_on_bins"} 3.0' in metrics  # replays not counted
 
 
 def test_the_same_key_for_another_request_is_refused_naming_the_header(client: Any) -> None:

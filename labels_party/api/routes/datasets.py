@@ -96,6 +96,7 @@ async def top_up_budget(
     )
     if not await run_in_threadpool(top_up, call.services.db, call.name):
         response.headers[idem.REPLAYED_HEADER] = "true"
+        call.services.metrics.replay(idem.TOP_UP)
     return await _view(call)
 
 

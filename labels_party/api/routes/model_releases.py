@@ -120,6 +120,7 @@ async def create_model_release(
         raise BadInputError(message, [FieldError(field=field, message=message)]) from None
     if isinstance(meta, idem.Replayed):
         response.headers[idem.REPLAYED_HEADER] = "true"
+        call.services.metrics.replay(idem.MODEL)
     receipts = call.services.receipts
     if receipts is not None:
         sign = partial(receipts.sign_after_release, model=True)

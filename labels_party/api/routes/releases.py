@@ -117,6 +117,7 @@ async def create_release(
         raise engine_refusal(exc, histogram_share_given=given) from None
     if isinstance(meta, idem.Replayed):
         response.headers[idem.REPLAYED_HEADER] = "true"
+        services.metrics.replay(idem.RELEASE)
     else:
         services.metrics.release(meta["mechanism"])
     if services.receipts is not None:  # sign now from the stored rows (else on first request)
