@@ -5,8 +5,8 @@ Counters live in the process (reset on restart, as Prometheus expects); the per-
 gauges are read from the database at scrape time. Nothing here counts labels: how many label
 rows a dataset received is label information (with a default label meaning "no conversion", it
 is about the number of conversions), so no metric moves with it (issue 17). Requests are
-counted per route and status, examples (the publisher's ids), releases by mechanism, and repeats
-answered from their idempotency key by kind. (A
+counted per route and status, examples (the publisher's ids), releases by mechanism, model
+releases by estimator and privacy, and repeats answered from their idempotency key by kind. (A
 label batch's 409, an id re-sent with another value, does depend on the advertiser's own two
 submissions: labels_party/API.md, "Health and metrics".)
 """
@@ -48,6 +48,13 @@ class Metrics:
         self._releases = self._add(
             Counter, "labeldp_releases", "Releases committed, by mechanism.", "mechanism"
         )
+        self._model_releases = self._add(
+            Counter,
+            "labeldp_model_releases",
+            "Model releases committed, by estimator and privacy.",
+            "estimator",
+            "privacy",
+        )
         self._replays = self._add(
             Counter,
             "labeldp_idempotent_replays",
@@ -75,6 +82,9 @@ class Metrics:
 
     def release(self, mechanism: str) -> None:
         self._releases.labels(mechanism=mechanism).inc()
+
+    def model_release(self, *, estimator: str, privacy: str) -> None:
+        self._model_releases.labels(estimator=estimator, privacy=privacy).inc()
 
     def replay(self, kind: str) -> None:
         """A repeat answered from its idempotency key (``release``, ``model``, ``top_up``)."""

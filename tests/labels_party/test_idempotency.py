@@ -330,6 +330,9 @@ def test_a_repeated_model_release_gets_the_first_model_and_spends_nothing(client
     assert again.status_code == 201 and again.headers["Idempotent-Replayed"] == "true"
     assert again.json() == first.json()  # the message, and the budget as it was left then
     assert state(client) == before and _count(client, "model_releases") == 1
+    metrics = client.get("/metrics", headers=OPS).text
+    assert 'labeldp_model_releases_total{estimator="ols",privacy="label"} 1.0' in metrics
+    assert 'labeldp_idempotent_replays_total{kind="model"} 1.0' in metrics
     refused = _model(client, "fit-1", epsilon="2")
     assert refused.status_code == 422
     assert [e["field"] for e in refused.json()["errors"]] == ["Idempotency-Key"]

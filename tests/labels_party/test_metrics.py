@@ -26,6 +26,7 @@ KEPT = {
     "labeldp_http_requests",
     "labeldp_examples_registered",
     "labeldp_releases",
+    "labeldp_model_releases",
     "labeldp_idempotent_replays",
     "labeldp_epsilon_spent",
     "labeldp_epsilon_budget",

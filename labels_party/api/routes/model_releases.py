@@ -121,6 +121,8 @@ async def create_model_release(
     if isinstance(meta, idem.Replayed):
         response.headers[idem.REPLAYED_HEADER] = "true"
         call.services.metrics.replay(idem.MODEL)
+    else:
+        call.services.metrics.model_release(estimator=meta["estimator"], privacy=meta["privacy"])
     receipts = call.services.receipts
     if receipts is not None:
         sign = partial(receipts.sign_after_release, model=True)
